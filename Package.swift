@@ -1,0 +1,93 @@
+// swift-tools-version:6.1
+// Nimbus — the iCloud document store, done right, for Linux.
+// Dependencies point one way: NimbusCore <- everything. Heavy packages (Hummingbird, AsyncHTTPClient)
+// stay in the targets that need them so the FUSE side builds fast.
+import PackageDescription
+
+let strict: [SwiftSetting] = [
+    .enableUpcomingFeature("ExistentialAny"),
+]
+
+let package = Package(
+    name: "nimbus",
+    platforms: [.macOS(.v15)],
+    products: [
+        .executable(name: "nimbus", targets: ["nimbus"]),
+        .executable(name: "nimbus-bench", targets: ["NimbusBench"]),
+    ],
+    dependencies: [
+        .package(url: "https://github.com/apple/swift-argument-parser.git", from: "1.5.0"),
+        .package(url: "https://github.com/apple/swift-log.git", from: "1.6.0"),
+        .package(url: "https://github.com/apple/swift-crypto.git", "3.12.0"..<"5.0.0"),
+        .package(url: "https://github.com/groue/GRDB.swift.git", from: "7.0.0"),
+        .package(url: "https://github.com/hummingbird-project/hummingbird.git", from: "2.20.0"),
+        .package(url: "https://github.com/swift-server/async-http-client.git", from: "1.30.0"),
+        .package(url: "https://github.com/swift-server/swift-prometheus.git", from: "2.0.0"),
+        .package(url: "https://github.com/apple/swift-nio.git", from: "2.90.0"),
+    ],
+    targets: [
+        // Pure domain: ids, versions, hashes, names, the concurrency rules. No I/O, no dependencies.
+        .target(name: "NimbusCore", swiftSettings: strict),
+        // Wire types shared by server and clients.
+        .target(name: "NimbusProtocol", dependencies: ["NimbusCore"], swiftSettings: strict),
+        // The server: HTTP app, ServerStore + SQLite engine, chunk store.
+        .target(
+            name: "NimbusServer",
+            dependencies: [
+                "NimbusCore", "NimbusProtocol",
+                .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "GRDB", package: "GRDB.swift"),
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "Prometheus", package: "swift-prometheus"),
+            ],
+            swiftSettings: strict
+        ),
+        // The HTTP client of the protocol.
+        .target(
+            name: "NimbusRemote",
+            dependencies: [
+                "NimbusCore", "NimbusProtocol",
+                .product(name: "AsyncHTTPClient", package: "async-http-client"),
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOFoundationCompat", package: "swift-nio"),
+            ],
+            swiftSettings: strict
+        ),
+        // Shared test support: conformance suites run on every store engine, subprocess helpers.
+        .target(
+            name: "NimbusTesting",
+            dependencies: ["NimbusCore", "NimbusProtocol", "NimbusServer"],
+            swiftSettings: strict
+        ),
+        .executableTarget(
+            name: "nimbus",
+            dependencies: [
+                "NimbusCore", "NimbusServer",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            swiftSettings: strict
+        ),
+        .executableTarget(
+            name: "NimbusBench",
+            dependencies: [
+                "NimbusCore", "NimbusProtocol", "NimbusRemote",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+            ],
+            swiftSettings: strict
+        ),
+        .testTarget(name: "NimbusCoreTests", dependencies: ["NimbusCore"], swiftSettings: strict),
+        .testTarget(
+            name: "NimbusServerTests",
+            dependencies: ["NimbusCore", "NimbusProtocol", "NimbusServer", "NimbusRemote", "NimbusTesting"],
+            swiftSettings: strict
+        ),
+        .testTarget(
+            name: "IntegrationTests",
+            dependencies: ["NimbusCore", "NimbusProtocol", "NimbusRemote", "NimbusTesting", "NimbusServer"],
+            swiftSettings: strict
+        ),
+    ]
+)

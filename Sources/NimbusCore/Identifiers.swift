@@ -1,0 +1,106 @@
+import Foundation
+
+/// The identity of an item (file, folder or symlink). It never changes: renames and moves keep it,
+/// and the path is derived from the parent chain (DESIGN §1, rule 1 of §5).
+public struct ItemID: Hashable, Comparable, Sendable, Codable, CustomStringConvertible {
+    public let uuid: UUID
+
+    public init(_ uuid: UUID) { self.uuid = uuid }
+
+    /// Parses the canonical textual form (any case); `nil` if it is not a UUID.
+    public init?(_ string: String) {
+        guard let uuid = UUID(uuidString: string) else { return nil }
+        self.uuid = uuid
+    }
+
+    /// The root folder of every container. It is never stored as an item and never changes.
+    public static let root = ItemID(UUID(uuid: (0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)))
+
+    public var isRoot: Bool { self == .root }
+    /// Lower-case canonical form, the one used on the wire and in databases.
+    public var description: String { uuid.uuidString.lowercased() }
+
+    public static func < (a: ItemID, b: ItemID) -> Bool { a.description < b.description }
+
+    public init(from decoder: any Decoder) throws {
+        let text = try decoder.singleValueContainer().decode(String.self)
+        guard let id = ItemID(text) else {
+            throw DecodingError.dataCorrupted(.init(codingPath: decoder.codingPath, debugDescription: "not an item id (UUID): \(text.prefix(64))"))
+        }
+        self = id
+    }
+
+    public func encode(to encoder: any Encoder) throws {
+        var c = encoder.singleValueContainer()
+        try c.encode(description)
+    }
+}
+
+/// The identity of one client install. Stable for the life of the install; used to break ties
+/// in the conflict rule, so it must be comparable.
+public struct DeviceID: Hashable, Comparable, Sendable, Codable, CustomStringConvertible {
+    public let uuid: UUID
+    public init(_ uuid: UUID) { self.uuid = uuid }
+    public init?(_ string: String) {
+        guard let uuid = UUID(uuidString: string) else { return nil }
+        self.uuid = uuid
+    }
+    public var description: String { uuid.uuidString.lowercased() }
+    public static func < (a: DeviceID, b: DeviceID) -> Bool { a.description < b.description }
+
+    public init(from decoder: any Decoder) throws {
+        let text = try decoder.singleValueContainer().decode(String.self)
+        guard let id = DeviceID(text) else {
+            throw DecodingError.dataCorrupted(.init(codingPath: decoder.codingPath, debugDescription: "not a device id (UUID)"))
+        }
+        self = id
+    }
+    public func encode(to encoder: any Encoder) throws {
+        var c = encoder.singleValueContainer()
+        try c.encode(description)
+    }
+}
+
+/// A SHA-256 digest in lower-case hex: the address of a chunk.
+public struct ContentHash: Hashable, Comparable, Sendable, Codable, CustomStringConvertible {
+    public let hex: String
+
+    /// Accepts exactly 64 hex digits (any case); anything else is `nil`.
+    public init?(hex: String) {
+        let lower = hex.lowercased()
+        guard lower.utf8.count == 64, lower.utf8.allSatisfy({ ($0 >= 48 && $0 <= 57) || ($0 >= 97 && $0 <= 102) }) else {
+            return nil
+        }
+        self.hex = lower
+    }
+
+    /// Builds the hash from a raw 32-byte digest.
+    public init(digest: some Sequence<UInt8>) {
+        let table = Array("0123456789abcdef".utf8)
+        var out = [UInt8]()
+        out.reserveCapacity(64)
+        for b in digest {
+            out.append(table[Int(b >> 4)])
+            out.append(table[Int(b & 0x0f)])
+        }
+        self.hex = String(decoding: out, as: UTF8.self)
+    }
+
+    public var description: String { hex }
+    public static func < (a: ContentHash, b: ContentHash) -> Bool { a.hex < b.hex }
+
+    public init(from decoder: any Decoder) throws {
+        let text = try decoder.singleValueContainer().decode(String.self)
+        guard let h = ContentHash(hex: text) else {
+            throw DecodingError.dataCorrupted(.init(codingPath: decoder.codingPath, debugDescription: "not a SHA-256 hex digest"))
+        }
+        self = h
+    }
+    public func encode(to encoder: any Encoder) throws {
+        var c = encoder.singleValueContainer()
+        try c.encode(hex)
+    }
+}
+
+/// A position in a container's journal. Versions are numbered by the same sequence.
+public typealias Sequence64 = Int64

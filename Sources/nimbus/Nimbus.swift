@@ -1,0 +1,15 @@
+import ArgumentParser
+
+/// The one executable. Each subcommand is a thin shell over a library target; the command tree is
+/// the contract of DESIGN §6 and README's CLI section.
+@main
+struct Nimbus: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "nimbus",
+        abstract: "Nimbus: a synced document container for Linux, mounted with FUSE.",
+        subcommands: [
+            Serve.self,
+            Admin.self,
+        ]
+    )
+}
