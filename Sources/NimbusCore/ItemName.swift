@@ -57,8 +57,8 @@ public struct ItemName: Hashable, Sendable, Codable, CustomStringConvertible {
     /// The name to use when `self` is taken in the folder: `report.txt` → `report 2.txt`, then
     /// `report 3.txt`… The extension is the part after the last dot that is not the first
     /// character (`.bashrc` has none). The stem is shortened so the result stays within 255 bytes.
-    public func deduplicated(isTaken: (String) -> Bool) -> ItemName {
-        if !isTaken(value) { return self }
+    public func deduplicated(isTaken: (String) throws -> Bool) rethrows -> ItemName {
+        if try !isTaken(value) { return self }
         let (stem, ext) = ItemName.split(value)
         var n = 2
         while true {
@@ -66,7 +66,7 @@ public struct ItemName: Hashable, Sendable, Codable, CustomStringConvertible {
             var s = stem
             while s.utf8.count + suffix.utf8.count > ItemName.maxBytes, !s.isEmpty { s.removeLast() }
             let candidate = s + suffix
-            if !isTaken(candidate), ItemName.validate(candidate) == nil { return ItemName(trusted: candidate) }
+            if try !isTaken(candidate), ItemName.validate(candidate) == nil { return ItemName(trusted: candidate) }
             n += 1
         }
     }

@@ -2,7 +2,6 @@ import ArgumentParser
 
 /// The one executable. Each subcommand is a thin shell over a library target; the command tree is
 /// the contract of DESIGN §6 and README's CLI section.
-@main
 struct Nimbus: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "nimbus",

@@ -1,0 +1,44 @@
+/// The stable error codes of the protocol. Clients branch on `code`, never on the message.
+/// docs/protocol.md lists each with its meaning and what to do; keep them in step.
+public enum APIErrorCode: String, Sendable, Codable, CaseIterable {
+    case badRequest = "bad_request"
+    case invalidJSON = "invalid_json"
+    case invalidName = "invalid_name"
+    case invalidContainerName = "invalid_container_name"
+    case unauthorized
+    case notFound = "not_found"
+    case containerNotFound = "container_not_found"
+    case itemNotFound = "item_not_found"
+    case chunkNotFound = "chunk_not_found"
+    case versionNotFound = "version_not_found"
+    case parentNotFound = "parent_not_found"
+    case parentNotFolder = "parent_not_folder"
+    case kindMismatch = "kind_mismatch"
+    case moveCycle = "move_cycle"
+    case missingChunks = "missing_chunks"
+    case chunkSizeMismatch = "chunk_size_mismatch"
+    case hashMismatch = "hash_mismatch"
+    case bodyTooLarge = "body_too_large"
+    case rangeNotSatisfiable = "range_not_satisfiable"
+    case notAConflict = "not_a_conflict"
+    case methodNotAllowed = "method_not_allowed"
+    case storageFull = "storage_full"
+    case unavailable
+    case `internal`
+
+    public var httpStatus: Int {
+        switch self {
+        case .badRequest, .invalidJSON, .invalidName, .invalidContainerName, .hashMismatch, .kindMismatch, .chunkSizeMismatch:
+            return 400
+        case .unauthorized: return 401
+        case .notFound, .containerNotFound, .itemNotFound, .chunkNotFound, .versionNotFound: return 404
+        case .methodNotAllowed: return 405
+        case .parentNotFound, .parentNotFolder, .moveCycle, .missingChunks, .notAConflict: return 409
+        case .bodyTooLarge: return 413
+        case .rangeNotSatisfiable: return 416
+        case .storageFull: return 507
+        case .unavailable: return 503
+        case .internal: return 500
+        }
+    }
+}

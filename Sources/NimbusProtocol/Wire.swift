@@ -1,0 +1,334 @@
+import Foundation
+import NimbusCore
+
+/// The protocol version this build speaks. The path carries the major version (`/v1/...`);
+/// servers answer `Nimbus-Protocol: <n>` on every response so clients can tell what they talk to.
+public enum NimbusProtocolVersion {
+    public static let current = 1
+    public static let header = "Nimbus-Protocol"
+}
+
+/// Limits the server enforces; clients use them to size their requests.
+public enum ProtocolLimits {
+    /// Largest chunk body accepted by `PUT /v1/chunks/{hash}`.
+    public static let maxChunkSize = 16 * 1024 * 1024
+    /// Largest JSON body accepted by any other request.
+    public static let maxJSONBody = 1024 * 1024
+    /// Most chunks in one item version.
+    public static let maxChunksPerItem = 50_000
+    /// Longest long-poll, seconds.
+    public static let maxWaitSeconds = 60
+    /// Largest page of changes or items.
+    public static let maxPage = 1000
+    /// Longest symlink target, bytes.
+    public static let maxSymlinkTarget = 4096
+    /// Largest `extra` object, bytes of JSON.
+    public static let maxExtraBytes = 16 * 1024
+}
+
+/// An item as the server reports it: its current state plus bookkeeping.
+public struct ItemRecord: Hashable, Sendable, Codable {
+    public var id: ItemID
+    /// The journal sequence of the last change to this item (its state or its conflict set).
+    /// A commit's `baseVersion` is compared with this.
+    public var version: Int64
+    public var kind: ItemKind
+    public var parent: ItemID
+    public var name: ItemName
+    public var size: Int64
+    public var chunks: [ChunkRef]
+    public var symlinkTarget: String?
+    public var mode: UInt32
+    /// Modification time, nanoseconds since 1970-01-01 UTC.
+    public var modified: Int64
+    public var modifiedBy: DeviceID
+    public var deleted: Bool
+    /// Unresolved conflict versions of this item.
+    public var conflicts: Int
+    public var extra: JSONValue?
+
+    public init(id: ItemID, version: Int64, state: ItemState, conflicts: Int) {
+        self.id = id
+        self.version = version
+        self.kind = state.kind
+        self.parent = state.location.parent
+        self.name = state.location.name
+        self.size = state.size
+        self.chunks = state.content.chunks
+        self.symlinkTarget = state.content.symlinkTarget
+        self.mode = state.mode
+        self.modified = state.modified
+        self.modifiedBy = state.modifiedBy
+        self.deleted = state.deleted
+        self.conflicts = conflicts
+        self.extra = state.extra.flatMap { JSONValue.parse($0) }
+    }
+
+    public var state: ItemState {
+        ItemState(
+            kind: kind, location: ItemLocation(parent: parent, name: name),
+            content: ItemContent(chunks: chunks, symlinkTarget: symlinkTarget), mode: mode,
+            modified: modified, modifiedBy: modifiedBy, deleted: deleted, extra: extra.map { $0.serialized() })
+    }
+}
+
+/// The state a device wants an item to have. Every commit carries the whole state; the server
+/// works out what changed relative to `baseVersion` (see `ConflictRules`).
+public struct ItemDraft: Hashable, Sendable, Codable {
+    public var kind: ItemKind
+    public var parent: ItemID
+    public var name: ItemName
+    public var chunks: [ChunkRef]
+    public var symlinkTarget: String?
+    public var mode: UInt32
+    public var modified: Int64
+    public var deleted: Bool
+    public var extra: JSONValue?
+
+    public init(kind: ItemKind, parent: ItemID, name: ItemName, chunks: [ChunkRef] = [], symlinkTarget: String? = nil,
+                mode: UInt32, modified: Int64, deleted: Bool = false, extra: JSONValue? = nil) {
+        self.kind = kind
+        self.parent = parent
+        self.name = name
+        self.chunks = chunks
+        self.symlinkTarget = symlinkTarget
+        self.mode = mode
+        self.modified = modified
+        self.deleted = deleted
+        self.extra = extra
+    }
+
+    public init(_ r: ItemRecord) {
+        self.init(kind: r.kind, parent: r.parent, name: r.name, chunks: r.chunks, symlinkTarget: r.symlinkTarget,
+                  mode: r.mode, modified: r.modified, deleted: r.deleted, extra: r.extra)
+    }
+
+    public func state(by device: DeviceID) -> ItemState {
+        ItemState(kind: kind, location: ItemLocation(parent: parent, name: name),
+                  content: ItemContent(chunks: chunks, symlinkTarget: symlinkTarget), mode: mode,
+                  modified: modified, modifiedBy: device, deleted: deleted, extra: extra.map { $0.serialized() })
+    }
+}
+
+/// `POST /v1/containers/{container}/commit`.
+public struct CommitRequest: Hashable, Sendable, Codable {
+    public var item: ItemID
+    /// The item version this device last saw; `nil` for a create.
+    public var baseVersion: Int64?
+    public var state: ItemDraft
+    /// For a folder delete: the device's journal cursor. Descendants changed after it survive
+    /// (and keep the folder alive); the others are deleted with the folder. Omitted: 0, so a folder
+    /// with live children is not deleted.
+    public var seenCursor: Int64?
+
+    public init(item: ItemID, baseVersion: Int64?, state: ItemDraft, seenCursor: Int64? = nil) {
+        self.item = item
+        self.baseVersion = baseVersion
+        self.state = state
+        self.seenCursor = seenCursor
+    }
+}
+
+public enum CommitOutcome: String, Hashable, Sendable, Codable {
+    /// The state was applied as sent (possibly merged with changes the device had not seen).
+    case applied
+    /// Nothing changed: the state was already current (a retry, an identical save).
+    case unchanged
+    /// Both this device and another changed the content; both are kept. `yours` says which one
+    /// became current.
+    case conflict
+    /// A delete lost against an edit made since the device's base: the item stays.
+    case deleteIgnored = "delete_ignored"
+}
+
+public struct CommitResponse: Hashable, Sendable, Codable {
+    public var outcome: CommitOutcome
+    /// For a conflict: whether the sent state became `current` or a `conflict` version.
+    public var yours: String?
+    /// The item after the commit.
+    public var item: ItemRecord
+    /// The name was taken in the folder, so the item got another (`name 2.ext`).
+    public var renamed: Bool
+    /// Folders that were deleted and came back because this item lives in them.
+    public var restored: [ItemID]
+    /// The container's journal cursor after the commit.
+    public var cursor: Int64
+
+    public init(outcome: CommitOutcome, yours: String? = nil, item: ItemRecord, renamed: Bool = false, restored: [ItemID] = [], cursor: Int64) {
+        self.outcome = outcome
+        self.yours = yours
+        self.item = item
+        self.renamed = renamed
+        self.restored = restored
+        self.cursor = cursor
+    }
+}
+
+public enum ChangeKind: String, Hashable, Sendable, Codable {
+    case create, update, move, delete, restore, conflict, resolve
+}
+
+/// One journal entry: the item's state as of this sequence number.
+public struct Change: Hashable, Sendable, Codable {
+    public var seq: Int64
+    public var kind: ChangeKind
+    public var device: DeviceID
+    public var item: ItemRecord
+    public init(seq: Int64, kind: ChangeKind, device: DeviceID, item: ItemRecord) {
+        self.seq = seq
+        self.kind = kind
+        self.device = device
+        self.item = item
+    }
+}
+
+/// `GET /v1/containers/{container}/changes?since=N&wait=S&limit=L`.
+public struct ChangesResponse: Hashable, Sendable, Codable {
+    public var changes: [Change]
+    /// Pass this as `since` next time.
+    public var cursor: Int64
+    /// More changes are waiting: ask again at once.
+    public var more: Bool
+    public init(changes: [Change], cursor: Int64, more: Bool) {
+        self.changes = changes
+        self.cursor = cursor
+        self.more = more
+    }
+}
+
+/// `GET /v1/containers/{container}/items?after=ID&limit=N`: a page of live items, by id.
+public struct ItemsResponse: Hashable, Sendable, Codable {
+    public var items: [ItemRecord]
+    /// The journal cursor when this page was read. Pull changes since the cursor of the first page
+    /// after listing, to catch what changed while paging.
+    public var cursor: Int64
+    /// Pass as `after` for the next page; `nil` on the last page.
+    public var next: ItemID?
+    public init(items: [ItemRecord], cursor: Int64, next: ItemID?) {
+        self.items = items
+        self.cursor = cursor
+        self.next = next
+    }
+}
+
+public enum VersionRole: String, Hashable, Sendable, Codable {
+    /// The state the folder shows.
+    case current
+    /// An earlier current state (history).
+    case previous
+    /// An unresolved conflict version.
+    case conflict
+}
+
+public struct VersionRecord: Hashable, Sendable, Codable {
+    public var version: Int64
+    public var role: VersionRole
+    public var deviceName: String
+    public var state: ItemRecord
+    public init(version: Int64, role: VersionRole, deviceName: String, state: ItemRecord) {
+        self.version = version
+        self.role = role
+        self.deviceName = deviceName
+        self.state = state
+    }
+}
+
+public struct VersionsResponse: Hashable, Sendable, Codable {
+    public var versions: [VersionRecord]
+    public init(versions: [VersionRecord]) { self.versions = versions }
+}
+
+/// `POST /v1/containers/{container}/items/{id}/resolve`.
+public struct ResolveRequest: Hashable, Sendable, Codable {
+    public enum Action: String, Hashable, Sendable, Codable {
+        /// Keep the current version; discard every unresolved conflict version.
+        case keepCurrent = "keep_current"
+        /// Make `version` (a conflict or previous version) current; discard the other conflict versions.
+        case keepVersion = "keep_version"
+        /// Discard the conflict versions listed in `versions`; the current version stays.
+        case discard
+        /// Make the previous version `version` current again; conflict versions stay.
+        case restore
+    }
+    public var action: Action
+    public var version: Int64?
+    public var versions: [Int64]?
+    public init(action: Action, version: Int64? = nil, versions: [Int64]? = nil) {
+        self.action = action
+        self.version = version
+        self.versions = versions
+    }
+}
+
+public struct ContainerInfo: Hashable, Sendable, Codable {
+    public var name: String
+    public var cursor: Int64
+    public init(name: String, cursor: Int64) {
+        self.name = name
+        self.cursor = cursor
+    }
+}
+
+public struct WhoAmI: Hashable, Sendable, Codable {
+    public var account: String
+    public var device: DeviceID
+    public var deviceName: String
+    public var protocolVersion: Int
+    public init(account: String, device: DeviceID, deviceName: String, protocolVersion: Int) {
+        self.account = account
+        self.device = device
+        self.deviceName = deviceName
+        self.protocolVersion = protocolVersion
+    }
+}
+
+/// `POST /v1/chunks/missing`: which of these chunks does the server lack (for this account)?
+public struct ChunkList: Hashable, Sendable, Codable {
+    public var hashes: [ContentHash]
+    public init(hashes: [ContentHash]) { self.hashes = hashes }
+}
+
+/// Every error answers this body with a stable `code` (see docs/protocol.md).
+public struct ErrorBody: Hashable, Sendable, Codable {
+    public struct Detail: Hashable, Sendable, Codable {
+        public var code: String
+        public var message: String
+        public var missing: [ContentHash]?
+        public init(code: String, message: String, missing: [ContentHash]? = nil) {
+            self.code = code
+            self.message = message
+            self.missing = missing
+        }
+    }
+    public var error: Detail
+    public init(code: String, message: String, missing: [ContentHash]? = nil) {
+        error = Detail(code: code, message: message, missing: missing)
+    }
+}
+
+/// Container names: like item names, plus reverse-DNS friendly and no leading dot.
+public enum ContainerName {
+    public static func problem(_ s: String) -> String? {
+        if s.isEmpty { return "a container name cannot be empty" }
+        if s.utf8.count > 255 { return "a container name can be at most 255 bytes" }
+        let ok = s.utf8.allSatisfy { b in
+            (b >= 48 && b <= 57) || (b >= 65 && b <= 90) || (b >= 97 && b <= 122) || b == 45 || b == 46 || b == 95
+        }
+        if !ok { return "a container name may use only letters, digits, '.', '-' and '_' (like com.example.notes)" }
+        if s.hasPrefix(".") { return "a container name cannot start with '.'" }
+        return nil
+    }
+}
+
+extension JSONValue {
+    /// Compact JSON text with sorted keys, so equal values serialize equally.
+    public func serialized() -> String {
+        let enc = JSONEncoder()
+        enc.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+        return (try? String(decoding: enc.encode(self), as: UTF8.self)) ?? "null"
+    }
+
+    public static func parse(_ text: String) -> JSONValue? {
+        try? JSONDecoder().decode(JSONValue.self, from: Data(text.utf8))
+    }
+}

@@ -1,0 +1,174 @@
+import AsyncHTTPClient
+import Crypto
+import Foundation
+import NIOCore
+import NIOFoundationCompat
+import NIOHTTP1
+import NimbusCore
+import NimbusProtocol
+
+/// What went wrong talking to a server: either the server answered an error body (`code` is one of
+/// `APIErrorCode`), or the request never got an answer (`transport`).
+public enum RemoteError: Error, CustomStringConvertible, Sendable {
+    case server(status: Int, code: String, message: String, missing: [ContentHash]?)
+    case transport(String)
+    case unexpected(status: Int, String)
+
+    public var description: String {
+        switch self {
+        case .server(let status, let code, let message, _): return "server answered \(status) \(code): \(message)"
+        case .transport(let why): return "cannot reach the server: \(why)"
+        case .unexpected(let status, let why): return "unexpected answer \(status): \(why)"
+        }
+    }
+
+    public var code: String? {
+        if case .server(_, let code, _, _) = self { return code }
+        return nil
+    }
+}
+
+/// The client of protocol v1 (docs/protocol.md). Every request has a deadline: no call waits
+/// forever (a long-poll's deadline is its wait plus `timeout`).
+public struct NimbusClient: Sendable {
+    public let baseURL: String
+    let token: String
+    let http: HTTPClient
+    public var timeout: TimeAmount = .seconds(30)
+
+    public init(baseURL: String, token: String, http: HTTPClient = .shared) {
+        self.baseURL = baseURL.hasSuffix("/") ? String(baseURL.dropLast()) : baseURL
+        self.token = token
+        self.http = http
+    }
+
+    // MARK: API
+
+    public func whoami() async throws -> WhoAmI { try await json(.GET, "/v1/whoami") }
+
+    public func createContainer(_ name: String) async throws -> ContainerInfo {
+        try await json(.PUT, "/v1/containers/\(escape(name))")
+    }
+
+    public func container(_ name: String) async throws -> ContainerInfo {
+        try await json(.GET, "/v1/containers/\(escape(name))")
+    }
+
+    public func commit(_ container: String, _ request: CommitRequest) async throws -> CommitResponse {
+        try await json(.POST, "/v1/containers/\(escape(container))/commit", body: request)
+    }
+
+    public func changes(_ container: String, since: Int64, wait: Int = 0, limit: Int = 500) async throws -> ChangesResponse {
+        try await json(.GET, "/v1/containers/\(escape(container))/changes?since=\(since)&wait=\(wait)&limit=\(limit)",
+                       deadline: timeout + .seconds(Int64(wait)))
+    }
+
+    public func items(_ container: String, after: ItemID? = nil, limit: Int = 500) async throws -> ItemsResponse {
+        let a = after.map { "&after=\($0)" } ?? ""
+        return try await json(.GET, "/v1/containers/\(escape(container))/items?limit=\(limit)\(a)")
+    }
+
+    public func item(_ container: String, _ id: ItemID) async throws -> ItemRecord {
+        try await json(.GET, "/v1/containers/\(escape(container))/items/\(id)")
+    }
+
+    public func versions(_ container: String, _ id: ItemID) async throws -> [VersionRecord] {
+        let r: VersionsResponse = try await json(.GET, "/v1/containers/\(escape(container))/items/\(id)/versions")
+        return r.versions
+    }
+
+    public func resolve(_ container: String, _ id: ItemID, _ request: ResolveRequest) async throws -> CommitResponse {
+        try await json(.POST, "/v1/containers/\(escape(container))/items/\(id)/resolve", body: request)
+    }
+
+    public func missingChunks(_ hashes: [ContentHash]) async throws -> [ContentHash] {
+        let r: ChunkList = try await json(.POST, "/v1/chunks/missing", body: ChunkList(hashes: hashes))
+        return r.hashes
+    }
+
+    public func putChunk(_ hash: ContentHash, _ bytes: [UInt8]) async throws {
+        let r = try await send(.PUT, "/v1/chunks/\(hash)", body: ByteBuffer(bytes: bytes), contentType: "application/octet-stream")
+        try check(r)
+    }
+
+    /// Hashes and uploads `bytes` as one chunk; returns its reference.
+    @discardableResult
+    public func upload(_ bytes: [UInt8]) async throws -> ChunkRef {
+        let hash = ContentHash(digest: SHA256.hash(data: bytes))
+        try await putChunk(hash, bytes)
+        return ChunkRef(hash: hash, size: Int64(bytes.count))
+    }
+
+    public func getChunk(_ hash: ContentHash, range: Range<Int64>? = nil) async throws -> [UInt8] {
+        var headers: [(String, String)] = []
+        if let range { headers.append(("Range", "bytes=\(range.lowerBound)-\(range.upperBound - 1)")) }
+        let r = try await send(.GET, "/v1/chunks/\(hash)", headers: headers)
+        try check(r)
+        return Array(buffer: r.body)
+    }
+
+    // MARK: raw access (tests and tools)
+
+    public struct RawResponse: Sendable {
+        public var status: Int
+        public var headers: [(String, String)]
+        public var body: ByteBuffer
+        public func header(_ name: String) -> String? { headers.first { $0.0.lowercased() == name.lowercased() }?.1 }
+        public var text: String { String(buffer: body) }
+    }
+
+    /// Sends a request as given (no JSON encoding) and returns whatever comes back.
+    public func send(_ method: HTTPMethod, _ path: String, body: ByteBuffer? = nil, contentType: String? = nil,
+                     headers: [(String, String)] = [], authorized: Bool = true, deadline: TimeAmount? = nil) async throws -> RawResponse {
+        var request = HTTPClientRequest(url: baseURL + path)
+        request.method = method
+        if authorized { request.headers.add(name: "Authorization", value: "Bearer \(token)") }
+        for (k, v) in headers { request.headers.add(name: k, value: v) }
+        if let body {
+            request.body = .bytes(body)
+            if let contentType { request.headers.add(name: "Content-Type", value: contentType) }
+        }
+        do {
+            let response = try await http.execute(request, timeout: deadline ?? timeout)
+            let bytes = try await response.body.collect(upTo: ProtocolLimits.maxChunkSize + 1024 * 1024)
+            return RawResponse(status: Int(response.status.code), headers: response.headers.map { ($0.name, $0.value) }, body: bytes)
+        } catch let e as HTTPClientError {
+            throw RemoteError.transport("\(e) (\(method) \(baseURL)\(path.prefix(120)))")
+        } catch let e as RemoteError {
+            throw e
+        } catch {
+            throw RemoteError.transport("\(error) (\(method) \(baseURL)\(path.prefix(120)))")
+        }
+    }
+
+    func json<R: Decodable>(_ method: HTTPMethod, _ path: String, deadline: TimeAmount? = nil) async throws -> R {
+        let r = try await send(method, path, deadline: deadline)
+        try check(r)
+        return try decode(r)
+    }
+
+    func json<R: Decodable>(_ method: HTTPMethod, _ path: String, body: some Encodable) async throws -> R {
+        let data = try JSONEncoder().encode(body)
+        let r = try await send(method, path, body: ByteBuffer(data: data), contentType: "application/json")
+        try check(r)
+        return try decode(r)
+    }
+
+    private func decode<R: Decodable>(_ r: RawResponse) throws -> R {
+        do { return try JSONDecoder().decode(R.self, from: Data(buffer: r.body)) } catch {
+            throw RemoteError.unexpected(status: r.status, "the answer is not the expected JSON: \(error)")
+        }
+    }
+
+    private func check(_ r: RawResponse) throws {
+        guard r.status >= 300 else { return }
+        if let e = try? JSONDecoder().decode(ErrorBody.self, from: Data(buffer: r.body)) {
+            throw RemoteError.server(status: r.status, code: e.error.code, message: e.error.message, missing: e.error.missing)
+        }
+        throw RemoteError.unexpected(status: r.status, String(r.text.prefix(200)))
+    }
+
+    private func escape(_ s: String) -> String {
+        s.addingPercentEncoding(withAllowedCharacters: .urlPathAllowed.subtracting(CharacterSet(charactersIn: "/"))) ?? s
+    }
+}

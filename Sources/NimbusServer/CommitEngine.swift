@@ -1,0 +1,293 @@
+import NimbusCore
+import NimbusProtocol
+
+/// Applies one commit or resolve inside a store transaction, following DESIGN §3:
+/// the state at the committer's base is compared by `ConflictRules`, placement rules (parent must
+/// be a live folder — a deleted one is restored —, no cycles, `name 2.ext` on a taken name) are
+/// applied, and every change gets its own journal sequence number and version row.
+struct CommitEngine<T: StoreTransaction> {
+    let tx: T
+    let device: DeviceRecord
+    let now: Int64
+    private(set) var restored: [ItemID] = []
+    private(set) var lastSeq: Int64 = 0
+
+    init(tx: T, device: DeviceRecord, now: Int64) {
+        self.tx = tx
+        self.device = device
+        self.now = now
+    }
+
+    // MARK: commit
+
+    mutating func commit(_ req: CommitRequest) throws -> CommitResponse {
+        try Self.validate(req)
+        let incoming = req.state.state(by: device.id)
+        try checkChunks(incoming.content)
+
+        guard let current = try tx.loadItem(req.item) else {
+            if incoming.deleted { throw APIError.itemNotFound(req.item) }
+            return try create(req.item, incoming)
+        }
+        guard current.state.kind == incoming.kind else {
+            throw APIError(.kindMismatch, "item \(req.item) is a \(current.state.kind.rawValue), not a \(incoming.kind.rawValue); an item's kind never changes — create a new item instead")
+        }
+        let baseIsCurrent = req.baseVersion == current.version
+        let base: ItemState? = baseIsCurrent ? current.state : try req.baseVersion.flatMap { try tx.stateCurrent(at: $0, of: req.item) }
+
+        switch ConflictRules.decide(base: base, current: current.state, incoming: incoming, baseIsCurrent: baseIsCurrent) {
+        case .unchanged:
+            return response(.unchanged, current)
+        case .deleteLost:
+            return response(.deleteIgnored, current)
+        case .apply(let next):
+            if next.deleted, !current.state.deleted, next.kind == .folder {
+                return try deleteFolder(current, tombstone: next, seenCursor: req.seenCursor ?? 0)
+            }
+            let (item, renamed) = try write(current, next)
+            return CommitResponse(outcome: .applied, item: item.record, renamed: renamed, restored: restored, cursor: lastSeq)
+        case .conflict(let winner, let loser):
+            let yoursWon = winner.content == incoming.content
+            var item = current
+            var renamed = false
+            if yoursWon {
+                // The old current state becomes the conflict version; ours becomes current.
+                var next = winner
+                renamed = try place(&next, id: current.id, previous: current.state)
+                let seq = try tx.nextSeq()
+                if let old = try tx.currentVersionSeq(of: current.id) { try tx.setRole(item: current.id, seq: old, role: .conflict) }
+                try tx.insertVersion(item: current.id, seq: seq, role: .current, wasCurrent: true, state: next)
+                item = StoredItem(id: current.id, version: seq, conflicts: current.conflicts + 1, state: next)
+                try tx.saveItem(item)
+                try journal(seq, .conflict, item)
+            } else {
+                if winner != current.state {
+                    (item, renamed) = try write(current, winner)
+                }
+                var kept = loser
+                kept.location = item.state.location
+                let seq = try tx.nextSeq()
+                try tx.insertVersion(item: current.id, seq: seq, role: .conflict, wasCurrent: false, state: kept)
+                item.version = seq
+                item.conflicts += 1
+                try tx.saveItem(item)
+                try journal(seq, .conflict, item)
+            }
+            return CommitResponse(outcome: .conflict, yours: yoursWon ? "current" : "conflict", item: item.record,
+                                  renamed: renamed, restored: restored, cursor: lastSeq)
+        }
+    }
+
+    private mutating func create(_ id: ItemID, _ incoming: ItemState) throws -> CommitResponse {
+        var state = incoming
+        let renamed = try place(&state, id: id, previous: nil)
+        let seq = try tx.nextSeq()
+        try tx.insertVersion(item: id, seq: seq, role: .current, wasCurrent: true, state: state)
+        let item = StoredItem(id: id, version: seq, conflicts: 0, state: state)
+        try tx.saveItem(item)
+        try journal(seq, .create, item)
+        return CommitResponse(outcome: .applied, item: item.record, renamed: renamed, restored: restored, cursor: lastSeq)
+    }
+
+    /// Makes `next` the current state of `current`: placement, a new version row, the journal.
+    private mutating func write(_ current: StoredItem, _ next: ItemState, conflicts: Int? = nil) throws -> (StoredItem, Bool) {
+        var state = next
+        var renamed = false
+        if !state.deleted, state.location != current.state.location || current.state.deleted {
+            renamed = try place(&state, id: current.id, previous: current.state)
+        }
+        let seq = try tx.nextSeq()
+        if let old = try tx.currentVersionSeq(of: current.id) { try tx.setRole(item: current.id, seq: old, role: .previous) }
+        try tx.insertVersion(item: current.id, seq: seq, role: .current, wasCurrent: true, state: state)
+        let item = StoredItem(id: current.id, version: seq, conflicts: conflicts ?? current.conflicts, state: state)
+        try tx.saveItem(item)
+        let kind: ChangeKind
+        if state.deleted { kind = .delete }
+        else if current.state.deleted { kind = .restore }
+        else if state.content != current.state.content || state.mode != current.state.mode || state.modified != current.state.modified { kind = .update }
+        else if state.location != current.state.location { kind = .move }
+        else { kind = .update }
+        try journal(seq, kind, item)
+        return (item, renamed)
+    }
+
+    /// Checks and fixes where a live item goes: its parent must be a live folder (a deleted one is
+    /// brought back), a folder cannot go inside itself, and a taken name becomes `name 2.ext`.
+    /// Returns whether the name was changed.
+    private mutating func place(_ state: inout ItemState, id: ItemID, previous: ItemState?) throws -> Bool {
+        let parent = state.location.parent
+        if parent == id { throw APIError(.moveCycle, "an item cannot be its own parent") }
+        if state.kind == .folder, previous?.location.parent != parent || previous?.deleted == true {
+            let cycle = try ConflictRules.wouldCreateCycle(moving: id, into: parent) { try tx.loadItem($0)?.state.location.parent }
+            if cycle {
+                throw APIError(.moveCycle, "moving this folder into \(parent) would put it inside itself; the move was refused — put the folder back where it was")
+            }
+        }
+        try ensureLiveFolder(parent)
+        let wanted = state.location.name
+        let name = try wanted.deduplicated { try tx.isNameTaken(parent: parent, name: $0, excluding: id) }
+        state.location.name = name
+        return name != wanted
+    }
+
+    private mutating func ensureLiveFolder(_ id: ItemID) throws {
+        if id.isRoot { return }
+        guard let folder = try tx.loadItem(id) else {
+            throw APIError(.parentNotFound, "the folder \(id) does not exist in this container; pull changes and retry")
+        }
+        guard folder.state.kind == .folder else {
+            throw APIError(.parentNotFolder, "the parent \(id) is a \(folder.state.kind.rawValue), not a folder")
+        }
+        guard folder.state.deleted else { return }
+        // A change inside a deleted folder brings the folder (and its deleted ancestors) back.
+        var state = folder.state
+        state.deleted = false
+        _ = try place(&state, id: id, previous: folder.state)
+        let seq = try tx.nextSeq()
+        if let old = try tx.currentVersionSeq(of: id) { try tx.setRole(item: id, seq: old, role: .previous) }
+        try tx.insertVersion(item: id, seq: seq, role: .current, wasCurrent: true, state: state)
+        let item = StoredItem(id: id, version: seq, conflicts: folder.conflicts, state: state)
+        try tx.saveItem(item)
+        try journal(seq, .restore, item)
+        restored.append(id)
+    }
+
+    /// Deletes a folder and the descendants the deleter had seen. Descendants changed after
+    /// `seenCursor` survive, and so do the folders that hold them (the folder itself included).
+    private mutating func deleteFolder(_ folder: StoredItem, tombstone: ItemState, seenCursor: Int64) throws -> CommitResponse {
+        var all: [StoredItem] = []
+        var parentOf: [ItemID: ItemID] = [:]
+        var queue = [folder.id]
+        while let next = queue.popLast() {
+            for child in try tx.liveChildren(of: next) {
+                all.append(child)
+                parentOf[child.id] = next
+                if child.state.kind == .folder { queue.append(child.id) }
+            }
+        }
+        var keep = Set<ItemID>()
+        for item in all where item.version > seenCursor {
+            var c: ItemID? = item.id
+            while let id = c, id != folder.id, keep.insert(id).inserted { c = parentOf[id] }
+        }
+        // Deepest first, so the journal reads children before their folder.
+        for item in all.reversed() where !keep.contains(item.id) {
+            var gone = item.state
+            gone.deleted = true
+            gone.modified = max(now, item.state.modified)
+            gone.modifiedBy = device.id
+            _ = try write(item, gone)
+        }
+        if !keep.isEmpty {
+            return response(.deleteIgnored, try tx.loadItem(folder.id) ?? folder)
+        }
+        let (item, _) = try write(folder, tombstone)
+        return CommitResponse(outcome: .applied, item: item.record, restored: restored, cursor: lastSeq)
+    }
+
+    // MARK: resolve
+
+    mutating func resolve(_ req: ResolveRequest, item id: ItemID) throws -> CommitResponse {
+        guard let current = try tx.loadItem(id) else { throw APIError.itemNotFound(id) }
+        let conflicts = try tx.versionSeqs(item: id, role: .conflict)
+        switch req.action {
+        case .keepCurrent:
+            if conflicts.isEmpty { return response(.unchanged, current) }
+            for seq in conflicts { try tx.setRole(item: id, seq: seq, role: .discarded) }
+            return try bump(current, conflicts: 0, kind: .resolve)
+        case .discard:
+            let wanted = req.versions ?? []
+            guard !wanted.isEmpty else { throw APIError(.badRequest, "\"discard\" needs \"versions\": the conflict versions to discard") }
+            for seq in wanted where !conflicts.contains(seq) {
+                throw APIError(.notAConflict, "version \(seq) is not an unresolved conflict version of this item; list them with GET …/versions")
+            }
+            for seq in Set(wanted) { try tx.setRole(item: id, seq: seq, role: .discarded) }
+            return try bump(current, conflicts: conflicts.count - Set(wanted).count, kind: .resolve)
+        case .keepVersion, .restore:
+            guard let seq = req.version else { throw APIError(.badRequest, "\"\(req.action.rawValue)\" needs \"version\"") }
+            guard let (role, state) = try tx.version(item: id, seq: seq), role != .discarded else {
+                throw APIError(.versionNotFound, "item \(id) has no version \(seq); list them with GET …/versions")
+            }
+            if req.action == .restore, role == .conflict {
+                throw APIError(.badRequest, "version \(seq) is a conflict version; use \"keep_version\" to make it current")
+            }
+            var keptConflicts = conflicts
+            if req.action == .keepVersion {
+                for other in conflicts { try tx.setRole(item: id, seq: other, role: .discarded) }
+                keptConflicts = []
+            } else if role == .current {
+                return response(.unchanged, current)
+            }
+            if role == .current {
+                return try bump(current, conflicts: 0, kind: .resolve)
+            }
+            if role == .conflict { try tx.setRole(item: id, seq: seq, role: .discarded) }
+            var next = state
+            next.location = current.state.location
+            next.deleted = false
+            next.modified = max(now, current.state.modified + 1)
+            next.modifiedBy = device.id
+            let (item, renamed) = try write(current, next, conflicts: keptConflicts.count)
+            return CommitResponse(outcome: .applied, item: item.record, renamed: renamed, restored: restored, cursor: lastSeq)
+        }
+    }
+
+    /// Records a change of the conflict set only (the state stays).
+    private mutating func bump(_ current: StoredItem, conflicts: Int, kind: ChangeKind) throws -> CommitResponse {
+        let seq = try tx.nextSeq()
+        let item = StoredItem(id: current.id, version: seq, conflicts: conflicts, state: current.state)
+        try tx.saveItem(item)
+        try journal(seq, kind, item)
+        return CommitResponse(outcome: .applied, item: item.record, cursor: lastSeq)
+    }
+
+    // MARK: helpers
+
+    private mutating func journal(_ seq: Int64, _ kind: ChangeKind, _ item: StoredItem) throws {
+        try tx.appendJournal(seq: seq, kind: kind, item: item, device: device.id)
+        lastSeq = seq
+    }
+
+    private func response(_ outcome: CommitOutcome, _ item: StoredItem) -> CommitResponse {
+        CommitResponse(outcome: outcome, item: item.record, restored: restored, cursor: lastSeq)
+    }
+
+    private func checkChunks(_ content: ItemContent) throws {
+        guard !content.chunks.isEmpty else { return }
+        let owned = try tx.ownedChunks(content.chunks.map(\.hash))
+        let missing = content.chunks.filter { owned[$0.hash] == nil }.map(\.hash)
+        if !missing.isEmpty {
+            let unique = Array(Set(missing)).sorted()
+            throw APIError(.missingChunks, "\(unique.count) chunk(s) of this version are not on the server; upload them with PUT /v1/chunks/{hash} and commit again", missing: unique)
+        }
+        for c in content.chunks where owned[c.hash] != c.size {
+            throw APIError(.chunkSizeMismatch, "chunk \(c.hash) has \(owned[c.hash] ?? 0) bytes on the server, not \(c.size); fix the chunk list and commit again")
+        }
+    }
+
+    static func validate(_ req: CommitRequest) throws {
+        let s = req.state
+        if req.item.isRoot { throw APIError(.badRequest, "the root folder cannot be changed") }
+        if s.mode > 0o7777 { throw APIError(.badRequest, "mode \(s.mode) has bits outside 0o7777; send permission bits only") }
+        switch s.kind {
+        case .file:
+            if s.symlinkTarget != nil { throw APIError(.badRequest, "a file has no symlinkTarget") }
+        case .folder:
+            if !s.chunks.isEmpty || s.symlinkTarget != nil { throw APIError(.badRequest, "a folder has no chunks and no symlinkTarget") }
+        case .symlink:
+            guard let t = s.symlinkTarget, !t.isEmpty else { throw APIError(.badRequest, "a symlink needs a non-empty symlinkTarget") }
+            if t.utf8.count > ProtocolLimits.maxSymlinkTarget { throw APIError(.badRequest, "a symlink target can be at most \(ProtocolLimits.maxSymlinkTarget) bytes") }
+            if t.utf8.contains(0) { throw APIError(.badRequest, "a symlink target cannot contain NUL") }
+            if !s.chunks.isEmpty { throw APIError(.badRequest, "a symlink has no chunks") }
+        }
+        if s.chunks.count > ProtocolLimits.maxChunksPerItem {
+            throw APIError(.badRequest, "a version can have at most \(ProtocolLimits.maxChunksPerItem) chunks; use larger chunks")
+        }
+        for c in s.chunks where c.size <= 0 || c.size > Int64(ProtocolLimits.maxChunkSize) {
+            throw APIError(.badRequest, "chunk \(c.hash) has size \(c.size); sizes must be 1…\(ProtocolLimits.maxChunkSize)")
+        }
+        if let extra = s.extra, extra.serialized().utf8.count > ProtocolLimits.maxExtraBytes {
+            throw APIError(.badRequest, "\"extra\" can be at most \(ProtocolLimits.maxExtraBytes) bytes of JSON")
+        }
+    }
+}

@@ -1,0 +1,81 @@
+import Foundation
+import Synchronization
+
+/// Wakes long-polls when a container's journal advances.
+///
+/// `latest` remembers the newest sequence announced per container, so a poll that registers after
+/// a commit it has not read yet returns at once instead of sleeping through it. Waiters and
+/// `latest` are guarded by one `Mutex`; continuations are resumed outside it.
+public final class CommitNotifier: Sendable {
+    private enum Slot {
+        case waiting(CheckedContinuation<Void, Never>)
+        case cancelled
+    }
+    private struct State {
+        var latest: [Int64: Int64] = [:]
+        var waiters: [Int64: [UUID: (after: Int64, slot: Slot)]] = [:]
+    }
+    private let state = Mutex(State())
+
+    public init() {}
+
+    /// Announces that `container`'s journal reached `seq`.
+    public func notify(container: Int64, seq: Int64) {
+        let ready: [CheckedContinuation<Void, Never>] = state.withLock { s in
+            s.latest[container] = max(s.latest[container] ?? 0, seq)
+            guard var list = s.waiters[container] else { return [] }
+            var out: [CheckedContinuation<Void, Never>] = []
+            for (id, w) in list where w.after < seq {
+                if case .waiting(let c) = w.slot { out.append(c) }
+                list[id] = nil
+            }
+            s.waiters[container] = list.isEmpty ? nil : list
+            return out
+        }
+        for c in ready { c.resume() }
+    }
+
+    /// Returns when `container` passes `after`, or after `timeout`, or when the task is cancelled.
+    public func wait(container: Int64, after: Int64, timeout: Duration) async {
+        await withTaskGroup(of: Void.self) { group in
+            group.addTask { await self.park(container: container, after: after) }
+            group.addTask { try? await Task.sleep(for: timeout) }
+            await group.next()
+            group.cancelAll()
+        }
+    }
+
+    public var waitingCount: Int {
+        state.withLock { $0.waiters.values.reduce(0) { $0 + $1.count } }
+    }
+
+    private func park(container: Int64, after: Int64) async {
+        let id = UUID()
+        await withTaskCancellationHandler {
+            await withCheckedContinuation { (c: CheckedContinuation<Void, Never>) in
+                let resumeNow: Bool = state.withLock { s in
+                    if (s.latest[container] ?? 0) > after { return true }
+                    if case .cancelled = s.waiters[container]?[id]?.slot {
+                        s.waiters[container]?[id] = nil
+                        return true
+                    }
+                    s.waiters[container, default: [:]][id] = (after, .waiting(c))
+                    return false
+                }
+                if resumeNow { c.resume() }
+            }
+        } onCancel: {
+            let c: CheckedContinuation<Void, Never>? = state.withLock { s in
+                if let w = s.waiters[container]?[id] {
+                    s.waiters[container]?[id] = nil
+                    if s.waiters[container]?.isEmpty == true { s.waiters[container] = nil }
+                    if case .waiting(let c) = w.slot { return c }
+                    return nil
+                }
+                s.waiters[container, default: [:]][id] = (after, .cancelled)
+                return nil
+            }
+            c?.resume()
+        }
+    }
+}

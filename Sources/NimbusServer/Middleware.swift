@@ -1,0 +1,135 @@
+import Crypto
+import Foundation
+import HTTPTypes
+import Hummingbird
+import Logging
+import NIOCore
+import NimbusCore
+import NimbusProtocol
+import Synchronization
+
+/// Turns every error into the protocol's JSON error body with a stable code, counts requests and
+/// stamps the protocol version. Errors that are not `APIError` never show their text to a client:
+/// they are logged with a request id and answered with a generic `internal` error.
+struct ErrorMiddleware: RouterMiddleware {
+    typealias Context = NimbusContext
+    let metrics: ServerMetrics
+
+    func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {
+        var response: Response
+        do {
+            response = try await next(request, context)
+        } catch {
+            response = Self.response(for: Self.apiError(error, request: request, logger: context.logger))
+        }
+        response.headers[HTTPField.Name(NimbusProtocolVersion.header)!] = String(NimbusProtocolVersion.current)
+        metrics.request(method: request.method.rawValue, status: response.status.code)
+        return response
+    }
+
+    static func apiError(_ error: any Error, request: Request, logger: Logger) -> APIError {
+        switch error {
+        case let e as APIError:
+            if e.code == .internal || e.code == .unavailable { logger.error("\(request.method) \(request.uri.path): \(e)") }
+            return e
+        case is NIOTooManyBytesError:
+            return APIError(.bodyTooLarge, "the request body is larger than this endpoint accepts (\(ProtocolLimits.maxJSONBody) bytes for JSON, \(ProtocolLimits.maxChunkSize) for a chunk); split it")
+        case let e as HTTPError:
+            switch e.status.code {
+            case 404: return APIError(.notFound, "there is no \(request.method) \(request.uri.path) in protocol v\(NimbusProtocolVersion.current); see docs/protocol.md")
+            case 405: return APIError(.methodNotAllowed, "\(request.method) is not allowed on \(request.uri.path)")
+            case 413: return APIError(.bodyTooLarge, "the request body is too large")
+            case 400..<500: return APIError(.badRequest, e.body ?? "the request is malformed")
+            default: break
+            }
+        case is DecodingError:
+            return APIError(.invalidJSON, "the body is not valid JSON for this request: \(describe(error))")
+        default: break
+        }
+        let id = UUID().uuidString.prefix(8)
+        logger.error("internal error \(id) in \(request.method) \(request.uri.path): \(String(reflecting: error))")
+        return APIError(.internal, "the server failed to handle this request (reference \(id) in its log); retry later and report it if it persists")
+    }
+
+    static func response(for error: APIError) -> Response {
+        let body = ErrorBody(code: error.code.rawValue, message: error.message, missing: error.missing)
+        return JSONResponse.make(body, status: .init(code: error.code.httpStatus))
+    }
+
+    /// A short, client-safe description of a decoding failure: what is wrong and where.
+    static func describe(_ error: any Error) -> String {
+        guard let e = error as? DecodingError else { return "invalid JSON" }
+        func path(_ c: DecodingError.Context) -> String {
+            let p = c.codingPath.map { $0.intValue.map(String.init) ?? $0.stringValue }.joined(separator: ".")
+            return p.isEmpty ? "" : " at \(p)"
+        }
+        switch e {
+        case .dataCorrupted(let c):
+            if c.codingPath.isEmpty { return "the body is not well-formed UTF-8 JSON" }
+            return "\(c.debugDescription)\(path(c))"
+        case .keyNotFound(let key, let c): return "missing field \"\(key.stringValue)\"\(path(c))"
+        case .typeMismatch(_, let c): return "wrong type\(path(c))"
+        case .valueNotFound(_, let c): return "missing value\(path(c))"
+        @unknown default: return "invalid JSON"
+        }
+    }
+}
+
+/// Authenticates `Authorization: Bearer TOKEN` and puts the device in the context. Tokens are looked
+/// up by their SHA-256; known hashes are cached (a device is never deleted in protocol v1).
+struct AuthMiddleware: RouterMiddleware {
+    typealias Context = NimbusContext
+    let store: any ServerStore
+    let cache: LockedDictionary<DeviceRecord>
+
+    init(store: any ServerStore) {
+        self.store = store
+        self.cache = LockedDictionary()
+    }
+
+    func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {
+        guard let header = request.headers[.authorization], header.hasPrefix("Bearer ") else {
+            throw APIError(.unauthorized, "this request needs a device token: send \"Authorization: Bearer TOKEN\" (create one with `nimbus admin add-device`)")
+        }
+        let token = header.dropFirst("Bearer ".count).trimmingCharacters(in: .whitespaces)
+        let hash = TokenHash.of(token)
+        var device = cache[hash]
+        if device == nil {
+            device = try await store.device(tokenHash: hash)
+            if let device { cache[hash] = device }
+        }
+        guard let device else {
+            throw APIError(.unauthorized, "this device token is not known to the server; create a new one with `nimbus admin add-device`")
+        }
+        var context = context
+        context.device = device
+        return try await next(request, context)
+    }
+}
+
+public enum TokenHash {
+    /// The stored form of a token: SHA-256, hex.
+    public static func of(_ token: some StringProtocol) -> String {
+        ContentHash(digest: SHA256.hash(data: Data(token.utf8))).hex
+    }
+
+    /// A new random token: `nim_` and 43 base64url characters (256 bits).
+    public static func newToken() -> String {
+        var rng = SystemRandomNumberGenerator()
+        let bytes = (0..<32).map { _ in UInt8.random(in: 0...255, using: &rng) }
+        let b64 = Data(bytes).base64EncodedString()
+            .replacingOccurrences(of: "+", with: "-").replacingOccurrences(of: "/", with: "_").replacingOccurrences(of: "=", with: "")
+        return "nim_" + b64
+    }
+}
+
+enum JSONResponse {
+    static func make(_ value: some Encodable, status: HTTPResponse.Status = .ok) -> Response {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.withoutEscapingSlashes]
+        let data = (try? encoder.encode(value)) ?? Data("{\"error\":{\"code\":\"internal\",\"message\":\"encoding failed\"}}".utf8)
+        var headers = HTTPFields()
+        headers[.contentType] = "application/json"
+        return Response(status: status, headers: headers, body: .init(byteBuffer: ByteBuffer(bytes: data)))
+    }
+}

@@ -1,0 +1,21 @@
+import Hummingbird
+import NimbusProtocol
+
+/// The request context: Hummingbird's core storage plus the device authenticated by `AuthMiddleware`.
+public struct NimbusContext: RequestContext {
+    public var coreContext: CoreRequestContextStorage
+    public var device: DeviceRecord?
+
+    public init(source: ApplicationRequestContextSource) {
+        coreContext = .init(source: source)
+        device = nil
+    }
+
+    public var maxUploadSize: Int { ProtocolLimits.maxJSONBody }
+
+    /// The authenticated device; routes behind `AuthMiddleware` always have one.
+    func requireDevice() throws -> DeviceRecord {
+        guard let device else { throw APIError(.unauthorized, "this request needs a device token") }
+        return device
+    }
+}

@@ -1,0 +1,45 @@
+import Foundation
+import Hummingbird
+import Logging
+import NIOCore
+import NimbusProtocol
+
+/// A configured server: store, chunks, notifier, metrics and the HTTP app around them.
+/// `nimbus serve` runs one until SIGINT/SIGTERM; tests run one in process on port 0.
+public struct NimbusServerApp: Sendable {
+    public let store: any ServerStore
+    public let chunks: any ChunkStore
+    public let notifier = CommitNotifier()
+    public let metrics = ServerMetrics()
+    public var clock: @Sendable () -> Int64 = { Int64(Date().timeIntervalSince1970 * 1_000_000_000) }
+
+    public init(store: any ServerStore, chunks: any ChunkStore) {
+        self.store = store
+        self.chunks = chunks
+    }
+
+    /// The embedded configuration: `DIR/metadata.sqlite` and `DIR/chunks`.
+    public static func embedded(dataDir: String) throws -> NimbusServerApp {
+        try FileManager.default.createDirectory(atPath: dataDir, withIntermediateDirectories: true)
+        return NimbusServerApp(store: try SQLiteStore(path: dataDir + "/metadata.sqlite"),
+                               chunks: try DirectoryChunkStore(root: dataDir + "/chunks"))
+    }
+
+    public func router() -> Router<NimbusContext> {
+        let router = Router(context: NimbusContext.self)
+        router.add(middleware: ErrorMiddleware(metrics: metrics))
+        Routes(store: store, chunks: chunks, notifier: notifier, metrics: metrics, clock: clock).register(on: router)
+        return router
+    }
+
+    /// Serves until cancelled or signalled (SIGINT/SIGTERM shut down gracefully).
+    /// `onReady` receives the bound port once the server accepts connections.
+    public func run(host: String, port: Int, logger: Logger, onReady: @escaping @Sendable (Int) async -> Void) async throws {
+        let app = Application(
+            router: router(),
+            configuration: .init(address: .hostname(host, port: port), serverName: "nimbus"),
+            onServerRunning: { channel in await onReady(channel.localAddress?.port ?? port) },
+            logger: logger)
+        try await app.runService()
+    }
+}

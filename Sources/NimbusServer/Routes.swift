@@ -1,0 +1,205 @@
+import Foundation
+import HTTPTypes
+import Hummingbird
+import NIOCore
+import NimbusCore
+import NimbusProtocol
+import Synchronization
+
+/// The v1 API (docs/protocol.md). Handlers validate at the edge, call the store, and answer JSON;
+/// errors are `APIError`s that `ErrorMiddleware` renders.
+struct Routes: Sendable {
+    let store: any ServerStore
+    let chunks: any ChunkStore
+    let notifier: CommitNotifier
+    let metrics: ServerMetrics
+    let clock: @Sendable () -> Int64
+    let containers = LockedDictionary<ContainerRecord>()
+
+    func register(on router: Router<NimbusContext>) {
+        router.get("healthz") { _, _ in "ok\n" }
+        router.get("metrics") { _, _ in
+            var headers = HTTPFields()
+            headers[.contentType] = "text/plain; version=0.0.4"
+            return Response(status: .ok, headers: headers, body: .init(byteBuffer: ByteBuffer(bytes: self.metrics.emit())))
+        }
+        let v1 = router.group("v1").add(middleware: AuthMiddleware(store: store))
+        v1.get("whoami") { _, ctx in
+            let d = try ctx.requireDevice()
+            return JSONResponse.make(WhoAmI(account: d.accountName, device: d.id, deviceName: d.name, protocolVersion: NimbusProtocolVersion.current))
+        }
+        v1.put("containers/:container") { _, ctx in
+            let c = try await self.container(ctx, create: true)
+            return JSONResponse.make(ContainerInfo(name: c.name, cursor: try await self.store.cursor(of: c)))
+        }
+        v1.get("containers/:container") { _, ctx in
+            let c = try await self.container(ctx)
+            return JSONResponse.make(ContainerInfo(name: c.name, cursor: try await self.store.cursor(of: c)))
+        }
+        v1.get("containers/:container/items") { req, ctx in
+            let c = try await self.container(ctx)
+            let after = try req.uri.queryParameters.get("after").map { s -> ItemID in
+                guard let id = ItemID(String(s)) else { throw APIError(.badRequest, "\"after\" must be an item id") }
+                return id
+            }
+            let limit = try Self.intParam(req, "limit", default: 500, range: 1...Int64(ProtocolLimits.maxPage))
+            return JSONResponse.make(try await self.store.items(in: c, after: after, limit: Int(limit)))
+        }
+        v1.get("containers/:container/items/:item") { _, ctx in
+            let c = try await self.container(ctx)
+            let id = try Self.itemID(ctx)
+            guard let item = try await self.store.item(id, in: c) else { throw APIError.itemNotFound(id) }
+            return JSONResponse.make(item)
+        }
+        v1.get("containers/:container/items/:item/versions") { _, ctx in
+            let c = try await self.container(ctx)
+            let id = try Self.itemID(ctx)
+            let versions = try await self.store.versions(of: id, in: c)
+            if versions.isEmpty { throw APIError.itemNotFound(id) }
+            return JSONResponse.make(VersionsResponse(versions: versions))
+        }
+        v1.post("containers/:container/items/:item/resolve") { req, ctx in
+            let c = try await self.container(ctx)
+            let id = try Self.itemID(ctx)
+            let body = try await Self.decode(ResolveRequest.self, req)
+            let r = try await self.store.resolve(body, item: id, in: c, by: try ctx.requireDevice(), now: self.clock())
+            self.committed(c, r)
+            return JSONResponse.make(r)
+        }
+        v1.post("containers/:container/commit") { req, ctx in
+            let c = try await self.container(ctx)
+            let body = try await Self.decode(CommitRequest.self, req)
+            let r = try await self.store.commit(body, in: c, by: try ctx.requireDevice(), now: self.clock())
+            self.committed(c, r)
+            return JSONResponse.make(r)
+        }
+        v1.get("containers/:container/changes") { req, ctx in
+            let c = try await self.container(ctx)
+            let since = try Self.intParam(req, "since", default: 0, range: 0...Int64.max)
+            let wait = try Self.intParam(req, "wait", default: 0, range: 0...Int64(ProtocolLimits.maxWaitSeconds))
+            let limit = Int(try Self.intParam(req, "limit", default: 500, range: 1...Int64(ProtocolLimits.maxPage)))
+            var page = try await self.store.changes(in: c, since: since, limit: limit)
+            if page.changes.isEmpty, wait > 0 {
+                self.metrics.longPolls.increment()
+                await self.notifier.wait(container: c.id, after: page.cursor, timeout: .seconds(wait))
+                self.metrics.longPolls.decrement()
+                page = try await self.store.changes(in: c, since: since, limit: limit)
+            }
+            return JSONResponse.make(page)
+        }
+        v1.post("chunks/missing") { req, ctx in
+            let d = try ctx.requireDevice()
+            let body = try await Self.decode(ChunkList.self, req)
+            guard body.hashes.count <= ProtocolLimits.maxChunksPerItem else {
+                throw APIError(.badRequest, "ask about at most \(ProtocolLimits.maxChunksPerItem) chunks at a time")
+            }
+            let owned = try await self.store.ownedChunks(account: d.accountID, hashes: body.hashes)
+            var seen = Set<ContentHash>()
+            let missing = body.hashes.filter { owned[$0] == nil && seen.insert($0).inserted }
+            return JSONResponse.make(ChunkList(hashes: missing))
+        }
+        v1.put("chunks/:hash") { req, ctx in
+            let d = try ctx.requireDevice()
+            let hash = try Self.hash(ctx)
+            let bytes = try await req.body.collect(upTo: ProtocolLimits.maxChunkSize)
+            guard bytes.readableBytes > 0 else { throw APIError(.badRequest, "a chunk cannot be empty") }
+            try await self.chunks.put(hash, bytes: bytes)
+            try await self.store.recordChunk(account: d.accountID, hash: hash, size: Int64(bytes.readableBytes))
+            self.metrics.bytesIn.increment(by: Int64(bytes.readableBytes))
+            return Response(status: .created)
+        }
+        v1.get("chunks/:hash") { req, ctx in
+            let d = try ctx.requireDevice()
+            let hash = try Self.hash(ctx)
+            let notFound = APIError(.chunkNotFound, "chunk \(hash) is not on the server for this account; upload it first")
+            guard let size = try await self.store.ownedChunks(account: d.accountID, hashes: [hash])[hash] else { throw notFound }
+            var status = HTTPResponse.Status.ok
+            var headers = HTTPFields()
+            headers[.contentType] = "application/octet-stream"
+            headers[.acceptRanges] = "bytes"
+            var range: Range<Int64>? = nil
+            if let header = req.headers[.range] {
+                let r = try ByteRange.parse(header, size: size)
+                range = r
+                status = .partialContent
+                headers[.contentRange] = "bytes \(r.lowerBound)-\(r.upperBound - 1)/\(size)"
+            }
+            guard let body = try await self.chunks.read(hash, range: range) else {
+                throw APIError(.unavailable, "chunk \(hash) is recorded but its bytes are missing on the server; re-upload it")
+            }
+            self.metrics.bytesOut.increment(by: Int64(body.readableBytes))
+            return Response(status: status, headers: headers, body: .init(byteBuffer: body))
+        }
+    }
+
+    private func committed(_ c: ContainerRecord, _ r: CommitResponse) {
+        metrics.commits.increment()
+        if r.outcome == .conflict { metrics.conflicts.increment() }
+        notifier.notify(container: c.id, seq: r.cursor)
+    }
+
+    /// The named container of the caller's account. Another account's container of the same name
+    /// is a different container; one that does not exist for this account is `container_not_found`,
+    /// whoever else may have it.
+    private func container(_ ctx: NimbusContext, create: Bool = false) async throws -> ContainerRecord {
+        let d = try ctx.requireDevice()
+        let name = try ctx.parameters.require("container")
+        if let problem = ContainerName.problem(name) { throw APIError(.invalidContainerName, problem) }
+        let key = "\(d.accountID)/\(name)"
+        if let c = containers[key] { return c }
+        guard let c = try await store.container(account: d.accountID, name: name, create: create) else {
+            throw APIError.containerNotFound(name)
+        }
+        containers[key] = c
+        return c
+    }
+
+    static func decode<T: Decodable>(_ type: T.Type, _ req: Request) async throws -> T {
+        let body = try await req.body.collect(upTo: ProtocolLimits.maxJSONBody)
+        do {
+            return try JSONDecoder().decode(type, from: Data(buffer: body))
+        } catch {
+            if let api = error as? APIError { throw api }
+            throw APIError(.invalidJSON, "the body is not valid JSON for this request: \(ErrorMiddleware.describe(error))")
+        }
+    }
+
+    static func itemID(_ ctx: NimbusContext) throws -> ItemID {
+        let s = try ctx.parameters.require("item")
+        guard let id = ItemID(s) else { throw APIError(.badRequest, "\(s.prefix(64).debugDescription) is not an item id (a UUID)") }
+        return id
+    }
+
+    static func hash(_ ctx: NimbusContext) throws -> ContentHash {
+        let s = try ctx.parameters.require("hash")
+        guard let h = ContentHash(hex: s) else { throw APIError(.badRequest, "a chunk is named by the SHA-256 of its bytes in hex (64 digits)") }
+        return h
+    }
+
+    static func intParam(_ req: Request, _ name: String, default value: Int64, range: ClosedRange<Int64>) throws -> Int64 {
+        guard let s = req.uri.queryParameters.get(name) else { return value }
+        guard let n = Int64(s), range.contains(n) else {
+            throw APIError(.badRequest, "query parameter \"\(name)\" must be an integer in \(range.lowerBound)…\(range.upperBound)")
+        }
+        return n
+    }
+}
+
+/// One HTTP byte range (`bytes=a-b`, `bytes=a-`, `bytes=-n`) resolved against a size.
+enum ByteRange {
+    static func parse(_ header: String, size: Int64) throws -> Range<Int64> {
+        let bad = APIError(.rangeNotSatisfiable, "Range \(header.prefix(80).debugDescription) is not one satisfiable byte range of this \(size)-byte chunk; use bytes=START-END")
+        guard header.hasPrefix("bytes="), !header.contains(",") else { throw bad }
+        let spec = header.dropFirst(6)
+        let parts = spec.split(separator: "-", maxSplits: 1, omittingEmptySubsequences: false)
+        guard parts.count == 2 else { throw bad }
+        if parts[0].isEmpty {
+            guard let n = Int64(parts[1]), n > 0 else { throw bad }
+            return max(0, size - n)..<size
+        }
+        guard let a = Int64(parts[0]), a >= 0, a < size else { throw bad }
+        if parts[1].isEmpty { return a..<size }
+        guard let b = Int64(parts[1]), b >= a else { throw bad }
+        return a..<min(b + 1, size)
+    }
+}

@@ -1,0 +1,48 @@
+import GRDB
+import NimbusCore
+
+extension SQLiteStore {
+    /// Checks the invariants a crash must never break: the journal of each container has no gaps
+    /// and ends at its cursor; every item has exactly one current version equal to its row; every
+    /// item's version is its last journal entry; conflict counts match; live items live in live folders.
+    public func consistencyProblems() async throws -> [String] {
+        try await pool.read { db in
+            var problems: [String] = []
+            for row in try Row.fetchAll(db, sql: """
+                SELECT c.id, c.cursor, count(j.seq) AS n, coalesce(min(j.seq), 0) AS lo, coalesce(max(j.seq), 0) AS hi
+                FROM containers c LEFT JOIN journal j ON j.container_id = c.id GROUP BY c.id
+                """) {
+                let cursor: Int64 = row["cursor"], n: Int64 = row["n"], lo: Int64 = row["lo"], hi: Int64 = row["hi"]
+                if n != cursor || hi != cursor || (n > 0 && lo != 1) {
+                    problems.append("container \(row["id"] as Int64): cursor \(cursor) but journal has \(n) entries \(lo)…\(hi)")
+                }
+            }
+            for row in try Row.fetchAll(db, sql: """
+                SELECT i.container_id, i.id, i.version, i.conflicts, i.state, i.deleted, i.parent_id, i.kind,
+                  (SELECT state FROM versions v WHERE v.container_id = i.container_id AND v.item_id = i.id AND v.role = 'current') AS cur,
+                  (SELECT count(*) FROM versions v WHERE v.container_id = i.container_id AND v.item_id = i.id AND v.role = 'conflict') AS nconf,
+                  (SELECT max(seq) FROM journal j WHERE j.container_id = i.container_id AND j.item_id = i.id) AS last,
+                  (SELECT p.deleted FROM items p WHERE p.container_id = i.container_id AND p.id = i.parent_id) AS parent_deleted,
+                  (SELECT p.kind FROM items p WHERE p.container_id = i.container_id AND p.id = i.parent_id) AS parent_kind
+                FROM items i
+                """) {
+                let id: String = row["id"]
+                let cur: String? = row["cur"]
+                if cur == nil { problems.append("item \(id): no current version") }
+                else if cur != (row["state"] as String) { problems.append("item \(id): current version differs from the item row") }
+                if (row["last"] as Int64?) != (row["version"] as Int64) { problems.append("item \(id): version is not its last journal entry") }
+                if (row["nconf"] as Int64) != (row["conflicts"] as Int64) { problems.append("item \(id): conflict count does not match its conflict versions") }
+                let parent: String = row["parent_id"]
+                if (row["deleted"] as Int64) == 0, parent != ItemID.root.description {
+                    if (row["parent_kind"] as String?) != "folder" { problems.append("item \(id): parent \(parent) is not a folder") }
+                    else if (row["parent_deleted"] as Int64?) != 0 { problems.append("item \(id): live inside deleted folder \(parent)") }
+                }
+            }
+            let orphans = try Int64.fetchOne(db, sql: """
+                SELECT count(*) FROM journal j WHERE NOT EXISTS (SELECT 1 FROM items i WHERE i.container_id = j.container_id AND i.id = j.item_id)
+                """) ?? 0
+            if orphans > 0 { problems.append("\(orphans) journal entries name items that do not exist") }
+            return problems
+        }
+    }
+}

@@ -1,0 +1,269 @@
+import Foundation
+import GRDB
+import NimbusCore
+import NimbusProtocol
+
+/// The embedded metadata engine: one SQLite file in WAL mode (GRDB `DatabasePool`: one writer,
+/// concurrent readers). Commits are serialized by SQLite's single writer, which is what makes
+/// journal sequence allocation gap-free without extra locking.
+///
+/// Durability: `synchronous = NORMAL` in WAL mode survives a killed process (every committed
+/// transaction is in the WAL) but may lose the last transactions on power loss; chunks are fsynced
+/// before their rows are written, so a lost transaction leaves at most unreferenced chunks.
+public final class SQLiteStore: ServerStore {
+    let pool: DatabasePool
+
+    /// Opens (creating if needed) the database at `path` and applies pending migrations.
+    public init(path: String) throws {
+        var config = Configuration()
+        config.busyMode = .timeout(10)
+        config.prepareDatabase { db in
+            try db.execute(sql: "PRAGMA synchronous = NORMAL")
+        }
+        do {
+            pool = try DatabasePool(path: path, configuration: config)
+            try Self.migrator.migrate(pool)
+        } catch {
+            throw APIError(.unavailable, "cannot open the metadata database \(path): \(error)")
+        }
+    }
+
+    static var migrator: DatabaseMigrator {
+        var m = DatabaseMigrator()
+        m.registerMigration("v1") { db in
+            try db.execute(sql: """
+                CREATE TABLE accounts (
+                    id INTEGER PRIMARY KEY,
+                    name TEXT NOT NULL UNIQUE CHECK (length(name) BETWEEN 1 AND 255));
+                CREATE TABLE devices (
+                    id TEXT PRIMARY KEY,
+                    account_id INTEGER NOT NULL REFERENCES accounts(id),
+                    name TEXT NOT NULL CHECK (length(name) BETWEEN 1 AND 255),
+                    token_hash TEXT NOT NULL UNIQUE CHECK (length(token_hash) = 64),
+                    created INTEGER NOT NULL);
+                CREATE TABLE containers (
+                    id INTEGER PRIMARY KEY,
+                    account_id INTEGER NOT NULL REFERENCES accounts(id),
+                    name TEXT NOT NULL,
+                    cursor INTEGER NOT NULL DEFAULT 0 CHECK (cursor >= 0),
+                    UNIQUE (account_id, name));
+                CREATE TABLE items (
+                    container_id INTEGER NOT NULL REFERENCES containers(id),
+                    id TEXT NOT NULL,
+                    parent_id TEXT NOT NULL,
+                    name TEXT NOT NULL,
+                    kind TEXT NOT NULL CHECK (kind IN ('file', 'folder', 'symlink')),
+                    deleted INTEGER NOT NULL CHECK (deleted IN (0, 1)),
+                    version INTEGER NOT NULL CHECK (version > 0),
+                    conflicts INTEGER NOT NULL CHECK (conflicts >= 0),
+                    state TEXT NOT NULL,
+                    PRIMARY KEY (container_id, id)) WITHOUT ROWID;
+                CREATE UNIQUE INDEX items_live_name ON items(container_id, parent_id, name) WHERE deleted = 0;
+                CREATE INDEX items_parent ON items(container_id, parent_id);
+                CREATE TABLE versions (
+                    container_id INTEGER NOT NULL,
+                    item_id TEXT NOT NULL,
+                    seq INTEGER NOT NULL CHECK (seq > 0),
+                    role TEXT NOT NULL CHECK (role IN ('current', 'previous', 'conflict', 'discarded')),
+                    was_current INTEGER NOT NULL CHECK (was_current IN (0, 1)),
+                    device_id TEXT NOT NULL,
+                    state TEXT NOT NULL,
+                    PRIMARY KEY (container_id, item_id, seq),
+                    FOREIGN KEY (container_id, item_id) REFERENCES items(container_id, id) DEFERRABLE INITIALLY DEFERRED
+                ) WITHOUT ROWID;
+                CREATE UNIQUE INDEX versions_one_current ON versions(container_id, item_id) WHERE role = 'current';
+                CREATE TABLE journal (
+                    container_id INTEGER NOT NULL REFERENCES containers(id),
+                    seq INTEGER NOT NULL CHECK (seq > 0),
+                    item_id TEXT NOT NULL,
+                    kind TEXT NOT NULL,
+                    device_id TEXT NOT NULL,
+                    record TEXT NOT NULL,
+                    PRIMARY KEY (container_id, seq)) WITHOUT ROWID;
+                CREATE TABLE account_chunks (
+                    account_id INTEGER NOT NULL REFERENCES accounts(id),
+                    hash TEXT NOT NULL CHECK (length(hash) = 64),
+                    size INTEGER NOT NULL CHECK (size >= 0),
+                    PRIMARY KEY (account_id, hash)) WITHOUT ROWID;
+                """)
+        }
+        return m
+    }
+
+    // MARK: accounts and devices
+
+    public func addDevice(account: String, deviceName: String, tokenHash: String) async throws -> DeviceRecord {
+        guard (1...255).contains(account.utf8.count), (1...255).contains(deviceName.utf8.count) else {
+            throw APIError(.badRequest, "account and device names must be 1…255 bytes")
+        }
+        return try await pool.write { db in
+            try db.execute(sql: "INSERT INTO accounts(name) VALUES (?) ON CONFLICT(name) DO NOTHING", arguments: [account])
+            let accountID = try Int64.fetchOne(db, sql: "SELECT id FROM accounts WHERE name = ?", arguments: [account])!
+            let id = DeviceID(UUID())
+            try db.execute(
+                sql: "INSERT INTO devices(id, account_id, name, token_hash, created) VALUES (?, ?, ?, ?, ?)",
+                arguments: [id.description, accountID, deviceName, tokenHash, Int64(Date().timeIntervalSince1970)])
+            return DeviceRecord(id: id, name: deviceName, accountID: accountID, accountName: account)
+        }
+    }
+
+    public func device(tokenHash: String) async throws -> DeviceRecord? {
+        try await pool.read { db in
+            guard let row = try Row.fetchOne(db, sql: """
+                SELECT d.id, d.name, d.account_id, a.name AS account FROM devices d JOIN accounts a ON a.id = d.account_id
+                WHERE d.token_hash = ?
+                """, arguments: [tokenHash]),
+                let id = DeviceID(row["id"] as String)
+            else { return nil }
+            return DeviceRecord(id: id, name: row["name"], accountID: row["account_id"], accountName: row["account"])
+        }
+    }
+
+    // MARK: containers
+
+    public func container(account: Int64, name: String, create: Bool) async throws -> ContainerRecord? {
+        let find: @Sendable (Database) throws -> ContainerRecord? = { db in
+            try Int64.fetchOne(db, sql: "SELECT id FROM containers WHERE account_id = ? AND name = ?", arguments: [account, name])
+                .map { ContainerRecord(id: $0, accountID: account, name: name) }
+        }
+        if let found = try await pool.read(find) { return found }
+        guard create else { return nil }
+        return try await pool.write { db in
+            try db.execute(sql: "INSERT INTO containers(account_id, name) VALUES (?, ?) ON CONFLICT DO NOTHING", arguments: [account, name])
+            return try find(db)
+        }
+    }
+
+    public func cursor(of container: ContainerRecord) async throws -> Int64 {
+        try await pool.read { db in try Self.cursor(db, container.id) }
+    }
+
+    static func cursor(_ db: Database, _ container: Int64) throws -> Int64 {
+        try Int64.fetchOne(db, sql: "SELECT cursor FROM containers WHERE id = ?", arguments: [container]) ?? 0
+    }
+
+    // MARK: commits
+
+    public func commit(_ request: CommitRequest, in container: ContainerRecord, by device: DeviceRecord, now: Int64) async throws -> CommitResponse {
+        try await pool.write { db in
+            var engine = CommitEngine(tx: SQLiteTransaction(db: db, container: container), device: device, now: now)
+            return try engine.commit(request)
+        }
+    }
+
+    public func resolve(_ request: ResolveRequest, item: ItemID, in container: ContainerRecord, by device: DeviceRecord, now: Int64) async throws -> CommitResponse {
+        try await pool.write { db in
+            var engine = CommitEngine(tx: SQLiteTransaction(db: db, container: container), device: device, now: now)
+            return try engine.resolve(request, item: item)
+        }
+    }
+
+    // MARK: reads
+
+    public func changes(in container: ContainerRecord, since: Int64, limit: Int) async throws -> ChangesResponse {
+        try await pool.read { db in
+            let rows = try Row.fetchAll(db, sql: """
+                SELECT seq, kind, device_id, record FROM journal WHERE container_id = ? AND seq > ? ORDER BY seq LIMIT ?
+                """, arguments: [container.id, since, limit + 1])
+            let more = rows.count > limit
+            let changes = try rows.prefix(limit).map { row -> Change in
+                Change(seq: row["seq"], kind: ChangeKind(rawValue: row["kind"]) ?? .update,
+                       device: DeviceID(row["device_id"] as String) ?? DeviceID(UUID()),
+                       item: try Codec.decode(ItemRecord.self, row["record"] as String))
+            }
+            let cursor = more ? (changes.last?.seq ?? since) : max(since, try Self.cursor(db, container.id))
+            return ChangesResponse(changes: changes, cursor: cursor, more: more)
+        }
+    }
+
+    public func items(in container: ContainerRecord, after: ItemID?, limit: Int) async throws -> ItemsResponse {
+        try await pool.read { db in
+            let rows = try Row.fetchAll(db, sql: """
+                SELECT id, version, conflicts, state FROM items
+                WHERE container_id = ? AND deleted = 0 AND id > ? ORDER BY id LIMIT ?
+                """, arguments: [container.id, after?.description ?? "", limit + 1])
+            let items = try rows.prefix(limit).map { try Self.storedItem($0).record }
+            let next = rows.count > limit ? items.last?.id : nil
+            return ItemsResponse(items: items, cursor: try Self.cursor(db, container.id), next: next)
+        }
+    }
+
+    public func item(_ id: ItemID, in container: ContainerRecord) async throws -> ItemRecord? {
+        try await pool.read { db in
+            try SQLiteTransaction(db: db, container: container).loadItem(id)?.record
+        }
+    }
+
+    public func versions(of id: ItemID, in container: ContainerRecord) async throws -> [VersionRecord] {
+        try await pool.read { db in
+            let rows = try Row.fetchAll(db, sql: """
+                SELECT v.seq, v.role, v.state, coalesce(d.name, 'unknown device') AS device
+                FROM versions v LEFT JOIN devices d ON d.id = v.device_id
+                WHERE v.container_id = ? AND v.item_id = ? AND v.role != 'discarded' ORDER BY v.seq DESC
+                """, arguments: [container.id, id.description])
+            return try rows.map { row in
+                let state = try Codec.decode(ItemState.self, row["state"] as String)
+                return VersionRecord(version: row["seq"], role: VersionRole(rawValue: row["role"]) ?? .previous,
+                                     deviceName: row["device"], state: ItemRecord(id: id, version: row["seq"], state: state, conflicts: 0))
+            }
+        }
+    }
+
+    // MARK: chunks
+
+    public func recordChunk(account: Int64, hash: ContentHash, size: Int64) async throws {
+        try await pool.write { db in
+            try db.execute(sql: "INSERT INTO account_chunks(account_id, hash, size) VALUES (?, ?, ?) ON CONFLICT DO NOTHING",
+                           arguments: [account, hash.hex, size])
+        }
+    }
+
+    public func ownedChunks(account: Int64, hashes: [ContentHash]) async throws -> [ContentHash: Int64] {
+        try await pool.read { db in try Self.ownedChunks(db, account: account, hashes) }
+    }
+
+    static func ownedChunks(_ db: Database, account: Int64, _ hashes: [ContentHash]) throws -> [ContentHash: Int64] {
+        var out: [ContentHash: Int64] = [:]
+        let unique = Array(Set(hashes))
+        for start in stride(from: 0, to: unique.count, by: 500) {
+            let part = unique[start..<min(start + 500, unique.count)]
+            let marks = part.map { _ in "?" }.joined(separator: ",")
+            var args: [any DatabaseValueConvertible] = [account]
+            args.append(contentsOf: part.map(\.hex))
+            for row in try Row.fetchAll(db, sql: "SELECT hash, size FROM account_chunks WHERE account_id = ? AND hash IN (\(marks))",
+                                        arguments: StatementArguments(args)) {
+                if let h = ContentHash(hex: row["hash"]) { out[h] = row["size"] }
+            }
+        }
+        return out
+    }
+
+    public func referencedChunks() async throws -> Set<ContentHash> {
+        try await pool.read { db in
+            var out = Set<ContentHash>()
+            let cursor = try String.fetchCursor(db, sql: "SELECT state FROM versions")
+            while let text = try cursor.next() {
+                for c in try Codec.decode(ItemState.self, text).content.chunks { out.insert(c.hash) }
+            }
+            return out
+        }
+    }
+
+    static func storedItem(_ row: Row) throws -> StoredItem {
+        guard let id = ItemID(row["id"] as String) else { throw APIError(.internal, "corrupt item id in the database") }
+        return StoredItem(id: id, version: row["version"], conflicts: row["conflicts"],
+                          state: try Codec.decode(ItemState.self, row["state"] as String))
+    }
+}
+
+/// JSON for the state columns. Sorted keys so equal states store equal text.
+enum Codec {
+    static func encode(_ value: some Encodable) throws -> String {
+        let e = JSONEncoder()
+        e.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+        return String(decoding: try e.encode(value), as: UTF8.self)
+    }
+    static func decode<T: Decodable>(_ type: T.Type, _ text: String) throws -> T {
+        try JSONDecoder().decode(type, from: Data(text.utf8))
+    }
+}

@@ -1,0 +1,89 @@
+import GRDB
+import NimbusCore
+import NimbusProtocol
+
+/// `StoreTransaction` on an open GRDB write transaction, scoped to one container.
+struct SQLiteTransaction: StoreTransaction {
+    let db: Database
+    let container: ContainerRecord
+
+    func loadItem(_ id: ItemID) throws -> StoredItem? {
+        try Row.fetchOne(db, sql: "SELECT id, version, conflicts, state FROM items WHERE container_id = ? AND id = ?",
+                         arguments: [container.id, id.description]).map(SQLiteStore.storedItem)
+    }
+
+    func stateCurrent(at version: Int64, of id: ItemID) throws -> ItemState? {
+        try String.fetchOne(db, sql: """
+            SELECT state FROM versions WHERE container_id = ? AND item_id = ? AND was_current = 1 AND seq <= ?
+            ORDER BY seq DESC LIMIT 1
+            """, arguments: [container.id, id.description, version]).map { try Codec.decode(ItemState.self, $0) }
+    }
+
+    func isNameTaken(parent: ItemID, name: String, excluding id: ItemID) throws -> Bool {
+        try Bool.fetchOne(db, sql: """
+            SELECT 1 FROM items WHERE container_id = ? AND parent_id = ? AND name = ? AND deleted = 0 AND id != ?
+            """, arguments: [container.id, parent.description, name, id.description]) ?? false
+    }
+
+    func liveChildren(of id: ItemID) throws -> [StoredItem] {
+        try Row.fetchAll(db, sql: """
+            SELECT id, version, conflicts, state FROM items WHERE container_id = ? AND parent_id = ? AND deleted = 0
+            """, arguments: [container.id, id.description]).map(SQLiteStore.storedItem)
+    }
+
+    func nextSeq() throws -> Int64 {
+        guard let seq = try Int64.fetchOne(db, sql: "UPDATE containers SET cursor = cursor + 1 WHERE id = ? RETURNING cursor",
+                                           arguments: [container.id]) else {
+            throw APIError.containerNotFound(container.name)
+        }
+        return seq
+    }
+
+    func saveItem(_ item: StoredItem) throws {
+        try db.execute(sql: """
+            INSERT INTO items(container_id, id, parent_id, name, kind, deleted, version, conflicts, state)
+            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+            ON CONFLICT(container_id, id) DO UPDATE SET parent_id = excluded.parent_id, name = excluded.name,
+                deleted = excluded.deleted, version = excluded.version, conflicts = excluded.conflicts, state = excluded.state
+            """, arguments: [container.id, item.id.description, item.state.location.parent.description, item.state.location.name.value,
+                             item.state.kind.rawValue, item.state.deleted, item.version, item.conflicts, try Codec.encode(item.state)])
+    }
+
+    func currentVersionSeq(of id: ItemID) throws -> Int64? {
+        try Int64.fetchOne(db, sql: "SELECT seq FROM versions WHERE container_id = ? AND item_id = ? AND role = 'current'",
+                           arguments: [container.id, id.description])
+    }
+
+    func insertVersion(item: ItemID, seq: Int64, role: StoredRole, wasCurrent: Bool, state: ItemState) throws {
+        try db.execute(sql: """
+            INSERT INTO versions(container_id, item_id, seq, role, was_current, device_id, state) VALUES (?, ?, ?, ?, ?, ?, ?)
+            """, arguments: [container.id, item.description, seq, role.rawValue, wasCurrent, state.modifiedBy.description, try Codec.encode(state)])
+    }
+
+    func setRole(item: ItemID, seq: Int64, role: StoredRole) throws {
+        try db.execute(sql: "UPDATE versions SET role = ? WHERE container_id = ? AND item_id = ? AND seq = ?",
+                       arguments: [role.rawValue, container.id, item.description, seq])
+    }
+
+    func version(item: ItemID, seq: Int64) throws -> (role: StoredRole, state: ItemState)? {
+        guard let row = try Row.fetchOne(db, sql: "SELECT role, state FROM versions WHERE container_id = ? AND item_id = ? AND seq = ?",
+                                         arguments: [container.id, item.description, seq]),
+              let role = StoredRole(rawValue: row["role"]) else { return nil }
+        return (role, try Codec.decode(ItemState.self, row["state"] as String))
+    }
+
+    func versionSeqs(item: ItemID, role: StoredRole) throws -> [Int64] {
+        try Int64.fetchAll(db, sql: "SELECT seq FROM versions WHERE container_id = ? AND item_id = ? AND role = ? ORDER BY seq",
+                           arguments: [container.id, item.description, role.rawValue])
+    }
+
+    func appendJournal(seq: Int64, kind: ChangeKind, item: StoredItem, device: DeviceID) throws {
+        try db.execute(sql: "INSERT INTO journal(container_id, seq, item_id, kind, device_id, record) VALUES (?, ?, ?, ?, ?, ?)",
+                       arguments: [container.id, seq, item.id.description, kind.rawValue, device.description,
+                                   try Codec.encode(item.record)])
+    }
+
+    func ownedChunks(_ hashes: [ContentHash]) throws -> [ContentHash: Int64] {
+        try SQLiteStore.ownedChunks(db, account: container.accountID, hashes)
+    }
+}

@@ -1,0 +1,31 @@
+import Prometheus
+
+/// The server's Prometheus metrics, on a registry of its own (no global bootstrap, so several
+/// servers can live in one test process). Served as text at `GET /metrics`.
+public final class ServerMetrics: Sendable {
+    public let registry = PrometheusCollectorRegistry()
+    let commits: Counter
+    let conflicts: Counter
+    let bytesIn: Counter
+    let bytesOut: Counter
+    let longPolls: Gauge
+
+    public init() {
+        commits = registry.makeCounter(name: "nimbus_commits_total", help: "Commits and resolves applied.")
+        conflicts = registry.makeCounter(name: "nimbus_conflicts_total", help: "Commits that produced a conflict version.")
+        bytesIn = registry.makeCounter(name: "nimbus_chunk_bytes_in_total", help: "Chunk bytes uploaded.")
+        bytesOut = registry.makeCounter(name: "nimbus_chunk_bytes_out_total", help: "Chunk bytes downloaded.")
+        longPolls = registry.makeGauge(name: "nimbus_longpolls_waiting", help: "Change requests waiting for a commit.")
+    }
+
+    func request(method: String, status: Int) {
+        registry.makeCounter(name: "nimbus_http_requests_total", labels: [("method", method), ("status", String(status))],
+                             help: "HTTP requests answered.").increment()
+    }
+
+    public func emit() -> [UInt8] {
+        var out: [UInt8] = []
+        registry.emit(into: &out)
+        return out
+    }
+}

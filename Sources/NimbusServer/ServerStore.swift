@@ -1,0 +1,46 @@
+import NimbusCore
+import NimbusProtocol
+
+/// The metadata store of the server: accounts and devices, containers, items, versions and the
+/// journal. One engine per database kind (SQLite now, PostgreSQL later); every engine must pass
+/// `StoreConformance` in NimbusTesting.
+///
+/// Every mutating call is one transaction: it either happens whole or not at all, and it allocates
+/// journal sequence numbers without gaps. The race rules are `ConflictRules` (NimbusCore); engines
+/// only load the states they compare and store the decision.
+public protocol ServerStore: Sendable {
+    /// Creates the account if new and a device in it; `tokenHash` is the SHA-256 of the token.
+    func addDevice(account: String, deviceName: String, tokenHash: String) async throws -> DeviceRecord
+    /// The device whose token hashes to `tokenHash`, if any.
+    func device(tokenHash: String) async throws -> DeviceRecord?
+
+    /// The container `name` of the account; created when `create` is set and it does not exist.
+    func container(account: Int64, name: String, create: Bool) async throws -> ContainerRecord?
+    /// The container's journal cursor (its last sequence number; 0 when empty).
+    func cursor(of container: ContainerRecord) async throws -> Int64
+
+    /// Applies one commit under the race rules (DESIGN §3). Chunks must already be recorded for
+    /// the account (`recordChunk`).
+    func commit(_ request: CommitRequest, in container: ContainerRecord, by device: DeviceRecord, now: Int64) async throws -> CommitResponse
+    /// Resolves conflicts or restores a version.
+    func resolve(_ request: ResolveRequest, item: ItemID, in container: ContainerRecord, by device: DeviceRecord, now: Int64) async throws -> CommitResponse
+
+    /// Journal entries after `since`, oldest first, at most `limit`.
+    func changes(in container: ContainerRecord, since: Int64, limit: Int) async throws -> ChangesResponse
+    /// Live items ordered by id, after `after`, at most `limit`.
+    func items(in container: ContainerRecord, after: ItemID?, limit: Int) async throws -> ItemsResponse
+    /// One item (also a deleted one, with `deleted` set).
+    func item(_ id: ItemID, in container: ContainerRecord) async throws -> ItemRecord?
+    /// Current, previous and unresolved conflict versions of an item, newest first.
+    func versions(of id: ItemID, in container: ContainerRecord) async throws -> [VersionRecord]
+
+    /// Records that the account owns a stored chunk (after its bytes were verified and written).
+    func recordChunk(account: Int64, hash: ContentHash, size: Int64) async throws
+    /// The sizes of those of `hashes` that the account owns.
+    func ownedChunks(account: Int64, hashes: [ContentHash]) async throws -> [ContentHash: Int64]
+
+    /// Every chunk any version refers to (for consistency checks and, later, garbage collection).
+    func referencedChunks() async throws -> Set<ContentHash>
+    /// Invariant violations found in the stored data; empty when consistent.
+    func consistencyProblems() async throws -> [String]
+}

@@ -1,0 +1,59 @@
+import ArgumentParser
+import Foundation
+import Logging
+import NimbusServer
+
+struct Serve: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Run the sync server with embedded storage (SQLite metadata, chunk directory).",
+        discussion: """
+            Prints "nimbus serve: listening on http://HOST:PORT" once it accepts connections.
+            Stops gracefully on SIGINT or SIGTERM. --listen 127.0.0.1:0 picks a free port.
+            """)
+
+    @Option(help: "Data directory: metadata.sqlite and chunks/ live here (created if missing).")
+    var data: String
+
+    @Option(help: "Address to listen on, HOST:PORT.")
+    var listen: String = "127.0.0.1:7070"
+
+    @Option(help: "Log level: trace, debug, info, notice, warning, error, critical.")
+    var logLevel: String = "info"
+
+    func validate() throws {
+        _ = try HostPort.parse(listen)
+        guard Logger.Level(rawValue: logLevel) != nil else { throw ValidationError("unknown log level \(logLevel)") }
+    }
+
+    func run() async throws {
+        let (host, port) = try HostPort.parse(listen)
+        var logger = Logger(label: "nimbus.serve")
+        logger.logLevel = Logger.Level(rawValue: logLevel) ?? .info
+        let app: NimbusServerApp
+        do {
+            app = try NimbusServerApp.embedded(dataDir: data)
+        } catch {
+            throw CLIFailure(.storage, "cannot open the data directory \(data): \(error)")
+        }
+        let dataDir = data
+        do {
+            try await app.run(host: host, port: port, logger: logger) { bound in
+                FileHandle.standardOutput.write(Data("nimbus serve: listening on http://\(host):\(bound) (data: \(dataDir))\n".utf8))
+            }
+        } catch {
+            throw CLIFailure(.network, "cannot serve on \(listen): \(error). Is another server using that port? Pick another with --listen.")
+        }
+    }
+}
+
+enum HostPort {
+    static func parse(_ s: String) throws -> (String, Int) {
+        guard let colon = s.lastIndex(of: ":"), let port = Int(s[s.index(after: colon)...]), (0...65535).contains(port) else {
+            throw ValidationError("--listen takes HOST:PORT, e.g. 127.0.0.1:7070 (got \(s.debugDescription))")
+        }
+        var host = String(s[..<colon])
+        if host.hasPrefix("[") && host.hasSuffix("]") { host = String(host.dropFirst().dropLast()) }
+        guard !host.isEmpty else { throw ValidationError("--listen needs a host, e.g. 127.0.0.1:7070") }
+        return (host, port)
+    }
+}
