@@ -65,6 +65,7 @@ let package = Package(
             name: "nimbus",
             dependencies: [
                 "NimbusCore", "NimbusServer",
+                "FuseKit", "LocalStore", "ContainerFS",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
             ],
@@ -89,5 +90,27 @@ let package = Package(
             dependencies: ["NimbusCore", "NimbusProtocol", "NimbusRemote", "NimbusTesting", "NimbusServer"],
             swiftSettings: strict
         ),
+        // --- The mount (issue 3) ---
+        // libfuse3 through pkg-config; shim.h sets FUSE_USE_VERSION and wraps macros/varargs.
+        .systemLibrary(name: "CFuse3", pkgConfig: "fuse3", providers: [.apt(["libfuse3-dev"])]),
+        // Typed binding of the libfuse low-level API; knows nothing of Nimbus.
+        .target(name: "FuseKit", dependencies: ["CFuse3"], swiftSettings: strict),
+        // Client state: SQLite (GRDB, WAL) + the content cache (one file per item).
+        .target(
+            name: "LocalStore",
+            dependencies: ["NimbusCore", .product(name: "GRDB", package: "GRDB.swift")],
+            swiftSettings: strict
+        ),
+        // The filesystem over LocalStore; declares the ports the sync engine will implement.
+        .target(
+            name: "ContainerFS",
+            dependencies: ["NimbusCore", "LocalStore", "FuseKit", .product(name: "Logging", package: "swift-log")],
+            swiftSettings: strict
+        ),
+        .testTarget(name: "FuseKitTests", dependencies: ["FuseKit"], swiftSettings: strict),
+        .testTarget(name: "LocalStoreTests", dependencies: ["LocalStore", "NimbusCore"], swiftSettings: strict),
+        .testTarget(name: "ContainerFSTests", dependencies: ["ContainerFS", "LocalStore", "NimbusCore"], swiftSettings: strict),
+        // Real mounts driven by real tools; runs the built `nimbus` binary as a subprocess.
+        .testTarget(name: "MountTests", dependencies: ["NimbusCore"], swiftSettings: strict),
     ]
 )

@@ -1,0 +1,93 @@
+// The libfuse3 low-level API for Swift. FUSE_USE_VERSION must be defined here: a cSettings define
+// does not reach the Swift importer (FUSE-NOTES). Macros and varargs get static inline wrappers.
+#ifndef NIMBUS_CFUSE3_SHIM_H
+#define NIMBUS_CFUSE3_SHIM_H
+
+#define FUSE_USE_VERSION 312
+#include <fuse_lowlevel.h>
+#include <sys/xattr.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <sys/file.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <pthread.h>
+#include <string.h>
+
+/// `fuse_session_new` is a macro in libfuse 3.17+; one stable spelling for Swift.
+static inline struct fuse_session *cfuse_session_new(struct fuse_args *args,
+        const struct fuse_lowlevel_ops *op, void *userdata) {
+    return fuse_session_new(args, op, sizeof(*op), userdata);
+}
+
+/// Multi-threaded loop with libfuse's own worker threads (plain pthreads, never the Swift pool).
+static inline int cfuse_session_loop_mt(struct fuse_session *se, unsigned max_idle, unsigned max_threads) {
+    struct fuse_loop_config *cfg = fuse_loop_cfg_create();
+    if (!cfg) return -ENOMEM;
+    fuse_loop_cfg_set_clone_fd(cfg, 0);
+    fuse_loop_cfg_set_idle_threads(cfg, max_idle);
+    fuse_loop_cfg_set_max_threads(cfg, max_threads);
+    int r = fuse_session_loop_mt(se, cfg);
+    fuse_loop_cfg_destroy(cfg);
+    return r;
+}
+
+/// Replies with `size` bytes read from `fd` at `off` (splice when the kernel allows), so reads
+/// never allocate in Swift (FUSE-NOTES "Speed").
+static inline int cfuse_reply_fd(fuse_req_t req, int fd, off_t off, size_t size) {
+    struct fuse_bufvec bv = FUSE_BUFVEC_INIT(size);
+    bv.buf[0].flags = (enum fuse_buf_flags)(FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK);
+    bv.buf[0].fd = fd;
+    bv.buf[0].pos = off;
+    return fuse_reply_data(req, &bv, FUSE_BUF_SPLICE_MOVE);
+}
+
+/// Writes the data of a write_buf request into `fd` at `off` (splice from the fuse pipe when possible).
+static inline ssize_t cfuse_write_buf_to_fd(struct fuse_bufvec *in, int fd, off_t off) {
+    struct fuse_bufvec out = FUSE_BUFVEC_INIT(fuse_buf_size(in));
+    out.buf[0].flags = (enum fuse_buf_flags)(FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK);
+    out.buf[0].fd = fd;
+    out.buf[0].pos = off;
+    return fuse_buf_copy(&out, in, (enum fuse_buf_copy_flags)0);
+}
+
+static inline void cfuse_conn_tune(struct fuse_conn_info *conn, unsigned max_background,
+        unsigned congestion, int want_splice) {
+    conn->max_background = max_background;
+    conn->congestion_threshold = congestion;
+    if (conn->capable & FUSE_CAP_EXPORT_SUPPORT) conn->want |= FUSE_CAP_EXPORT_SUPPORT;
+    if (want_splice) {
+        if (conn->capable & FUSE_CAP_SPLICE_WRITE) conn->want |= FUSE_CAP_SPLICE_WRITE;
+        if (conn->capable & FUSE_CAP_SPLICE_MOVE) conn->want |= FUSE_CAP_SPLICE_MOVE;
+        if (conn->capable & FUSE_CAP_SPLICE_READ) conn->want |= FUSE_CAP_SPLICE_READ;
+    }
+    if (conn->capable & FUSE_CAP_READDIRPLUS) conn->want |= FUSE_CAP_READDIRPLUS;
+    if (conn->capable & FUSE_CAP_READDIRPLUS_AUTO) conn->want &= ~FUSE_CAP_READDIRPLUS_AUTO;
+    if (conn->capable & FUSE_CAP_PARALLEL_DIROPS) conn->want |= FUSE_CAP_PARALLEL_DIROPS;
+    if (conn->capable & FUSE_CAP_ASYNC_READ) conn->want |= FUSE_CAP_ASYNC_READ;
+    // flock/fcntl locks stay local to the kernel for now (the coordinator will claim them later).
+    conn->want &= ~FUSE_CAP_FLOCK_LOCKS;
+    conn->want &= ~FUSE_CAP_POSIX_LOCKS;
+    // The server decides about writeback caching later; write-through keeps mtime/size ours.
+    conn->want &= ~FUSE_CAP_WRITEBACK_CACHE;
+}
+
+static inline int cfuse_errno(void) { return errno; }
+
+static inline void cfuse_noop_handler(int sig) { (void)sig; }
+/// Installs a no-op SIGUSR2 handler (without SA_RESTART) and unblocks SIGUSR2 on the calling
+/// thread, so pthread_kill(loopThread, SIGUSR2) interrupts its blocking wait (FUSE-NOTES).
+static inline void cfuse_prepare_wakeup_signal(void) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = cfuse_noop_handler;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGUSR2, &sa, NULL);
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGUSR2);
+    pthread_sigmask(SIG_UNBLOCK, &set, NULL);
+}
+
+#endif

@@ -1,0 +1,138 @@
+import CFuse3
+import Glibc
+
+/// Attributes to change in `setattr`; `nil` fields stay as they are.
+public struct FuseSetAttr: Sendable {
+    public enum Time: Sendable, Equatable { case now, at(timespec) }
+    public var mode: mode_t?
+    public var uid: uid_t?
+    public var gid: gid_t?
+    public var size: Int64?
+    public var atime: Time?
+    public var mtime: Time?
+    public var ctime: timespec?
+    public init() {}
+}
+
+extension timespec: @retroactive Equatable {
+    public static func == (a: timespec, b: timespec) -> Bool { a.tv_sec == b.tv_sec && a.tv_nsec == b.tv_nsec }
+}
+
+/// The rename flags of renameat2(2).
+public struct RenameFlags: OptionSet, Sendable {
+    public let rawValue: UInt32
+    public init(rawValue: UInt32) { self.rawValue = rawValue }
+    public static let noReplace = RenameFlags(rawValue: 1)
+    public static let exchange = RenameFlags(rawValue: 2)
+    public static let whiteout = RenameFlags(rawValue: 4)
+}
+
+/// One kernel directory listing chunk: fills libfuse's dirent format into a buffer of the size
+/// the kernel asked for. `add` returns false when the entry does not fit (stop there; the kernel
+/// will ask again from that entry's offset).
+public struct DirectoryBuffer: ~Copyable {
+    let req: fuse_req_t
+    let plus: Bool
+    let capacity: Int
+    let base: UnsafeMutablePointer<CChar>
+    public private(set) var used = 0
+
+    init(req: fuse_req_t, capacity: Int, plus: Bool) {
+        self.req = req
+        self.capacity = capacity
+        self.plus = plus
+        base = .allocate(capacity: max(capacity, 1))
+    }
+    deinit { base.deallocate() }
+
+    /// - Parameters: `nextOffset` is the offset of the entry *after* this one.
+    public mutating func add(name: String, entry: FuseEntry, nextOffset: Int64) -> Bool {
+        let room = capacity - used
+        let n: Int = name.withCString { cname in
+            if plus {
+                var e = entry.c
+                return fuse_add_direntry_plus(req, base + used, room, cname, &e, off_t(nextOffset))
+            } else {
+                var st = entry.attr
+                return fuse_add_direntry(req, base + used, room, cname, &st, off_t(nextOffset))
+            }
+        }
+        if n > room { return false }
+        used += n
+        return true
+    }
+
+    var bytes: UnsafeRawBufferPointer { UnsafeRawBufferPointer(start: base, count: used) }
+}
+
+/// A filesystem served through the low-level API. Every method receives the reply it must
+/// answer exactly once, possibly later and from another thread. Requests arrive on libfuse's
+/// worker threads (plain pthreads), concurrently. Defaults answer `ENOSYS`.
+public protocol FuseFilesystem: AnyObject, Sendable {
+    func initialize(capabilities: UInt32)
+    func destroy()
+    func lookup(parent: UInt64, name: String, reply: consuming FuseReply)
+    func forget(node: UInt64, count: UInt64)
+    func getattr(node: UInt64, handle: UInt64?, reply: consuming FuseReply)
+    func setattr(node: UInt64, _ changes: FuseSetAttr, handle: UInt64?, reply: consuming FuseReply)
+    func readlink(node: UInt64, reply: consuming FuseReply)
+    func mknod(parent: UInt64, name: String, mode: mode_t, rdev: dev_t, reply: consuming FuseReply)
+    func mkdir(parent: UInt64, name: String, mode: mode_t, reply: consuming FuseReply)
+    func unlink(parent: UInt64, name: String, reply: consuming FuseReply)
+    func rmdir(parent: UInt64, name: String, reply: consuming FuseReply)
+    func symlink(target: [UInt8], parent: UInt64, name: String, reply: consuming FuseReply)
+    func rename(parent: UInt64, name: String, newParent: UInt64, newName: String, flags: RenameFlags, reply: consuming FuseReply)
+    func link(node: UInt64, newParent: UInt64, newName: String, reply: consuming FuseReply)
+    func open(node: UInt64, flags: Int32, reply: consuming FuseReply)
+    func create(parent: UInt64, name: String, mode: mode_t, flags: Int32, reply: consuming FuseReply)
+    func read(node: UInt64, handle: UInt64, offset: Int64, size: Int, reply: consuming FuseReply)
+    func write(node: UInt64, handle: UInt64, offset: Int64, data: UnsafeRawBufferPointer, reply: consuming FuseReply)
+    func flush(node: UInt64, handle: UInt64, reply: consuming FuseReply)
+    func release(node: UInt64, handle: UInt64, reply: consuming FuseReply)
+    func fsync(node: UInt64, handle: UInt64, dataOnly: Bool, reply: consuming FuseReply)
+    func fallocate(node: UInt64, handle: UInt64, mode: Int32, offset: Int64, length: Int64, reply: consuming FuseReply)
+    func opendir(node: UInt64, reply: consuming FuseReply)
+    func readdir(node: UInt64, handle: UInt64, offset: Int64, into buffer: inout DirectoryBuffer, plus: Bool) -> Errno?
+    func releasedir(node: UInt64, handle: UInt64, reply: consuming FuseReply)
+    func fsyncdir(node: UInt64, handle: UInt64, reply: consuming FuseReply)
+    func statfs(node: UInt64, reply: consuming FuseReply)
+    func setxattr(node: UInt64, name: String, value: UnsafeRawBufferPointer, flags: Int32, reply: consuming FuseReply)
+    /// `size` 0 asks for the value's size (`reply.xattrSize`); otherwise answer the bytes or `ERANGE`.
+    func getxattr(node: UInt64, name: String, size: Int, reply: consuming FuseReply)
+    func listxattr(node: UInt64, size: Int, reply: consuming FuseReply)
+    func removexattr(node: UInt64, name: String, reply: consuming FuseReply)
+}
+
+extension FuseFilesystem {
+    public func initialize(capabilities: UInt32) {}
+    public func destroy() {}
+    public func forget(node: UInt64, count: UInt64) {}
+    public func lookup(parent: UInt64, name: String, reply: consuming FuseReply) { reply.error(.ENOSYS) }
+    public func getattr(node: UInt64, handle: UInt64?, reply: consuming FuseReply) { reply.error(.ENOSYS) }
+    public func setattr(node: UInt64, _ changes: FuseSetAttr, handle: UInt64?, reply: consuming FuseReply) { reply.error(.ENOSYS) }
+    public func readlink(node: UInt64, reply: consuming FuseReply) { reply.error(.ENOSYS) }
+    public func mknod(parent: UInt64, name: String, mode: mode_t, rdev: dev_t, reply: consuming FuseReply) { reply.error(.ENOSYS) }
+    public func mkdir(parent: UInt64, name: String, mode: mode_t, reply: consuming FuseReply) { reply.error(.ENOSYS) }
+    public func unlink(parent: UInt64, name: String, reply: consuming FuseReply) { reply.error(.ENOSYS) }
+    public func rmdir(parent: UInt64, name: String, reply: consuming FuseReply) { reply.error(.ENOSYS) }
+    public func symlink(target: [UInt8], parent: UInt64, name: String, reply: consuming FuseReply) { reply.error(.ENOSYS) }
+    public func rename(parent: UInt64, name: String, newParent: UInt64, newName: String, flags: RenameFlags, reply: consuming FuseReply) { reply.error(.ENOSYS) }
+    public func link(node: UInt64, newParent: UInt64, newName: String, reply: consuming FuseReply) { reply.error(.ENOSYS) }
+    public func open(node: UInt64, flags: Int32, reply: consuming FuseReply) { reply.error(.ENOSYS) }
+    public func create(parent: UInt64, name: String, mode: mode_t, flags: Int32, reply: consuming FuseReply) { reply.error(.ENOSYS) }
+    public func read(node: UInt64, handle: UInt64, offset: Int64, size: Int, reply: consuming FuseReply) { reply.error(.ENOSYS) }
+    public func write(node: UInt64, handle: UInt64, offset: Int64, data: UnsafeRawBufferPointer, reply: consuming FuseReply) { reply.error(.ENOSYS) }
+    public func flush(node: UInt64, handle: UInt64, reply: consuming FuseReply) { reply.ok() }
+    public func release(node: UInt64, handle: UInt64, reply: consuming FuseReply) { reply.ok() }
+    public func fsync(node: UInt64, handle: UInt64, dataOnly: Bool, reply: consuming FuseReply) { reply.ok() }
+    public func fallocate(node: UInt64, handle: UInt64, mode: Int32, offset: Int64, length: Int64, reply: consuming FuseReply) { reply.error(.EOPNOTSUPP) }
+    public func opendir(node: UInt64, reply: consuming FuseReply) { reply.open(FuseOpen(handle: 0)) }
+    public func readdir(node: UInt64, handle: UInt64, offset: Int64, into buffer: inout DirectoryBuffer, plus: Bool) -> Errno? { .ENOSYS }
+    public func releasedir(node: UInt64, handle: UInt64, reply: consuming FuseReply) { reply.ok() }
+    public func fsyncdir(node: UInt64, handle: UInt64, reply: consuming FuseReply) { reply.ok() }
+    public func statfs(node: UInt64, reply: consuming FuseReply) { reply.error(.ENOSYS) }
+    public func setxattr(node: UInt64, name: String, value: UnsafeRawBufferPointer, flags: Int32, reply: consuming FuseReply) { reply.error(.ENOTSUP) }
+    public func getxattr(node: UInt64, name: String, size: Int, reply: consuming FuseReply) { reply.error(.ENODATA) }
+    public func listxattr(node: UInt64, size: Int, reply: consuming FuseReply) { reply.xattrSize(0) }
+    public func removexattr(node: UInt64, name: String, reply: consuming FuseReply) { reply.error(.ENODATA) }
+}

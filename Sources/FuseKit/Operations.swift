@@ -1,0 +1,156 @@
+import CFuse3
+import Glibc
+
+// The C operation table. Each entry is a capture-free closure (so it converts to a C function
+// pointer) that finds the Swift session through fuse_req_userdata and forwards typed arguments.
+// Names that are not valid UTF-8 are refused with EILSEQ here: item names are UTF-8 everywhere
+// (the server protocol is JSON).
+
+@inline(__always)
+private func fs(_ req: fuse_req_t?) -> any FuseFilesystem {
+    Unmanaged<FuseSession>.fromOpaque(fuse_req_userdata(req)!).takeUnretainedValue().filesystem
+}
+
+@inline(__always)
+private func name(_ p: UnsafePointer<CChar>?) -> String? {
+    guard let p else { return nil }
+    return String(validatingCString: p)
+}
+
+private func setAttrChanges(_ st: stat, _ toSet: Int32) -> FuseSetAttr {
+    var c = FuseSetAttr()
+    if toSet & FUSE_SET_ATTR_MODE != 0 { c.mode = st.st_mode }
+    if toSet & FUSE_SET_ATTR_UID != 0 { c.uid = st.st_uid }
+    if toSet & FUSE_SET_ATTR_GID != 0 { c.gid = st.st_gid }
+    if toSet & FUSE_SET_ATTR_SIZE != 0 { c.size = Int64(st.st_size) }
+    if toSet & FUSE_SET_ATTR_ATIME_NOW != 0 { c.atime = .now } else if toSet & FUSE_SET_ATTR_ATIME != 0 { c.atime = .at(st.st_atim) }
+    if toSet & FUSE_SET_ATTR_MTIME_NOW != 0 { c.mtime = .now } else if toSet & FUSE_SET_ATTR_MTIME != 0 { c.mtime = .at(st.st_mtim) }
+    if toSet & FUSE_SET_ATTR_CTIME != 0 { c.ctime = st.st_ctim }
+    return c
+}
+
+func makeOperations() -> fuse_lowlevel_ops {
+    var o = fuse_lowlevel_ops()
+    o.`init` = { userdata, conn in
+        guard let conn else { return }
+        // A large max_background so deferred replies do not complete in batches (FUSE-NOTES).
+        cfuse_conn_tune(conn, 256, 192, 1)
+        let s = Unmanaged<FuseSession>.fromOpaque(userdata!).takeUnretainedValue()
+        s.filesystem.initialize(capabilities: conn.pointee.capable)
+    }
+    o.destroy = { userdata in
+        Unmanaged<FuseSession>.fromOpaque(userdata!).takeUnretainedValue().filesystem.destroy()
+    }
+    o.lookup = { req, parent, n in
+        let r = FuseReply(req!)
+        guard let n = name(n) else { return r.error(.EILSEQ) }
+        fs(req).lookup(parent: parent, name: n, reply: r)
+    }
+    o.forget = { req, node, count in
+        fs(req).forget(node: node, count: count)
+        fuse_reply_none(req)
+    }
+    o.forget_multi = { req, count, list in
+        let f = fs(req)
+        for i in 0..<count { f.forget(node: list![i].ino, count: list![i].nlookup) }
+        fuse_reply_none(req)
+    }
+    o.getattr = { req, node, fi in
+        fs(req).getattr(node: node, handle: fi?.pointee.fh, reply: FuseReply(req!))
+    }
+    o.setattr = { req, node, st, toSet, fi in
+        fs(req).setattr(node: node, setAttrChanges(st!.pointee, toSet), handle: fi?.pointee.fh, reply: FuseReply(req!))
+    }
+    o.readlink = { req, node in fs(req).readlink(node: node, reply: FuseReply(req!)) }
+    o.mknod = { req, parent, n, mode, rdev in
+        let r = FuseReply(req!)
+        guard let n = name(n) else { return r.error(.EILSEQ) }
+        fs(req).mknod(parent: parent, name: n, mode: mode, rdev: rdev, reply: r)
+    }
+    o.mkdir = { req, parent, n, mode in
+        let r = FuseReply(req!)
+        guard let n = name(n) else { return r.error(.EILSEQ) }
+        fs(req).mkdir(parent: parent, name: n, mode: mode, reply: r)
+    }
+    o.unlink = { req, parent, n in
+        let r = FuseReply(req!)
+        guard let n = name(n) else { return r.error(.EILSEQ) }
+        fs(req).unlink(parent: parent, name: n, reply: r)
+    }
+    o.rmdir = { req, parent, n in
+        let r = FuseReply(req!)
+        guard let n = name(n) else { return r.error(.EILSEQ) }
+        fs(req).rmdir(parent: parent, name: n, reply: r)
+    }
+    o.symlink = { req, target, parent, n in
+        let r = FuseReply(req!)
+        guard let n = name(n), let target else { return r.error(.EILSEQ) }
+        let bytes = Array(UnsafeRawBufferPointer(start: target, count: strlen(target)))
+        fs(req).symlink(target: bytes, parent: parent, name: n, reply: r)
+    }
+    o.rename = { req, parent, n, newParent, newName, flags in
+        let r = FuseReply(req!)
+        guard let n = name(n), let nn = name(newName) else { return r.error(.EILSEQ) }
+        fs(req).rename(parent: parent, name: n, newParent: newParent, newName: nn, flags: RenameFlags(rawValue: flags), reply: r)
+    }
+    o.link = { req, node, newParent, newName in
+        let r = FuseReply(req!)
+        guard let nn = name(newName) else { return r.error(.EILSEQ) }
+        fs(req).link(node: node, newParent: newParent, newName: nn, reply: r)
+    }
+    o.open = { req, node, fi in
+        fs(req).open(node: node, flags: fi!.pointee.flags, reply: FuseReply(req!))
+    }
+    o.create = { req, parent, n, mode, fi in
+        let r = FuseReply(req!)
+        guard let n = name(n) else { return r.error(.EILSEQ) }
+        fs(req).create(parent: parent, name: n, mode: mode, flags: fi!.pointee.flags, reply: r)
+    }
+    o.read = { req, node, size, off, fi in
+        fs(req).read(node: node, handle: fi!.pointee.fh, offset: Int64(off), size: size, reply: FuseReply(req!))
+    }
+    o.write = { req, node, buf, size, off, fi in
+        fs(req).write(node: node, handle: fi!.pointee.fh, offset: Int64(off),
+                      data: UnsafeRawBufferPointer(start: buf, count: size), reply: FuseReply(req!))
+    }
+    o.flush = { req, node, fi in fs(req).flush(node: node, handle: fi!.pointee.fh, reply: FuseReply(req!)) }
+    o.release = { req, node, fi in fs(req).release(node: node, handle: fi!.pointee.fh, reply: FuseReply(req!)) }
+    o.fsync = { req, node, datasync, fi in
+        fs(req).fsync(node: node, handle: fi!.pointee.fh, dataOnly: datasync != 0, reply: FuseReply(req!))
+    }
+    o.fallocate = { req, node, mode, off, len, fi in
+        fs(req).fallocate(node: node, handle: fi!.pointee.fh, mode: mode, offset: Int64(off), length: Int64(len), reply: FuseReply(req!))
+    }
+    o.opendir = { req, node, _ in fs(req).opendir(node: node, reply: FuseReply(req!)) }
+    o.readdir = { req, node, size, off, fi in readdir(req!, node, size, off, fi!.pointee.fh, plus: false) }
+    o.readdirplus = { req, node, size, off, fi in readdir(req!, node, size, off, fi!.pointee.fh, plus: true) }
+    o.releasedir = { req, node, fi in fs(req).releasedir(node: node, handle: fi!.pointee.fh, reply: FuseReply(req!)) }
+    o.fsyncdir = { req, node, _, fi in fs(req).fsyncdir(node: node, handle: fi!.pointee.fh, reply: FuseReply(req!)) }
+    o.statfs = { req, node in fs(req).statfs(node: node, reply: FuseReply(req!)) }
+    o.setxattr = { req, node, n, value, size, flags in
+        let r = FuseReply(req!)
+        guard let n = name(n) else { return r.error(.EILSEQ) }
+        fs(req).setxattr(node: node, name: n, value: UnsafeRawBufferPointer(start: value, count: size), flags: flags, reply: r)
+    }
+    o.getxattr = { req, node, n, size in
+        let r = FuseReply(req!)
+        guard let n = name(n) else { return r.error(.ENODATA) }
+        fs(req).getxattr(node: node, name: n, size: size, reply: r)
+    }
+    o.listxattr = { req, node, size in fs(req).listxattr(node: node, size: size, reply: FuseReply(req!)) }
+    o.removexattr = { req, node, n in
+        let r = FuseReply(req!)
+        guard let n = name(n) else { return r.error(.ENODATA) }
+        fs(req).removexattr(node: node, name: n, reply: r)
+    }
+    return o
+}
+
+private func readdir(_ req: fuse_req_t, _ node: UInt64, _ size: Int, _ off: off_t, _ fh: UInt64, plus: Bool) {
+    let r = FuseReply(req)
+    var buf = DirectoryBuffer(req: req, capacity: size, plus: plus)
+    if let e = fs(req).readdir(node: node, handle: fh, offset: Int64(off), into: &buf, plus: plus) {
+        return r.error(e)
+    }
+    r.buffer(buf.bytes)
+}

@@ -1,0 +1,175 @@
+import CFuse3
+import Glibc
+
+/// An errno for file operations: the one error vocabulary of the FUSE boundary (STYLE rule 5).
+public struct Errno: Error, Equatable, Hashable, Sendable, CustomStringConvertible {
+    public let rawValue: Int32
+    public init(_ rawValue: Int32) { self.rawValue = rawValue }
+    public var description: String { String(cString: strerror(rawValue)) + " (\(rawValue))" }
+
+    public static let EPERM = Errno(Glibc.EPERM), ENOENT = Errno(Glibc.ENOENT), EIO = Errno(Glibc.EIO)
+    public static let EBADF = Errno(Glibc.EBADF), EACCES = Errno(Glibc.EACCES), EEXIST = Errno(Glibc.EEXIST)
+    public static let EXDEV = Errno(Glibc.EXDEV), ENOTDIR = Errno(Glibc.ENOTDIR), EISDIR = Errno(Glibc.EISDIR)
+    public static let EINVAL = Errno(Glibc.EINVAL), ENOSPC = Errno(Glibc.ENOSPC), EROFS = Errno(Glibc.EROFS)
+    public static let ENAMETOOLONG = Errno(Glibc.ENAMETOOLONG), ENOSYS = Errno(Glibc.ENOSYS)
+    public static let ENOTEMPTY = Errno(Glibc.ENOTEMPTY), ENODATA = Errno(Glibc.ENODATA)
+    public static let ERANGE = Errno(Glibc.ERANGE), E2BIG = Errno(Glibc.E2BIG), EILSEQ = Errno(Glibc.EILSEQ)
+    public static let EOPNOTSUPP = Errno(Glibc.EOPNOTSUPP), EFBIG = Errno(Glibc.EFBIG), EMLINK = Errno(Glibc.EMLINK)
+    public static let ENOTSUP = Errno(Glibc.ENOTSUP), EAGAIN = Errno(Glibc.EAGAIN)
+
+    /// The current thread's errno (after a failed libc call).
+    public static var current: Errno { Errno(cfuse_errno()) }
+}
+
+/// What `lookup`, `create`, `mkdir`… answer: a node id, its attributes and how long the kernel
+/// may cache the name (`entryTimeout`) and the attributes (`attrTimeout`). A `node` of 0 is a
+/// negative entry: the kernel caches "no such name" for `entryTimeout`.
+public struct FuseEntry: Sendable {
+    public var node: UInt64
+    public var generation: UInt64 = 0
+    public var attr: stat
+    public var attrTimeout: Double
+    public var entryTimeout: Double
+    public init(node: UInt64, attr: stat, attrTimeout: Double, entryTimeout: Double) {
+        self.node = node; self.attr = attr; self.attrTimeout = attrTimeout; self.entryTimeout = entryTimeout
+    }
+    var c: fuse_entry_param {
+        var e = fuse_entry_param()
+        e.ino = node
+        e.generation = generation
+        e.attr = attr
+        e.attr_timeout = attrTimeout
+        e.entry_timeout = entryTimeout
+        return e
+    }
+}
+
+/// What `open`/`create`/`opendir` hand back to the kernel.
+public struct FuseOpen: Sendable {
+    public var handle: UInt64
+    /// Keep the page cache across opens (content did not change behind the kernel's back).
+    public var keepCache: Bool
+    /// Bypass the page cache (control files whose size is not known up front).
+    public var directIO: Bool
+    public var nonSeekable: Bool = false
+    public init(handle: UInt64, keepCache: Bool = true, directIO: Bool = false) {
+        self.handle = handle; self.keepCache = keepCache; self.directIO = directIO
+    }
+    func fill(_ fi: UnsafeMutablePointer<fuse_file_info>) {
+        fi.pointee.fh = handle
+        fi.pointee.keep_cache = keepCache ? 1 : 0
+        fi.pointee.direct_io = directIO ? 1 : 0
+        fi.pointee.nonseekable = nonSeekable ? 1 : 0
+    }
+}
+
+/// The answer to one kernel request. It must be answered exactly once: every answering method
+/// is `consuming`, and a reply that is dropped unanswered answers `EIO` in `deinit` (and says so
+/// on stderr) so the calling process never hangs. It may be moved to any thread and answered
+/// later (deferred replies); never answer while holding a filesystem lock.
+public struct FuseReply: ~Copyable, @unchecked Sendable {
+    // @unchecked: fuse_req_t is a C pointer; libfuse allows replying from any thread, and
+    // ~Copyable guarantees a single owner, hence a single reply.
+    // libfuse's fuse_file_info lives on the dispatching thread's stack, so a deferred reply
+    // must not keep it: open/create build their own copy when they answer.
+    let req: fuse_req_t
+
+    init(_ req: fuse_req_t) {
+        self.req = req
+    }
+
+    deinit {
+        let msg = "nimbus: FUSE reply dropped without an answer; answering EIO\n"
+        _ = msg.withCString { Glibc.write(2, $0, strlen($0)) }
+        fuse_reply_err(req, Glibc.EIO)
+    }
+
+    /// The caller of the request (uid/gid/pid/umask from `fuse_req_ctx`).
+    public var context: FuseContext {
+        let c = fuse_req_ctx(req)!.pointee
+        return FuseContext(uid: c.uid, gid: c.gid, pid: c.pid, umask: c.umask)
+    }
+
+    public consuming func error(_ e: Errno) {
+        let r = req; discard self
+        fuse_reply_err(r, e.rawValue)
+    }
+    /// Success without data (unlink, rmdir, rename, flush, release, fsync, setxattr…).
+    public consuming func ok() {
+        let r = req; discard self
+        fuse_reply_err(r, 0)
+    }
+    public consuming func entry(_ e: FuseEntry) {
+        let r = req; discard self
+        var c = e.c
+        fuse_reply_entry(r, &c)
+    }
+    public consuming func create(_ e: FuseEntry, _ open: FuseOpen) {
+        let r = req; discard self
+        var c = e.c
+        var fi = fuse_file_info()
+        open.fill(&fi)
+        fuse_reply_create(r, &c, &fi)
+    }
+    public consuming func attr(_ st: stat, timeout: Double) {
+        let r = req; discard self
+        var s = st
+        fuse_reply_attr(r, &s, timeout)
+    }
+    public consuming func open(_ o: FuseOpen) {
+        let r = req; discard self
+        var fi = fuse_file_info()
+        o.fill(&fi)
+        fuse_reply_open(r, &fi)
+    }
+    public consuming func write(count: Int) {
+        let r = req; discard self
+        fuse_reply_write(r, count)
+    }
+    /// Replies with bytes copied from memory.
+    public consuming func buffer(_ p: UnsafeRawBufferPointer) {
+        let r = req; discard self
+        fuse_reply_buf(r, p.baseAddress?.assumingMemoryBound(to: CChar.self), p.count)
+    }
+    public consuming func bytes(_ a: [UInt8]) {
+        let r = req; discard self
+        _ = a.withUnsafeBytes { fuse_reply_buf(r, $0.baseAddress?.assumingMemoryBound(to: CChar.self), $0.count) }
+    }
+    /// Replies with `size` bytes of `fd` at `offset` without copying through Swift (splice).
+    public consuming func data(fd: Int32, offset: Int64, size: Int) {
+        let r = req; discard self
+        let rc = cfuse_reply_fd(r, fd, off_t(offset), size)
+        if rc != 0 { fuse_reply_err(r, -rc > 0 ? -rc : Glibc.EIO) }
+    }
+    public consuming func readlink(_ target: [UInt8]) {
+        let r = req; discard self
+        var t = target
+        t.append(0)
+        _ = t.withUnsafeBufferPointer { p in
+            p.withMemoryRebound(to: CChar.self) { fuse_reply_readlink(r, $0.baseAddress) }
+        }
+    }
+    public consuming func statfs(_ s: statvfs) {
+        let r = req; discard self
+        var st = s
+        fuse_reply_statfs(r, &st)
+    }
+    /// The size of an xattr value or list (when the caller passed size 0).
+    public consuming func xattrSize(_ n: Int) {
+        let r = req; discard self
+        fuse_reply_xattr(r, n)
+    }
+}
+
+/// Who made a request.
+public struct FuseContext: Sendable {
+    public var uid: uid_t
+    public var gid: gid_t
+    public var pid: pid_t
+    public var umask: mode_t
+    public init(uid: uid_t, gid: gid_t, pid: pid_t, umask: mode_t) {
+        self.uid = uid; self.gid = gid; self.pid = pid; self.umask = umask
+    }
+    /// The daemon itself (tests that drive the filesystem without a kernel).
+    public static var process: FuseContext { FuseContext(uid: getuid(), gid: getgid(), pid: getpid(), umask: 0o022) }
+}

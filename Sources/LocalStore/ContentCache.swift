@@ -1,0 +1,68 @@
+import Foundation
+import NimbusCore
+
+/// The content cache: one file per item at `cache/<first two hex digits>/<item id>`. While the
+/// mount is local-only every file is fully present; the sync engine will make files sparse
+/// while partial (a range map beside them) — the path scheme does not change.
+public struct ContentCache: Sendable {
+    public let directory: URL
+
+    public init(directory: URL) throws {
+        self.directory = directory
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+    }
+
+    public func path(for id: ItemID) -> String {
+        let s = id.description
+        return directory.path + "/" + s.prefix(2) + "/" + s
+    }
+
+    /// Opens the item's file, creating it (and its fan-out folder) when `create` is set.
+    /// Returns a file descriptor or a negative errno.
+    public func open(_ id: ItemID, create: Bool, truncate: Bool = false) -> Int32 {
+        let p = path(for: id)
+        var flags = O_RDWR | O_CLOEXEC
+        if create { flags |= O_CREAT }
+        if truncate { flags |= O_TRUNC }
+        var fd = Glibc.open(p, flags, 0o600)
+        if fd < 0 && errno == ENOENT && create {
+            mkdir((p as NSString).deletingLastPathComponent, 0o700)
+            fd = Glibc.open(p, flags, 0o600)
+        }
+        return fd >= 0 ? fd : -errno
+    }
+
+    public func remove(_ id: ItemID) { unlink(path(for: id)) }
+
+    /// Size of the cached file, `nil` when absent.
+    public func size(of id: ItemID) -> Int64? {
+        var st = stat()
+        return stat(path(for: id), &st) == 0 ? Int64(st.st_size) : nil
+    }
+
+    /// Makes the cache directory entries of new files durable.
+    public func syncDirectories() {
+        guard let subdirs = try? FileManager.default.contentsOfDirectory(atPath: directory.path) else { return }
+        for d in subdirs + ["."] {
+            let fd = Glibc.open(directory.path + "/" + d, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+            if fd >= 0 { fsync(fd); close(fd) }
+        }
+    }
+
+    /// Deletes cache files of items that no longer exist (left by a crash between an unlink and
+    /// the release of its last handle). Returns how many were removed.
+    @discardableResult
+    public func sweep(keeping live: Set<ItemID>) -> Int {
+        var removed = 0
+        let fm = FileManager.default
+        guard let subdirs = try? fm.contentsOfDirectory(atPath: directory.path) else { return 0 }
+        for d in subdirs {
+            guard let files = try? fm.contentsOfDirectory(atPath: directory.path + "/" + d) else { continue }
+            for f in files where ItemID(f).map({ !live.contains($0) }) ?? true {
+                unlink(directory.path + "/" + d + "/" + f)
+                removed += 1
+            }
+        }
+        return removed
+    }
+}

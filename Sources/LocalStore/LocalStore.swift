@@ -1,0 +1,184 @@
+import Foundation
+import GRDB
+import NimbusCore
+
+/// The client's durable state under the state directory: `state.sqlite` (GRDB, WAL) and the
+/// content cache (`cache/`).
+///
+/// Writes are **write-behind**: the filesystem keeps the live tree in memory and hands every
+/// change to `enqueue`, in order; one dedicated writer thread commits whatever is queued in a
+/// single transaction. `sync()` waits until everything enqueued before the call is committed
+/// with a full fsync — `fsync`/`fsyncdir` on the mount and unmount call it, so what a program
+/// fsynced survives `kill -9` and power loss, and what it did not fsync survives `kill -9` up
+/// to the last few milliseconds (like a local filesystem).
+///
+/// Concurrency: `queueLock` (an NSCondition) guards `pending`, `enqueued`, `committed`,
+/// `wantsFullSync` and `lastError`. The writer thread takes it only to swap the queue out and
+/// to publish progress; it never holds it across database work. Callers may hold their own
+/// locks while calling `enqueue` (lock order: filesystem lock → queueLock), never while
+/// calling `sync()`.
+public final class LocalStore: @unchecked Sendable {
+    // @unchecked: mutable fields are guarded by queueLock as documented above.
+    public let directory: URL
+    public let cache: ContentCache
+    let pool: DatabasePool
+
+    private let queueLock = NSCondition()
+    private var pending: [StoreChange] = []
+    private var enqueued: UInt64 = 0
+    private var committed: UInt64 = 0
+    private var wantsFullSync = false
+    private var stopping = false
+    private var writerDone = false
+    public private(set) var lastError: String?
+
+    /// Opens (creating when needed) the state in `directory` and runs pending migrations.
+    public init(directory: URL, rootOwner: (uid: UInt32, gid: UInt32) = (getuid(), getgid())) throws {
+        self.directory = directory
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        var config = Configuration()
+        config.foreignKeysEnabled = true
+        config.prepareDatabase { db in
+            try db.execute(sql: "PRAGMA synchronous = NORMAL")
+        }
+        pool = try DatabasePool(path: directory.appendingPathComponent("state.sqlite").path, configuration: config)
+        try Schema.migrator.migrate(pool)
+        cache = try ContentCache(directory: directory.appendingPathComponent("cache"))
+        try pool.write { db in
+            if try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM item WHERE id = ?", arguments: [ItemID.root.description]) == 0 {
+                let now = WallClock.nowNanoseconds()
+                let root = ItemRecord(id: .root, node: 1, parent: nil, name: "", kind: .folder,
+                                      mode: UInt32(S_IFDIR) | 0o755, uid: rootOwner.uid, gid: rootOwner.gid, time: now)
+                try Self.apply(.upsert(root), db)
+            }
+        }
+        let t = Thread { [unowned self] in self.writerLoop() }
+        t.name = "nimbus-store-writer"
+        t.start()
+    }
+
+    /// Everything persisted, for building the in-memory tree at mount time.
+    public func load() throws -> StoreSnapshot {
+        try pool.read { db in
+            var items: [ItemRecord] = []
+            let rows = try Row.fetchCursor(db, sql: "SELECT id, node, parent, name, kind, mode, uid, gid, size, atime, mtime, ctime, btime, target, version, dirty FROM item")
+            while let r = try rows.next() {
+                guard let id = ItemID(r[0] as String), let kind = ItemKind(rawValue: r[4]) else { continue }
+                var rec = ItemRecord(id: id, node: UInt64(r[1] as Int64), parent: (r[2] as String?).flatMap(ItemID.init),
+                                     name: r[3], kind: kind, mode: UInt32(r[5] as Int64), uid: UInt32(r[6] as Int64),
+                                     gid: UInt32(r[7] as Int64), size: r[8], time: r[9], target: r[13])
+                rec.mtime = r[10]; rec.ctime = r[11]; rec.btime = r[12]; rec.version = r[14]; rec.dirty = r[15]
+                items.append(rec)
+            }
+            var xattrs: [ItemID: [String: [UInt8]]] = [:]
+            let xs = try Row.fetchCursor(db, sql: "SELECT item, name, value FROM xattr")
+            while let r = try xs.next() {
+                guard let id = ItemID(r[0] as String) else { continue }
+                xattrs[id, default: [:]][r[1]] = [UInt8](r[2] as Data)
+            }
+            return StoreSnapshot(items: items, xattrs: xattrs)
+        }
+    }
+
+    /// Queues a change; returns at once. Order is preserved.
+    public func enqueue(_ change: StoreChange) {
+        queueLock.lock()
+        pending.append(change)
+        enqueued += 1
+        if pending.count == 1 { queueLock.signal() }
+        queueLock.unlock()
+    }
+
+    /// Waits until every change enqueued before this call is committed and fsynced.
+    /// Returns the writer's last error, if any.
+    @discardableResult
+    public func sync() -> String? {
+        queueLock.lock()
+        defer { queueLock.unlock() }
+        let target = enqueued
+        wantsFullSync = true
+        queueLock.broadcast()
+        while committed < target && !writerDone { queueLock.wait() }
+        return lastError
+    }
+
+    /// Number of changes not yet committed (shown in `.nimbus/status`).
+    public var backlog: UInt64 { queueLock.lock(); defer { queueLock.unlock() }; return enqueued - committed }
+
+    /// Commits what is queued and stops the writer thread.
+    public func close() {
+        sync()
+        queueLock.lock()
+        stopping = true
+        queueLock.broadcast()
+        while !writerDone { queueLock.wait() }
+        queueLock.unlock()
+    }
+
+    /// A read-only look at the database (tests, status, the sync engine later).
+    public func read<T>(_ body: (Database) throws -> T) throws -> T { try pool.read(body) }
+
+    private func writerLoop() {
+        while true {
+            queueLock.lock()
+            while pending.isEmpty && !stopping && !wantsFullSync { queueLock.wait() }
+            if pending.isEmpty && stopping {
+                writerDone = true
+                queueLock.broadcast()
+                queueLock.unlock()
+                return
+            }
+            let batch = pending
+            pending.removeAll(keepingCapacity: true)
+            let full = wantsFullSync
+            wantsFullSync = false
+            let upTo = committed + UInt64(batch.count)
+            queueLock.unlock()
+
+            var failure: String?
+            do {
+                if full { try pool.writeWithoutTransaction { try $0.execute(sql: "PRAGMA synchronous = FULL") } }
+                if !batch.isEmpty {
+                    try pool.write { db in for change in batch { try Self.apply(change, db) } }
+                }
+                if full { try pool.writeWithoutTransaction { try $0.execute(sql: "PRAGMA synchronous = NORMAL") } }
+            } catch {
+                failure = "\(error)"
+                FileHandle.standardError.write(Data("nimbus: local state write failed: \(error)\n".utf8))
+            }
+
+            queueLock.lock()
+            committed = upTo
+            if let failure { lastError = failure }
+            queueLock.broadcast()
+            queueLock.unlock()
+        }
+    }
+
+    static func apply(_ change: StoreChange, _ db: Database) throws {
+        switch change {
+        case .upsert(let r):
+            let s = try db.cachedStatement(sql: Schema.upsertItem)
+            try s.execute(arguments: [
+                r.id.description, Int64(r.node), r.parent?.description, r.name, r.kind.rawValue, Int64(r.mode),
+                Int64(r.uid), Int64(r.gid), r.size, r.atime, r.mtime, r.ctime, r.btime, r.target, r.version, r.dirty,
+            ])
+        case .delete(let id):
+            try db.cachedStatement(sql: "DELETE FROM item WHERE id = ?").execute(arguments: [id.description])
+        case .setXattr(let id, let name, let value):
+            try db.cachedStatement(sql: "INSERT INTO xattr (item, name, value) VALUES (?, ?, ?) ON CONFLICT(item, name) DO UPDATE SET value = excluded.value")
+                .execute(arguments: [id.description, name, Data(value)])
+        case .removeXattr(let id, let name):
+            try db.cachedStatement(sql: "DELETE FROM xattr WHERE item = ? AND name = ?").execute(arguments: [id.description, name])
+        }
+    }
+}
+
+/// Wall-clock time in nanoseconds since the epoch (CLOCK_REALTIME, what `stat` shows).
+public enum WallClock {
+    public static func nowNanoseconds() -> Int64 {
+        var ts = timespec()
+        clock_gettime(CLOCK_REALTIME, &ts)
+        return Int64(ts.tv_sec) * 1_000_000_000 + Int64(ts.tv_nsec)
+    }
+}

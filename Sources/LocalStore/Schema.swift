@@ -1,0 +1,56 @@
+import GRDB
+
+/// Forward-only, named migrations (GRDB `DatabaseMigrator`). Never edit a shipped migration;
+/// add a new one. The schema enforces what the code assumes (STYLE rule 2).
+enum Schema {
+    static var migrator: DatabaseMigrator {
+        var m = DatabaseMigrator()
+        m.registerMigration("v1-items") { db in
+            try db.execute(sql: """
+                CREATE TABLE item (
+                    id      TEXT PRIMARY KEY NOT NULL,
+                    node    INTEGER NOT NULL UNIQUE CHECK (node > 0),
+                    parent  TEXT REFERENCES item(id) DEFERRABLE INITIALLY DEFERRED,
+                    name    TEXT NOT NULL,
+                    kind    TEXT NOT NULL CHECK (kind IN ('file', 'folder', 'symlink')),
+                    mode    INTEGER NOT NULL,
+                    uid     INTEGER NOT NULL,
+                    gid     INTEGER NOT NULL,
+                    size    INTEGER NOT NULL CHECK (size >= 0),
+                    atime   INTEGER NOT NULL,
+                    mtime   INTEGER NOT NULL,
+                    ctime   INTEGER NOT NULL,
+                    btime   INTEGER NOT NULL,
+                    target  TEXT,
+                    version INTEGER,
+                    dirty   INTEGER NOT NULL DEFAULT 1 CHECK (dirty IN (0, 1)),
+                    CHECK ((parent IS NULL) = (id = '00000000-0000-0000-0000-000000000000')),
+                    CHECK ((kind = 'symlink') = (target IS NOT NULL))
+                );
+                -- Not UNIQUE: RENAME_EXCHANGE swaps two names in one step; the filesystem keeps
+                -- names unique per folder in memory.
+                CREATE INDEX item_parent ON item(parent, name);
+                CREATE TABLE xattr (
+                    item  TEXT NOT NULL REFERENCES item(id) ON DELETE CASCADE DEFERRABLE INITIALLY DEFERRED,
+                    name  TEXT NOT NULL,
+                    value BLOB NOT NULL,
+                    PRIMARY KEY (item, name)
+                ) WITHOUT ROWID;
+                CREATE TABLE meta (
+                    key   TEXT PRIMARY KEY NOT NULL,
+                    value TEXT NOT NULL
+                );
+                """)
+        }
+        return m
+    }
+
+    static let upsertItem = """
+        INSERT INTO item (id, node, parent, name, kind, mode, uid, gid, size, atime, mtime, ctime, btime, target, version, dirty)
+        VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+        ON CONFLICT(id) DO UPDATE SET node = excluded.node, parent = excluded.parent, name = excluded.name,
+            kind = excluded.kind, mode = excluded.mode, uid = excluded.uid, gid = excluded.gid,
+            size = excluded.size, atime = excluded.atime, mtime = excluded.mtime, ctime = excluded.ctime,
+            btime = excluded.btime, target = excluded.target, version = excluded.version, dirty = excluded.dirty
+        """
+}
