@@ -1,0 +1,302 @@
+import Foundation
+import NimbusCore
+import NimbusProtocol
+import NimbusServer
+
+/// The conformance suite every `ServerStore` engine must pass. Each case is a function of a fresh
+/// store; test targets run every case on every engine (`@Test(arguments: StoreConformance.allCases)`).
+/// A failed expectation throws `ConformanceFailure` with what differed.
+public enum StoreConformance: String, CaseIterable, Sendable {
+    case versionsAndJournalOrder
+    case cursorPaging
+    case staleBaseLaterMtimeWins
+    case staleBaseEarlierMtimeLoses
+    case sameNameCreates
+    case editVsDelete
+    case deleteVsEdit
+    case moveCycleRejected
+    case folderDeletedWhileChildChanged
+    case folderDeleteSparesUnseenChildren
+    case renameAndEditBothApply
+    case resolveAndRestore
+    case missingChunksRejected
+    case accountsAreIsolated
+    case retriesAreIdempotent
+
+    public func run(_ store: any ServerStore) async throws {
+        let f = try await StoreFixture.make(store)
+        switch self {
+        case .versionsAndJournalOrder: try await Self.versionsAndJournalOrder(f)
+        case .cursorPaging: try await Self.cursorPaging(f)
+        case .staleBaseLaterMtimeWins: try await Self.staleBase(f, laterWins: true)
+        case .staleBaseEarlierMtimeLoses: try await Self.staleBase(f, laterWins: false)
+        case .sameNameCreates: try await Self.sameNameCreates(f)
+        case .editVsDelete: try await Self.editVsDelete(f, editFirst: true)
+        case .deleteVsEdit: try await Self.editVsDelete(f, editFirst: false)
+        case .moveCycleRejected: try await Self.moveCycle(f)
+        case .folderDeletedWhileChildChanged: try await Self.folderDeletedWhileChildChanged(f)
+        case .folderDeleteSparesUnseenChildren: try await Self.folderDeleteSparesUnseenChildren(f)
+        case .renameAndEditBothApply: try await Self.renameAndEdit(f)
+        case .resolveAndRestore: try await Self.resolveAndRestore(f)
+        case .missingChunksRejected: try await Self.missingChunks(f)
+        case .accountsAreIsolated: try await Self.accountsAreIsolated(f)
+        case .retriesAreIdempotent: try await Self.retries(f)
+        }
+        let problems = try await store.consistencyProblems()
+        try check(problems.isEmpty, "store inconsistent after \(rawValue): \(problems)")
+    }
+
+    static func versionsAndJournalOrder(_ f: StoreFixture) async throws {
+        let (folder, _) = try await f.create(.folder, "Docs")
+        let c1 = try await f.chunk("one"), c2 = try await f.chunk("two"), c3 = try await f.chunk("three")
+        let (file, v1) = try await f.create(.file, "a.txt", in: folder, chunks: [c1])
+        let r2 = try await f.commit(file, base: v1, f.draft(.file, "a.txt", in: folder, chunks: [c2], t: 2_000))
+        let r3 = try await f.commit(file, base: r2.item.version, f.draft(.file, "a.txt", in: folder, chunks: [c2, c3], t: 3_000))
+        try check(r3.outcome == .applied && r3.item.size == 200, "update applied with size 200, got \(r3)")
+        let changes = try await f.allChanges()
+        try check(changes.map(\.seq) == [1, 2, 3, 4], "journal seqs 1…4, got \(changes.map(\.seq))")
+        try check(changes.map(\.kind) == [.create, .create, .update, .update], "journal kinds, got \(changes.map(\.kind))")
+        try check(changes.last?.item.chunks == [c2, c3] && changes.last?.device == f.a.id, "last change carries the state")
+        let item = try await f.item(file)
+        try check(item.version == 4 && item.parent == folder, "item version 4 in its folder, got \(item)")
+        let versions = try await f.store.versions(of: file, in: f.container)
+        try check(versions.map(\.version) == [4, 3, 2], "versions newest first, got \(versions.map(\.version))")
+        try check(versions.map(\.role) == [.current, .previous, .previous], "roles, got \(versions.map(\.role))")
+        try check(versions[2].state.chunks == [c1] && versions[2].deviceName == "laptop", "first version kept with its device name")
+        try check(try await f.store.cursor(of: f.container) == 4, "cursor 4")
+    }
+
+    static func cursorPaging(_ f: StoreFixture) async throws {
+        for i in 0..<25 { _ = try await f.create(.folder, "f\(i)") }
+        var since: Int64 = 0
+        var pages: [[Int64]] = []
+        while true {
+            let page = try await f.store.changes(in: f.container, since: since, limit: 10)
+            pages.append(page.changes.map(\.seq))
+            try check(page.cursor >= since, "cursor never goes back")
+            since = page.cursor
+            if !page.more { break }
+        }
+        try check(pages == [Array(1...10), Array(11...20), Array(21...25)], "pages of 10, got \(pages)")
+        let empty = try await f.store.changes(in: f.container, since: 25, limit: 10)
+        try check(empty.changes.isEmpty && empty.cursor == 25 && !empty.more, "nothing after the end")
+        var listed: [ItemID] = []
+        var after: ItemID? = nil
+        repeat {
+            let page = try await f.store.items(in: f.container, after: after, limit: 7)
+            listed += page.items.map(\.id)
+            after = page.next
+            try check(page.cursor == 25, "listing reports the cursor")
+        } while after != nil
+        try check(listed.count == 25 && listed == listed.sorted(), "listing pages by id, got \(listed.count)")
+    }
+
+    static func staleBase(_ f: StoreFixture, laterWins: Bool) async throws {
+        let base = try await f.chunk("base"), mine = try await f.chunk("A-edit"), theirs = try await f.chunk("B-edit")
+        let (file, v1) = try await f.create(.file, "doc.txt", chunks: [base])
+        // A commits first; B, still on v1, commits later with a later (or earlier) mtime.
+        let ra = try await f.commit(file, base: v1, f.draft(.file, "doc.txt", chunks: [mine], t: 2_000), by: f.a)
+        try check(ra.outcome == .applied, "fresh base applies")
+        let rb = try await f.commit(file, base: v1, f.draft(.file, "doc.txt", chunks: [theirs], t: laterWins ? 3_000 : 1_500), by: f.b)
+        try check(rb.outcome == .conflict, "stale base with a different edit is a conflict, got \(rb.outcome)")
+        try check(rb.yours == (laterWins ? "current" : "conflict"), "B's version is \(laterWins ? "current" : "conflict"), got \(rb.yours ?? "nil")")
+        let item = try await f.item(file)
+        try check(item.chunks == (laterWins ? [theirs] : [mine]), "the later edit is current")
+        try check(item.conflicts == 1, "one unresolved conflict, got \(item.conflicts)")
+        let versions = try await f.store.versions(of: file, in: f.container)
+        let conflict = versions.filter { $0.role == .conflict }
+        try check(conflict.count == 1 && conflict[0].state.chunks == (laterWins ? [mine] : [theirs]), "the other edit is the conflict version")
+        try check(conflict[0].deviceName == (laterWins ? "laptop" : "desktop"), "conflict version names its device")
+        try check(versions.contains { $0.state.chunks == [base] }, "the base is history")
+        let last = try await f.allChanges().last
+        try check(last?.kind == .conflict && last?.item.conflicts == 1, "every device sees the conflict in the journal")
+    }
+
+    static func sameNameCreates(_ f: StoreFixture) async throws {
+        let (folder, _) = try await f.create(.folder, "Inbox")
+        let (x, _) = try await f.create(.file, "notes.txt", in: folder, by: f.a)
+        let y = ItemID(UUID())
+        let ry = try await f.commit(y, base: nil, f.draft(.file, "notes.txt", in: folder), by: f.b)
+        try check(ry.renamed && ry.item.name.value == "notes 2.txt", "second create renamed to 'notes 2.txt', got \(ry.item.name)")
+        let z = try await f.commit(ItemID(UUID()), base: nil, f.draft(.file, "notes.txt", in: folder))
+        try check(z.item.name.value == "notes 3.txt", "third create is 'notes 3.txt', got \(z.item.name)")
+        try check(try await f.item(x).name.value == "notes.txt", "the first keeps its name")
+        // A move onto a taken name is renamed the same way.
+        let (w, vw) = try await f.create(.file, "other.txt", in: folder)
+        let rw = try await f.commit(w, base: vw, f.draft(.file, "notes.txt", in: folder))
+        try check(rw.item.name.value == "notes 4.txt", "move onto a taken name, got \(rw.item.name)")
+    }
+
+    static func editVsDelete(_ f: StoreFixture, editFirst: Bool) async throws {
+        let c0 = try await f.chunk("v0"), c1 = try await f.chunk("v1")
+        let (file, v1) = try await f.create(.file, "plan.md", chunks: [c0])
+        let edit = f.draft(.file, "plan.md", chunks: [c1], t: 2_000)
+        let delete = f.draft(.file, "plan.md", chunks: [c0], t: 3_000, deleted: true)
+        if editFirst {
+            try await f.commit(file, base: v1, edit, by: f.a)
+            let r = try await f.commit(file, base: v1, delete, by: f.b)
+            try check(r.outcome == .deleteIgnored, "a stale delete of an edited item is ignored, got \(r.outcome)")
+        } else {
+            try await f.commit(file, base: v1, delete, by: f.b)
+            let r = try await f.commit(file, base: v1, edit, by: f.a)
+            try check(r.outcome == .applied && !r.item.deleted, "an edit of a deleted item brings it back")
+            try check(try await f.allChanges().last?.kind == .restore, "journal says restore")
+        }
+        let item = try await f.item(file)
+        try check(!item.deleted && item.chunks == [c1], "the edit wins: item alive with the edit, got \(item)")
+    }
+
+    static func moveCycle(_ f: StoreFixture) async throws {
+        let (a, va) = try await f.create(.folder, "a")
+        let (b, _) = try await f.create(.folder, "b", in: a)
+        let (c, _) = try await f.create(.folder, "c", in: b)
+        let before = try await f.store.cursor(of: f.container)
+        for target in [c, b, a] {
+            do {
+                try await f.commit(a, base: va, f.draft(.folder, "a", in: target))
+                throw ConformanceFailure("moving a into \(target) must be rejected")
+            } catch let e as APIError {
+                try check(e.code == .moveCycle, "code move_cycle, got \(e.code)")
+            }
+        }
+        try check(try await f.store.cursor(of: f.container) == before, "a rejected move writes nothing")
+        try check(try await f.item(a).parent == .root, "a stays where it was")
+        // The reverse move is fine.
+        let rc = try await f.commit(c, base: try await f.item(c).version, f.draft(.folder, "c", in: .root))
+        try check(rc.outcome == .applied && rc.item.parent == .root, "c moves to the root")
+    }
+
+    static func folderDeletedWhileChildChanged(_ f: StoreFixture) async throws {
+        let c0 = try await f.chunk("x0"), c1 = try await f.chunk("x1")
+        let (outer, _) = try await f.create(.folder, "Outer")
+        let (folder, _) = try await f.create(.folder, "Project", in: outer)
+        let (child, vc) = try await f.create(.file, "x.txt", in: folder, chunks: [c0])
+        // B deletes the child, the folder and its parent, having seen everything.
+        let seen = try await f.store.cursor(of: f.container)
+        try await f.commit(child, base: vc, f.draft(.file, "x.txt", in: folder, chunks: [c0], deleted: true), by: f.b, seen: seen)
+        try await f.commit(folder, base: try await f.item(folder).version, f.draft(.folder, "Project", in: outer, deleted: true), by: f.b, seen: seen)
+        try await f.commit(outer, base: try await f.item(outer).version, f.draft(.folder, "Outer", deleted: true), by: f.b, seen: seen)
+        let (o1, f1) = (try await f.item(outer).deleted, try await f.item(folder).deleted)
+        try check(o1 && f1, "folders deleted")
+        // A, offline meanwhile, edited the child.
+        let r = try await f.commit(child, base: vc, f.draft(.file, "x.txt", in: folder, chunks: [c1], t: 9_000), by: f.a)
+        try check(r.outcome == .applied && !r.item.deleted && r.item.chunks == [c1], "the changed child survives")
+        try check(Set(r.restored) == [folder, outer], "its folders are restored, got \(r.restored)")
+        let (o2, f2) = (try await f.item(outer).deleted, try await f.item(folder).deleted)
+        try check(!o2 && !f2, "folders alive again")
+    }
+
+    static func folderDeleteSparesUnseenChildren(_ f: StoreFixture) async throws {
+        let (folder, _) = try await f.create(.folder, "Shared")
+        let (old, _) = try await f.create(.file, "old.txt", in: folder)
+        let (sub, _) = try await f.create(.folder, "sub", in: folder)
+        let seen = try await f.store.cursor(of: f.container)
+        // A adds a file after B's view; B deletes the whole folder in one commit.
+        let (fresh, _) = try await f.create(.file, "fresh.txt", in: sub, by: f.a)
+        let r = try await f.commit(folder, base: try await f.item(folder).version, f.draft(.folder, "Shared", deleted: true), by: f.b, seen: seen)
+        try check(r.outcome == .deleteIgnored && !r.item.deleted, "the folder survives because of an unseen child, got \(r.outcome)")
+        try check(try await f.item(old).deleted, "a seen child is deleted")
+        let (fr, sb) = (try await f.item(fresh).deleted, try await f.item(sub).deleted)
+        try check(!fr && !sb, "the unseen child and its folder survive")
+        // Seen everything: the whole tree goes.
+        let all = try await f.store.cursor(of: f.container)
+        let r2 = try await f.commit(folder, base: try await f.item(folder).version, f.draft(.folder, "Shared", deleted: true), by: f.b, seen: all)
+        try check(r2.outcome == .applied && r2.item.deleted, "folder deleted")
+        let (fr2, sb2) = (try await f.item(fresh).deleted, try await f.item(sub).deleted)
+        try check(fr2 && sb2, "descendants deleted with it")
+    }
+
+    static func renameAndEdit(_ f: StoreFixture) async throws {
+        let c0 = try await f.chunk("r0"), c1 = try await f.chunk("r1")
+        let (dest, _) = try await f.create(.folder, "Archive")
+        let (file, v1) = try await f.create(.file, "draft.txt", chunks: [c0])
+        try await f.commit(file, base: v1, f.draft(.file, "final.txt", in: dest, chunks: [c0]), by: f.a)
+        let r = try await f.commit(file, base: v1, f.draft(.file, "draft.txt", chunks: [c1], t: 5_000), by: f.b)
+        try check(r.outcome == .applied, "no conflict, got \(r.outcome)")
+        try check(r.item.name.value == "final.txt" && r.item.parent == dest && r.item.chunks == [c1], "the edit follows the renamed item, got \(r.item)")
+    }
+
+    static func resolveAndRestore(_ f: StoreFixture) async throws {
+        let c0 = try await f.chunk("s0"), ca = try await f.chunk("sa"), cb = try await f.chunk("sb"), cc = try await f.chunk("sc")
+        let (file, v1) = try await f.create(.file, "s.txt", chunks: [c0])
+        try await f.commit(file, base: v1, f.draft(.file, "s.txt", chunks: [ca], t: 2_000), by: f.a)
+        try await f.commit(file, base: v1, f.draft(.file, "s.txt", chunks: [cb], t: 1_000), by: f.b)
+        try await f.commit(file, base: v1, f.draft(.file, "s.txt", chunks: [cc], t: 1_500), by: f.b)
+        var item = try await f.item(file)
+        try check(item.conflicts == 2 && item.chunks == [ca], "two conflicts, A current")
+        let conflicts = try await f.store.versions(of: file, in: f.container).filter { $0.role == .conflict }
+        let vb = conflicts.first { $0.state.chunks == [cb] }!.version
+        let vc = conflicts.first { $0.state.chunks == [cc] }!.version
+        // Discard one.
+        var r = try await f.store.resolve(ResolveRequest(action: .discard, versions: [vc]), item: file, in: f.container, by: f.a, now: 10_000)
+        try check(r.item.conflicts == 1 && r.item.chunks == [ca], "one conflict left")
+        // Discarding something that is not a conflict is refused.
+        do {
+            _ = try await f.store.resolve(ResolveRequest(action: .discard, versions: [vc]), item: file, in: f.container, by: f.a, now: 10_000)
+            throw ConformanceFailure("discarding a discarded version must fail")
+        } catch let e as APIError { try check(e.code == .notAConflict, "not_a_conflict, got \(e.code)") }
+        // Keep the conflict version: it becomes current, no conflicts remain.
+        r = try await f.store.resolve(ResolveRequest(action: .keepVersion, version: vb), item: file, in: f.container, by: f.b, now: 10_000)
+        item = try await f.item(file)
+        try check(item.chunks == [cb] && item.conflicts == 0 && r.outcome == .applied, "kept version current, no conflicts, got \(item)")
+        try check(try await f.allChanges().last?.item.conflicts == 0, "journal shows the resolution")
+        // Restore the very first version from history.
+        let first = try await f.store.versions(of: file, in: f.container).first { $0.state.chunks == [c0] }!.version
+        r = try await f.store.resolve(ResolveRequest(action: .restore, version: first), item: file, in: f.container, by: f.a, now: 20_000)
+        try check(r.item.chunks == [c0] && r.item.name.value == "s.txt", "old version restored")
+        // keep_current with no conflicts changes nothing.
+        r = try await f.store.resolve(ResolveRequest(action: .keepCurrent), item: file, in: f.container, by: f.a, now: 20_000)
+        try check(r.outcome == .unchanged, "nothing to resolve")
+    }
+
+    static func missingChunks(_ f: StoreFixture) async throws {
+        let known = try await f.chunk("known")
+        let unknown = ChunkRef(hash: ContentHash(hex: String(repeating: "e", count: 64))!, size: 10)
+        do {
+            _ = try await f.create(.file, "m.bin", chunks: [known, unknown])
+            throw ConformanceFailure("a commit with an unknown chunk must fail")
+        } catch let e as APIError {
+            try check(e.code == .missingChunks && e.missing == [unknown.hash], "missing_chunks names the chunk, got \(e)")
+        }
+        do {
+            _ = try await f.create(.file, "m.bin", chunks: [ChunkRef(hash: known.hash, size: 99)])
+            throw ConformanceFailure("a wrong chunk size must fail")
+        } catch let e as APIError { try check(e.code == .chunkSizeMismatch, "chunk_size_mismatch, got \(e.code)") }
+        try check(try await f.store.cursor(of: f.container) == 0, "nothing committed")
+    }
+
+    static func accountsAreIsolated(_ f: StoreFixture) async throws {
+        let bob = try await f.store.addDevice(account: "bob", deviceName: "phone", tokenHash: TokenHash.of(UUID().uuidString))
+        try check(bob.accountID != f.a.accountID, "a new account")
+        try check(try await f.store.container(account: bob.accountID, name: f.container.name, create: false) == nil,
+                  "bob does not see alice's container")
+        let chunk = try await f.chunk("alice-secret")
+        try check(try await f.store.ownedChunks(account: bob.accountID, hashes: [chunk.hash]).isEmpty, "bob does not own alice's chunks")
+        let bobs = try await f.store.container(account: bob.accountID, name: f.container.name, create: true)
+        try check(bobs != nil && bobs?.id != f.container.id, "bob's container of the same name is his own")
+    }
+
+    static func retries(_ f: StoreFixture) async throws {
+        let c1 = try await f.chunk("retry")
+        let id = ItemID(UUID())
+        let d = f.draft(.file, "r.txt", chunks: [c1])
+        let first = try await f.commit(id, base: nil, d)
+        let again = try await f.commit(id, base: nil, d)
+        try check(again.outcome == .unchanged && again.item.version == first.item.version, "a repeated create changes nothing")
+        let c2 = try await f.chunk("retry2")
+        let up = f.draft(.file, "r.txt", chunks: [c2], t: 2_000)
+        let u1 = try await f.commit(id, base: first.item.version, up)
+        let u2 = try await f.commit(id, base: first.item.version, up)
+        try check(u2.outcome == .unchanged && u2.item.version == u1.item.version, "a repeated update changes nothing")
+    }
+}
+
+public struct ConformanceFailure: Error, CustomStringConvertible {
+    public let description: String
+    public init(_ d: String) { description = d }
+}
+
+@inline(__always)
+func check(_ condition: Bool, _ message: @autoclosure () -> String) throws {
+    if !condition { throw ConformanceFailure(message()) }
+}
