@@ -15,7 +15,8 @@ public struct Errno: Error, Equatable, Hashable, Sendable, CustomStringConvertib
     public static let ENOTEMPTY = Errno(Glibc.ENOTEMPTY), ENODATA = Errno(Glibc.ENODATA)
     public static let ERANGE = Errno(Glibc.ERANGE), E2BIG = Errno(Glibc.E2BIG), EILSEQ = Errno(Glibc.EILSEQ)
     public static let EOPNOTSUPP = Errno(Glibc.EOPNOTSUPP), EFBIG = Errno(Glibc.EFBIG), EMLINK = Errno(Glibc.EMLINK)
-    public static let ENOTSUP = Errno(Glibc.ENOTSUP), EAGAIN = Errno(Glibc.EAGAIN)
+    public static let ENOTSUP = Errno(Glibc.ENOTSUP), EAGAIN = Errno(Glibc.EAGAIN), ELOOP = Errno(Glibc.ELOOP)
+    public static let ENOTCONN = Errno(Glibc.ENOTCONN)
 
     /// The current thread's errno (after a failed libc call).
     public static var current: Errno { Errno(cfuse_errno()) }

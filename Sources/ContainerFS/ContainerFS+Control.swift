@@ -1,0 +1,83 @@
+import FuseKit
+import Glibc
+import LocalStore
+
+// The hidden control folder `.nimbus/` at the mount root (docs/mount.md). It lives on reserved
+// node ids (2, 3), is found by lookup but never listed in the root, and cannot be removed,
+// renamed, written into or chmod-ed. Its files are generated at open (direct I/O, size 0 in
+// stat, like /proc) so `cat` always sees a consistent snapshot.
+
+extension ContainerFS {
+    func controlAttr(_ node: UInt64) -> stat {
+        var st = stat()
+        st.st_ino = UInt(node)
+        st.st_uid = owner.uid
+        st.st_gid = owner.gid
+        let ts = Self.ts(mountTime)
+        st.st_atim = ts; st.st_mtim = ts; st.st_ctim = ts
+        if node == Self.controlDirNode {
+            st.st_mode = S_IFDIR | 0o555
+            st.st_nlink = 2
+            st.st_size = 4096
+        } else {
+            st.st_mode = S_IFREG | 0o444
+            st.st_nlink = 1
+            st.st_size = 0
+        }
+        st.st_blksize = 4096
+        return st
+    }
+
+    func controlEntry(_ node: UInt64) -> FuseEntry {
+        FuseEntry(node: node, attr: controlAttr(node), attrTimeout: options.attrTimeout, entryTimeout: options.entryTimeout)
+    }
+
+    func openControl(_ node: UInt64) -> FuseOpen {
+        let bytes = Array(statusText().utf8)
+        let h = lock.withLock { () -> UInt64 in
+            let h = Self.controlHandleBase + t.nextControlHandle
+            t.nextControlHandle += 1
+            t.controls[h] = bytes
+            return h
+        }
+        return FuseOpen(handle: h, keepCache: false, directIO: true)
+    }
+
+    public func readControl(handle: UInt64, offset: Int64, size: Int) throws(Errno) -> [UInt8] {
+        try lock.withLock { () throws(Errno) -> [UInt8] in
+            guard let b = t.controls[handle] else { throw .EBADF }
+            let start = min(Int(offset), b.count)
+            return Array(b[start..<min(b.count, start + size)])
+        }
+    }
+
+    func releaseControl(_ handle: UInt64) {
+        lock.withLock { t.controls[handle] = nil }
+    }
+
+    /// The text of `.nimbus/status`: one `key: value` per line, stable keys for scripts.
+    public func statusText() -> String {
+        let (items, files, folders, bytes, open) = lock.withLock { () -> (Int, Int, Int, Int64, Int) in
+            var files = 0, folders = 0
+            var bytes: Int64 = 0
+            for n in t.nodes.values where n.linked {
+                if n.isDir { folders += 1 } else if n.rec.kind == .file { files += 1; bytes += n.rec.size }
+            }
+            return (t.nodes.count, files, folders, bytes, t.openFiles)
+        }
+        var s = ""
+        s += "connection: local-only\n"
+        s += "items: \(items)\n"
+        s += "files: \(files)\n"
+        s += "folders: \(folders)\n"
+        s += "bytes: \(bytes)\n"
+        s += "open-files: \(open)\n"
+        s += "pending-local-writes: \(store.backlog)\n"
+        s += "upload-queue: 0\n"
+        s += "download-queue: 0\n"
+        s += "conflicts: 0\n"
+        s += "state-dir: \(store.directory.path)\n"
+        s += "store-error: \(store.lastError ?? "none")\n"
+        return s
+    }
+}

@@ -1,0 +1,110 @@
+import Foundation
+import FuseKit
+import LocalStore
+import NimbusCore
+
+/// Who creates an item: the caller of the request (pjdfstest and every multi-user tool expect
+/// new files to belong to the caller, not to the daemon).
+public struct Caller: Sendable {
+    public var uid: UInt32
+    public var gid: UInt32
+    public init(uid: UInt32, gid: UInt32) { self.uid = uid; self.gid = gid }
+    public init(_ c: FuseContext) { uid = c.uid; gid = c.gid }
+    public static var process: Caller { Caller(uid: getuid(), gid: getgid()) }
+}
+
+extension ContainerFS {
+    /// Inserts a new item under `parent` (lock held). The kernel already applied the umask.
+    /// A folder with the set-group-ID bit passes its group (and, to folders, the bit) on.
+    func insert(parent p: Node, name: String, kind: ItemKind, mode: mode_t, caller: Caller, target: String? = nil) throws(Errno) -> Node {
+        guard p.children[name] == nil else { throw .EEXIST }
+        let now = WallClock.nowNanoseconds()
+        let node = t.nextNode
+        t.nextNode += 1
+        var perm = UInt32(mode) & 0o7777
+        var gid = caller.gid
+        if p.rec.mode & UInt32(S_ISGID) != 0 {
+            gid = p.rec.gid
+            if kind == .folder { perm |= UInt32(S_ISGID) }
+        }
+        let type: UInt32 = switch kind {
+        case .file: UInt32(S_IFREG)
+        case .folder: UInt32(S_IFDIR)
+        case .symlink: UInt32(S_IFLNK)
+        }
+        if kind == .symlink { perm = 0o777 }
+        let rec = ItemRecord(id: ItemID(UUID()), node: node, parent: p.rec.id, name: name, kind: kind,
+                             mode: type | perm, uid: caller.uid, gid: gid, size: Int64(target?.utf8.count ?? 0),
+                             time: now, target: target)
+        let n = Node(rec)
+        n.parentNode = p.node
+        t.nodes[node] = n
+        p.children[name] = node
+        if kind == .folder { p.subdirs += 1 }
+        p.rec.mtime = now
+        p.rec.ctime = now
+        store.enqueue(.upsert(rec))
+        persist(p)
+        return n
+    }
+
+    public func mkdir(parent: UInt64, name: String, mode: mode_t, caller: Caller) throws(Errno) -> FuseEntry {
+        try Self.check(name: name, in: parent)
+        let (e, id) = try lock.withLock { () throws(Errno) -> (FuseEntry, ItemID) in
+            let n = try insert(parent: try folder(parent), name: name, kind: .folder, mode: mode, caller: caller)
+            return (lookedUp(n), n.rec.id)
+        }
+        notify(.created(id))
+        return e
+    }
+
+    public func symlink(target: [UInt8], parent: UInt64, name: String, caller: Caller) throws(Errno) -> FuseEntry {
+        try Self.check(name: name, in: parent)
+        guard let text = String(validating: target, as: UTF8.self) else { throw .EILSEQ }
+        let (e, id) = try lock.withLock { () throws(Errno) -> (FuseEntry, ItemID) in
+            let n = try insert(parent: try folder(parent), name: name, kind: .symlink, mode: 0o777, caller: caller, target: text)
+            return (lookedUp(n), n.rec.id)
+        }
+        notify(.created(id))
+        return e
+    }
+
+    /// Creates and opens a regular file. Returns the entry and the file handle (a descriptor of
+    /// the item's cache file).
+    public func create(parent: UInt64, name: String, mode: mode_t, flags: Int32, caller: Caller) throws(Errno) -> (FuseEntry, FuseOpen) {
+        try Self.check(name: name, in: parent)
+        let (e, id, fd) = try lock.withLock { () throws(Errno) -> (FuseEntry, ItemID, Int32) in
+            let p = try folder(parent)
+            guard p.children[name] == nil else { throw .EEXIST }
+            let n = try insert(parent: p, name: name, kind: .file, mode: mode, caller: caller)
+            let fd = store.cache.open(n.rec.id, create: true, truncate: true)
+            if fd < 0 {
+                // Roll back the insert: the cache is unusable (disk full, permissions).
+                p.children[name] = nil
+                t.nodes[n.node] = nil
+                store.enqueue(.delete(n.rec.id))
+                throw Errno(-fd)
+            }
+            n.openHandles += 1
+            t.openFiles += 1
+            return (lookedUp(n), n.rec.id, fd)
+        }
+        notify(.created(id))
+        return (e, FuseOpen(handle: UInt64(fd), keepCache: true))
+    }
+
+    /// Regular files only: a synced folder cannot hold device nodes, FIFOs or sockets (EPERM, the
+    /// errno of a filesystem that does not support the node type; see docs/mount.md).
+    public func mknod(parent: UInt64, name: String, mode: mode_t, caller: Caller) throws(Errno) -> FuseEntry {
+        guard mode & S_IFMT == S_IFREG || mode & S_IFMT == 0 else { throw .EPERM }
+        try Self.check(name: name, in: parent)
+        let (e, id) = try lock.withLock { () throws(Errno) -> (FuseEntry, ItemID) in
+            let n = try insert(parent: try folder(parent), name: name, kind: .file, mode: mode, caller: caller)
+            let fd = store.cache.open(n.rec.id, create: true, truncate: true)
+            if fd >= 0 { close(fd) }
+            return (lookedUp(n), n.rec.id)
+        }
+        notify(.created(id))
+        return e
+    }
+}

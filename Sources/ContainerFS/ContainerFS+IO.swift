@@ -1,0 +1,146 @@
+import FuseKit
+import Glibc
+import LocalStore
+import NimbusCore
+
+// File handles are file descriptors of the item's cache file (opened O_RDWR; the kernel has
+// already checked the caller's access mode). Reads therefore need no lock and no allocation:
+// the adapter splices straight from the descriptor.
+
+extension ContainerFS {
+    public func open(node: UInt64, flags: Int32) throws(Errno) -> FuseOpen {
+        if node == Self.controlStatusNode { return openControl(node) }
+        if node == Self.controlDirNode { throw .EISDIR }
+        let id = try lock.withLock { () throws(Errno) -> ItemID in
+            let n = try self.node(node)
+            guard n.rec.kind == .file else { throw n.isDir ? .EISDIR : .ELOOP }
+            n.openHandles += 1
+            t.openFiles += 1
+            return n.rec.id
+        }
+        let fd = store.cache.open(id, create: true)
+        if fd < 0 {
+            lock.withLock {
+                if let n = t.nodes[node] { n.openHandles -= 1; t.openFiles -= 1; reapIfUnused(n) }
+            }
+            throw Errno(-fd)
+        }
+        return FuseOpen(handle: UInt64(fd), keepCache: true)
+    }
+
+    /// Writes through the handle's descriptor, then records the new size and times.
+    public func write(node: UInt64, handle: UInt64, offset: Int64, data: UnsafeRawBufferPointer) throws(Errno) -> Int {
+        guard handle < Self.controlHandleBase else { throw .EBADF }
+        let n = pwrite(Int32(handle), data.baseAddress, data.count, off_t(offset))
+        if n < 0 { throw Errno.current }
+        let now = WallClock.nowNanoseconds()
+        lock.withLock {
+            guard let x = t.nodes[node] else { return }
+            x.rec.size = max(x.rec.size, offset + Int64(n))
+            x.rec.mtime = now
+            x.rec.ctime = now
+            x.rec.dirty = true
+            x.metaDirty = true
+        }
+        return n
+    }
+
+    /// Queues the size/times a handle's writes changed; tells the sync engine the content changed.
+    func settle(node: UInt64) {
+        let changed = lock.withLock { () -> ItemID? in
+            guard let n = t.nodes[node], n.metaDirty else { return nil }
+            if n.linked { persist(n) } else { n.metaDirty = false }
+            return n.linked ? n.rec.id : nil
+        }
+        if let changed { notify(.contentChanged(changed)) }
+    }
+
+    public func flush(node: UInt64, handle: UInt64) {
+        if handle < Self.controlHandleBase { settle(node: node) }
+    }
+
+    public func release(node: UInt64, handle: UInt64) {
+        if handle >= Self.controlHandleBase { return releaseControl(handle) }
+        settle(node: node)
+        close(Int32(handle))
+        lock.withLock {
+            t.openFiles -= 1
+            guard let n = t.nodes[node] else { return }
+            n.openHandles -= 1
+            reapIfUnused(n)
+        }
+    }
+
+    /// Data to disk, then the item's metadata committed with a full fsync of the database.
+    public func fsync(node: UInt64, handle: UInt64, dataOnly: Bool) throws(Errno) {
+        guard handle < Self.controlHandleBase else { return }
+        if (dataOnly ? fdatasync(Int32(handle)) : Glibc.fsync(Int32(handle))) != 0 { throw Errno.current }
+        settle(node: node)
+        try syncMetadata()
+    }
+
+    public func fsyncdir() throws(Errno) { try syncMetadata() }
+
+    /// Commits every queued change with fsync (never called with `lock` held).
+    public func syncMetadata() throws(Errno) {
+        if store.sync() != nil { throw .EIO }
+        store.cache.syncDirectories()
+    }
+
+    public func fallocate(node: UInt64, handle: UInt64, mode: Int32, offset: Int64, length: Int64) throws(Errno) {
+        guard handle < Self.controlHandleBase else { throw .EBADF }
+        guard mode == 0 else { throw .EOPNOTSUPP }
+        let rc = posix_fallocate(Int32(handle), off_t(offset), off_t(length))
+        if rc != 0 { throw Errno(rc) }
+        let now = WallClock.nowNanoseconds()
+        lock.withLock {
+            guard let n = t.nodes[node], offset + length > n.rec.size else { return }
+            n.rec.size = offset + length
+            n.rec.ctime = now
+            n.rec.dirty = true
+            persist(n)
+        }
+    }
+
+    /// chmod, chown, truncate, utimes. The kernel (default_permissions) has checked who may do
+    /// what and already folded "clear set-id bits" into `mode`.
+    public func setattr(node: UInt64, _ c: FuseSetAttr, handle: UInt64?) throws(Errno) -> stat {
+        if node < 16 && node != Self.rootNode { throw .EPERM }
+        if let size = c.size {
+            if size < 0 { throw .EINVAL }
+            let id = try lock.withLock { () throws(Errno) -> ItemID in
+                let n = try self.node(node)
+                if n.isDir { throw .EISDIR }
+                guard n.rec.kind == .file else { throw .EINVAL }
+                return n.rec.id
+            }
+            if let h = handle, h < Self.controlHandleBase {
+                if ftruncate(Int32(h), off_t(size)) != 0 { throw Errno.current }
+            } else {
+                let fd = store.cache.open(id, create: true)
+                if fd < 0 { throw Errno(-fd) }
+                defer { close(fd) }
+                if ftruncate(fd, off_t(size)) != 0 { throw Errno.current }
+            }
+        }
+        let now = WallClock.nowNanoseconds()
+        let (st, id, content) = try lock.withLock { () throws(Errno) -> (stat, ItemID, Bool) in
+            let n = try self.node(node)
+            if let m = c.mode { n.rec.mode = (n.rec.mode & UInt32(S_IFMT)) | (UInt32(m) & 0o7777) }
+            if let u = c.uid { n.rec.uid = u }
+            if let g = c.gid { n.rec.gid = g }
+            if let size = c.size {
+                if size != n.rec.size { n.rec.mtime = now }
+                n.rec.size = size
+                n.rec.dirty = true
+            }
+            switch c.atime { case .now?: n.rec.atime = now; case .at(let ts)?: n.rec.atime = Self.ns(ts); case nil: break }
+            switch c.mtime { case .now?: n.rec.mtime = now; case .at(let ts)?: n.rec.mtime = Self.ns(ts); case nil: break }
+            n.rec.ctime = c.ctime.map(Self.ns) ?? now
+            if n.linked { persist(n) }
+            return (attr(n), n.rec.id, c.size != nil)
+        }
+        notify(content ? .contentChanged(id) : .attributesChanged(id))
+        return st
+    }
+}

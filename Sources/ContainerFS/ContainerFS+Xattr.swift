@@ -1,0 +1,89 @@
+import FuseKit
+import Glibc
+import LocalStore
+
+// Extended attributes.
+// - `user.nimbus.*` are virtual (computed, read-only for now): `status` = `current` (everything
+//   is local until the sync issue), `itemid` = the item's UUID.
+// - Other `user.*` attributes are stored per item (database row per name) and survive remounts.
+// - `security.*`, `system.*` (ACLs) and `trusted.*` are not supported: reads answer ENODATA at
+//   once, without a lock or I/O — the kernel asks for `security.capability` before every
+//   write(2) (FUSE-NOTES), so this path is hot.
+
+extension ContainerFS {
+    public static let virtualXattrs = ["user.nimbus.status", "user.nimbus.itemid"]
+    static let maxXattrValue = 64 * 1024
+
+    public func getxattr(node: UInt64, name: String) throws(Errno) -> [UInt8] {
+        guard name.hasPrefix("user.") else { throw .ENODATA }
+        if node < 16 && node != Self.rootNode { throw .ENODATA }
+        return try lock.withLock { () throws(Errno) -> [UInt8] in
+            let n = try self.node(node)
+            if name.hasPrefix("user.nimbus.") {
+                switch name {
+                case "user.nimbus.status": return Array("current".utf8)
+                case "user.nimbus.itemid": return Array(n.rec.id.description.utf8)
+                default: throw .ENODATA
+                }
+            }
+            guard let v = n.xattrs[name] else { throw .ENODATA }
+            return v
+        }
+    }
+
+    /// The names, each NUL-terminated (the listxattr(2) format).
+    public func listxattr(node: UInt64) throws(Errno) -> [UInt8] {
+        if node < 16 && node != Self.rootNode { return [] }
+        return try lock.withLock { () throws(Errno) -> [UInt8] in
+            let n = try self.node(node)
+            var out: [UInt8] = []
+            if n.rec.kind != .symlink {
+                for name in Self.virtualXattrs { out += Array(name.utf8); out.append(0) }
+            }
+            for name in n.xattrs.keys.sorted() { out += Array(name.utf8); out.append(0) }
+            return out
+        }
+    }
+
+    /// `flags`: XATTR_CREATE fails with EEXIST if present, XATTR_REPLACE with ENODATA if absent.
+    public func setxattr(node: UInt64, name: String, value: [UInt8], flags: Int32) throws(Errno) {
+        guard name.hasPrefix("user.") else { throw .EOPNOTSUPP }
+        if node < 16 && node != Self.rootNode { throw .EPERM }
+        if name.hasPrefix("user.nimbus.") { throw .EPERM }
+        if name.utf8.count > 255 { throw .ERANGE }
+        if value.count > Self.maxXattrValue { throw .E2BIG }
+        let id = try lock.withLock { () throws(Errno) -> ItemID in
+            let n = try self.node(node)
+            let exists = n.xattrs[name] != nil
+            if flags & 1 /* XATTR_CREATE */ != 0 && exists { throw .EEXIST }
+            if flags & 2 /* XATTR_REPLACE */ != 0 && !exists { throw .ENODATA }
+            n.xattrs[name] = value
+            n.rec.ctime = WallClock.nowNanoseconds()
+            if n.linked {
+                store.enqueue(.setXattr(n.rec.id, name: name, value: value))
+                persist(n)
+            }
+            return n.rec.id
+        }
+        notify(.attributesChanged(id))
+    }
+
+    public func removexattr(node: UInt64, name: String) throws(Errno) {
+        guard name.hasPrefix("user.") else { throw .EOPNOTSUPP }
+        if node < 16 && node != Self.rootNode { throw .EPERM }
+        if name.hasPrefix("user.nimbus.") { throw .EPERM }
+        let id = try lock.withLock { () throws(Errno) -> ItemID in
+            let n = try self.node(node)
+            guard n.xattrs.removeValue(forKey: name) != nil else { throw .ENODATA }
+            n.rec.ctime = WallClock.nowNanoseconds()
+            if n.linked {
+                store.enqueue(.removeXattr(n.rec.id, name: name))
+                persist(n)
+            }
+            return n.rec.id
+        }
+        notify(.attributesChanged(id))
+    }
+}
+
+import NimbusCore

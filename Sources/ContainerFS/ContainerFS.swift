@@ -1,0 +1,205 @@
+import FuseKit
+import Glibc
+import LocalStore
+import NimbusCore
+
+/// The filesystem of one container, over LocalStore. It is testable without mounting: every
+/// operation is a plain method that returns a value or throws an `Errno`; `FuseAdapter` maps
+/// kernel requests onto it.
+///
+/// Concurrency: operations run concurrently on libfuse's worker threads. One lock (`lock`)
+/// guards `t` (all nodes, handles and listings); it is held only for in-memory work and
+/// `LocalStore.enqueue`. File I/O (pread/pwrite/ftruncate/fsync) happens outside it on the
+/// handle's own file descriptor, and nothing is replied while it is held.
+/// Lock order: `lock` → LocalStore queue lock.
+public final class ContainerFS: @unchecked Sendable {
+    // @unchecked: `t` is guarded by `lock`; the rest is immutable after init.
+    public struct Options: Sendable {
+        /// How long the kernel may cache names and attributes. Changes made through the mount
+        /// keep the kernel's view right by themselves; remote changes invalidate explicitly.
+        public var entryTimeout = 1.0
+        public var attrTimeout = 1.0
+        /// Negative lookups ("no such name") are cached this long.
+        public var negativeTimeout = 1.0
+        public init() {}
+    }
+
+    public static let rootNode: UInt64 = 1
+    /// Reserved node ids for the control folder (item nodes start at 16).
+    static let controlDirNode: UInt64 = 2
+    static let controlStatusNode: UInt64 = 3
+    public static let controlName = ".nimbus"
+    /// Handles ≥ this are control-file handles; file handles are file descriptors (< 2^31).
+    static let controlHandleBase: UInt64 = 1 << 62
+
+    public let store: LocalStore
+    public let options: Options
+    let content: any ContentProvider
+    let observer: (any ChangeObserver)?
+    let lock = FSLock()
+    let t = Tables()
+    let mountTime = WallClock.nowNanoseconds()
+    let owner: (uid: UInt32, gid: UInt32)
+
+    public init(store: LocalStore, options: Options = Options(), content: any ContentProvider = LocalContent(),
+                observer: (any ChangeObserver)? = nil) throws {
+        self.store = store
+        self.options = options
+        self.content = content
+        self.observer = observer
+        self.owner = (getuid(), getgid())
+        try loadTree()
+    }
+
+    /// Builds the in-memory tree from the database and reconciles file sizes with the cache
+    /// (after `kill -9` the cache file is the truth for bytes written but not yet recorded).
+    private func loadTree() throws {
+        let snap = try store.load()
+        var live = Set<ItemID>()
+        for var rec in snap.items {
+            if rec.kind == .file {
+                if let size = store.cache.size(of: rec.id) {
+                    if size != rec.size { rec.size = size; store.enqueue(.upsert(rec)) }
+                } else {
+                    let fd = store.cache.open(rec.id, create: true)
+                    if fd >= 0 { close(fd) }
+                    if rec.size != 0 { rec.size = 0; store.enqueue(.upsert(rec)) }
+                }
+            }
+            let n = Node(rec)
+            n.xattrs = snap.xattrs[rec.id] ?? [:]
+            t.nodes[rec.node] = n
+            t.nextNode = max(t.nextNode, rec.node + 1)
+            live.insert(rec.id)
+        }
+        var byID: [ItemID: Node] = [:]
+        for n in t.nodes.values { byID[n.rec.id] = n }
+        for n in t.nodes.values {
+            guard let pid = n.rec.parent else { continue }
+            guard let p = byID[pid], p.isDir else { continue }
+            p.children[n.rec.name] = n.node
+            n.parentNode = p.node
+            if n.isDir { p.subdirs += 1 }
+        }
+        store.cache.sweep(keeping: live)
+    }
+
+    // MARK: helpers (call with `lock` held)
+
+    func node(_ id: UInt64) throws(Errno) -> Node {
+        guard let n = t.nodes[id] else { throw .ENOENT }
+        return n
+    }
+
+    func folder(_ id: UInt64) throws(Errno) -> Node {
+        if id == Self.controlDirNode { throw .EPERM }
+        let n = try node(id)
+        guard n.isDir else { throw .ENOTDIR }
+        guard n.linked else { throw .ENOENT }
+        return n
+    }
+
+    func attr(_ n: Node) -> stat {
+        var st = stat()
+        st.st_ino = UInt(n.node)
+        st.st_mode = n.rec.mode
+        st.st_nlink = n.isDir ? UInt(2 + n.subdirs) : (n.linked ? 1 : 0)
+        st.st_uid = n.rec.uid
+        st.st_gid = n.rec.gid
+        st.st_size = n.isDir ? 4096 : Int(n.rec.size)
+        st.st_blocks = (st.st_size + 511) / 512
+        st.st_blksize = 128 * 1024
+        st.st_atim = Self.ts(n.rec.atime)
+        st.st_mtim = Self.ts(n.rec.mtime)
+        st.st_ctim = Self.ts(n.rec.ctime)
+        return st
+    }
+
+    func entry(_ n: Node) -> FuseEntry {
+        FuseEntry(node: n.node, attr: attr(n), attrTimeout: options.attrTimeout, entryTimeout: options.entryTimeout)
+    }
+
+    /// An entry reply for `n`: counts the kernel's new reference.
+    func lookedUp(_ n: Node) -> FuseEntry {
+        n.lookups += 1
+        return entry(n)
+    }
+
+    static func ts(_ ns: Int64) -> timespec {
+        timespec(tv_sec: Int(ns / 1_000_000_000), tv_nsec: Int(ns % 1_000_000_000))
+    }
+    static func ns(_ ts: timespec) -> Int64 { Int64(ts.tv_sec) * 1_000_000_000 + Int64(ts.tv_nsec) }
+
+    func persist(_ n: Node) {
+        n.metaDirty = false
+        store.enqueue(.upsert(n.rec))
+    }
+
+    func notify(_ c: LocalChange) { observer?.localChange(c) }
+
+    /// Validates a new name: UTF-8 (checked by FuseKit), ≤ 255 bytes, not reserved.
+    static func check(name: String, in parent: UInt64) throws(Errno) {
+        if let problem = ItemName.validate(name) {
+            if case .tooLong = problem { throw .ENAMETOOLONG }
+            throw .EINVAL
+        }
+        if parent == rootNode && name == controlName { throw .EEXIST }
+    }
+
+    /// Frees an unlinked node once the kernel forgot it and no handle is open.
+    func reapIfUnused(_ n: Node) {
+        guard !n.linked, n.lookups == 0, n.openHandles == 0 else { return }
+        t.nodes[n.node] = nil
+        if n.rec.kind == .file { store.cache.remove(n.rec.id) }
+    }
+
+    // MARK: lookup, forget, getattr, readlink, statfs
+
+    public func lookup(parent: UInt64, name: String) throws(Errno) -> FuseEntry {
+        if name.utf8.count > ItemName.maxBytes { throw .ENAMETOOLONG }
+        if parent == Self.rootNode && name == Self.controlName { return controlEntry(Self.controlDirNode) }
+        if parent == Self.controlDirNode {
+            if name == "status" { return controlEntry(Self.controlStatusNode) }
+            throw .ENOENT
+        }
+        return try lock.withLock { () throws(Errno) -> FuseEntry in
+            let p = try folder(parent)
+            // ENOENT becomes a cached negative entry in FuseAdapter (negativeTimeout).
+            guard let id = p.children[name], let n = t.nodes[id] else { throw .ENOENT }
+            return lookedUp(n)
+        }
+    }
+
+    public func forget(node: UInt64, count: UInt64) {
+        if node < 16 { return }
+        lock.withLock {
+            guard let n = t.nodes[node] else { return }
+            n.lookups -= min(count, n.lookups)
+            reapIfUnused(n)
+        }
+    }
+
+    public func getattr(node: UInt64) throws(Errno) -> stat {
+        if node == Self.controlDirNode || node == Self.controlStatusNode { return controlAttr(node) }
+        return try lock.withLock { () throws(Errno) -> stat in attr(try self.node(node)) }
+    }
+
+    public func readlink(node: UInt64) throws(Errno) -> [UInt8] {
+        try lock.withLock { () throws(Errno) -> [UInt8] in
+            let n = try self.node(node)
+            guard let target = n.rec.target else { throw .EINVAL }
+            return Array(target.utf8)
+        }
+    }
+
+    /// Space of the disk that holds the cache (the container has no quota of its own yet).
+    /// A local statvfs: never blocks on the network.
+    public func statfs() -> statvfs {
+        var s = statvfs()
+        if statvfs(store.cache.directory.path, &s) != 0 { s = statvfs() }
+        s.f_namemax = UInt(ItemName.maxBytes)
+        let count = lock.withLock { t.nodes.count }
+        s.f_files = UInt(max(Int(s.f_files), count + Int(s.f_ffree)))
+        return s
+    }
+}

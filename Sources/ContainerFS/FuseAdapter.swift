@@ -1,0 +1,159 @@
+import FuseKit
+import Glibc
+
+/// Maps kernel requests onto `ContainerFS`: decode, call, reply. The only file that knows both.
+/// Every method answers its reply exactly once, after the filesystem call returned (so no
+/// filesystem lock is held while replying).
+public final class FuseAdapter: FuseFilesystem {
+    public let fs: ContainerFS
+
+    public init(_ fs: ContainerFS) { self.fs = fs }
+
+    public func lookup(parent: UInt64, name: String, reply: consuming FuseReply) {
+        do { reply.entry(try fs.lookup(parent: parent, name: name)) } catch .ENOENT {
+            // A negative entry the kernel may cache: repeated misses (build tools, shells)
+            // do not come back to us.
+            reply.entry(FuseEntry(node: 0, attr: stat(), attrTimeout: 0, entryTimeout: fs.options.negativeTimeout))
+        } catch { reply.error(error) }
+    }
+
+    public func forget(node: UInt64, count: UInt64) { fs.forget(node: node, count: count) }
+
+    public func getattr(node: UInt64, handle: UInt64?, reply: consuming FuseReply) {
+        do { reply.attr(try fs.getattr(node: node), timeout: fs.options.attrTimeout) } catch { reply.error(error) }
+    }
+
+    public func setattr(node: UInt64, _ changes: FuseSetAttr, handle: UInt64?, reply: consuming FuseReply) {
+        do { reply.attr(try fs.setattr(node: node, changes, handle: handle), timeout: fs.options.attrTimeout) } catch { reply.error(error) }
+    }
+
+    public func readlink(node: UInt64, reply: consuming FuseReply) {
+        do { reply.readlink(try fs.readlink(node: node)) } catch { reply.error(error) }
+    }
+
+    public func mknod(parent: UInt64, name: String, mode: mode_t, rdev: dev_t, reply: consuming FuseReply) {
+        let caller = Caller(reply.context)
+        do { reply.entry(try fs.mknod(parent: parent, name: name, mode: mode, caller: caller)) } catch { reply.error(error) }
+    }
+
+    public func mkdir(parent: UInt64, name: String, mode: mode_t, reply: consuming FuseReply) {
+        let caller = Caller(reply.context)
+        do { reply.entry(try fs.mkdir(parent: parent, name: name, mode: mode, caller: caller)) } catch { reply.error(error) }
+    }
+
+    public func symlink(target: [UInt8], parent: UInt64, name: String, reply: consuming FuseReply) {
+        let caller = Caller(reply.context)
+        do { reply.entry(try fs.symlink(target: target, parent: parent, name: name, caller: caller)) } catch { reply.error(error) }
+    }
+
+    public func create(parent: UInt64, name: String, mode: mode_t, flags: Int32, reply: consuming FuseReply) {
+        let caller = Caller(reply.context)
+        do {
+            let (e, o) = try fs.create(parent: parent, name: name, mode: mode, flags: flags, caller: caller)
+            reply.create(e, o)
+        } catch { reply.error(error) }
+    }
+
+    public func unlink(parent: UInt64, name: String, reply: consuming FuseReply) {
+        do { try fs.unlink(parent: parent, name: name); reply.ok() } catch { reply.error(error) }
+    }
+
+    public func rmdir(parent: UInt64, name: String, reply: consuming FuseReply) {
+        do { try fs.rmdir(parent: parent, name: name); reply.ok() } catch { reply.error(error) }
+    }
+
+    public func rename(parent: UInt64, name: String, newParent: UInt64, newName: String, flags: RenameFlags, reply: consuming FuseReply) {
+        do { try fs.rename(parent: parent, name: name, newParent: newParent, newName: newName, flags: flags); reply.ok() } catch { reply.error(error) }
+    }
+
+    public func link(node: UInt64, newParent: UInt64, newName: String, reply: consuming FuseReply) {
+        do { reply.entry(try fs.link(node: node, newParent: newParent, newName: newName)) } catch { reply.error(error) }
+    }
+
+    public func open(node: UInt64, flags: Int32, reply: consuming FuseReply) {
+        do { reply.open(try fs.open(node: node, flags: flags)) } catch { reply.error(error) }
+    }
+
+    /// File reads splice from the cache file: no lock, no Swift allocation.
+    public func read(node: UInt64, handle: UInt64, offset: Int64, size: Int, reply: consuming FuseReply) {
+        if handle >= ContainerFS.controlHandleBase {
+            do { reply.bytes(try fs.readControl(handle: handle, offset: offset, size: size)) } catch { reply.error(error) }
+            return
+        }
+        reply.data(fd: Int32(truncatingIfNeeded: handle), offset: offset, size: size)
+    }
+
+    public func write(node: UInt64, handle: UInt64, offset: Int64, data: UnsafeRawBufferPointer, reply: consuming FuseReply) {
+        do { reply.write(count: try fs.write(node: node, handle: handle, offset: offset, data: data)) } catch { reply.error(error) }
+    }
+
+    public func flush(node: UInt64, handle: UInt64, reply: consuming FuseReply) {
+        fs.flush(node: node, handle: handle)
+        reply.ok()
+    }
+
+    public func release(node: UInt64, handle: UInt64, reply: consuming FuseReply) {
+        fs.release(node: node, handle: handle)
+        reply.ok()
+    }
+
+    public func fsync(node: UInt64, handle: UInt64, dataOnly: Bool, reply: consuming FuseReply) {
+        do { try fs.fsync(node: node, handle: handle, dataOnly: dataOnly); reply.ok() } catch { reply.error(error) }
+    }
+
+    public func fallocate(node: UInt64, handle: UInt64, mode: Int32, offset: Int64, length: Int64, reply: consuming FuseReply) {
+        do { try fs.fallocate(node: node, handle: handle, mode: mode, offset: offset, length: length); reply.ok() } catch { reply.error(error) }
+    }
+
+    public func opendir(node: UInt64, reply: consuming FuseReply) {
+        do { reply.open(FuseOpen(handle: try fs.opendir(node: node), keepCache: false)) } catch { reply.error(error) }
+    }
+
+    public func readdir(node: UInt64, handle: UInt64, offset: Int64, into buffer: inout DirectoryBuffer, plus: Bool) -> Errno? {
+        do { try fs.readdir(node: node, handle: handle, offset: offset, into: &buffer, plus: plus); return nil } catch { return error }
+    }
+
+    public func releasedir(node: UInt64, handle: UInt64, reply: consuming FuseReply) {
+        fs.releasedir(handle: handle)
+        reply.ok()
+    }
+
+    public func fsyncdir(node: UInt64, handle: UInt64, reply: consuming FuseReply) {
+        do { try fs.fsyncdir(); reply.ok() } catch { reply.error(error) }
+    }
+
+    public func statfs(node: UInt64, reply: consuming FuseReply) { reply.statfs(fs.statfs()) }
+
+    public func setxattr(node: UInt64, name: String, value: UnsafeRawBufferPointer, flags: Int32, reply: consuming FuseReply) {
+        do { try fs.setxattr(node: node, name: name, value: Array(value), flags: flags); reply.ok() } catch { reply.error(error) }
+    }
+
+    public func getxattr(node: UInt64, name: String, size: Int, reply: consuming FuseReply) {
+        do {
+            let v = try fs.getxattr(node: node, name: name)
+            if size == 0 { reply.xattrSize(v.count) } else if v.count > size { reply.error(.ERANGE) } else { reply.bytes(v) }
+        } catch { reply.error(error) }
+    }
+
+    public func listxattr(node: UInt64, size: Int, reply: consuming FuseReply) {
+        do {
+            let v = try fs.listxattr(node: node)
+            if size == 0 { reply.xattrSize(v.count) } else if v.count > size { reply.error(.ERANGE) } else { reply.bytes(v) }
+        } catch { reply.error(error) }
+    }
+
+    public func removexattr(node: UInt64, name: String, reply: consuming FuseReply) {
+        do { try fs.removexattr(node: node, name: name); reply.ok() } catch { reply.error(error) }
+    }
+
+    public func destroy() { _ = fs.store.sync() }
+}
+
+/// The kernel-cache port over a live session (what the sync engine will call after remote changes).
+public struct SessionKernelCache: KernelCache {
+    public let session: FuseSession
+    public init(_ session: FuseSession) { self.session = session }
+    public func invalidateNode(_ node: UInt64) { session.invalidateNode(node) }
+    public func invalidateEntry(parent: UInt64, name: String) { session.invalidateEntry(parent: parent, name: name) }
+    public func notifyDelete(parent: UInt64, child: UInt64, name: String) { session.notifyDelete(parent: parent, child: child, name: name) }
+}

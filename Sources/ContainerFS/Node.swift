@@ -1,0 +1,61 @@
+import Glibc
+import LocalStore
+import NimbusCore
+
+/// The in-memory state of one item. Guarded by `ContainerFS.lock` (every field).
+final class Node {
+    var rec: ItemRecord
+    /// Kernel lookup count: +1 per entry reply (lookup, create, mkdir, readdirplus…), −n per forget.
+    var lookups: UInt64 = 0
+    /// Node id of the parent folder (root: itself); mirrors `rec.parent`.
+    var parentNode: UInt64 = 1
+    /// Open file handles (files) — an unlinked file lives on while either count is positive.
+    var openHandles = 0
+    /// Folder contents: name → node id.
+    var children: [String: UInt64] = [:]
+    /// Number of child folders (for st_nlink = 2 + subfolders).
+    var subdirs = 0
+    var xattrs: [String: [UInt8]] = [:]
+    /// False once unlinked/removed/replaced; the node stays until forgotten and closed.
+    var linked = true
+    /// Size/times changed by writes but not yet queued for the database (queued on flush/fsync/release).
+    var metaDirty = false
+
+    init(_ rec: ItemRecord) { self.rec = rec }
+
+    var isDir: Bool { rec.kind == .folder }
+    var node: UInt64 { rec.node }
+}
+
+/// The tables behind the lock.
+final class Tables {
+    var nodes: [UInt64: Node] = [:]
+    var nextNode: UInt64 = 16
+    /// Open directory listings: handle → snapshot.
+    var dirs: [UInt64: DirSnapshot] = [:]
+    var nextDirHandle: UInt64 = 1
+    /// Open control files: handle → the bytes fixed at open.
+    var controls: [UInt64: [UInt8]] = [:]
+    var nextControlHandle: UInt64 = 1
+    var openFiles = 0
+}
+
+/// A directory listing fixed at `opendir` (and at rewind): offsets index into it, so entries
+/// are neither skipped nor repeated while the folder changes.
+struct DirSnapshot {
+    var node: UInt64
+    var entries: [(name: String, node: UInt64)]
+}
+
+/// A pthread mutex. Lock order in ContainerFS: `lock` → LocalStore's queue lock. Nothing is
+/// ever replied to the kernel, and no kernel notification is sent, while `lock` is held.
+final class FSLock: @unchecked Sendable {
+    // @unchecked: the mutex is the synchronization.
+    private var m = pthread_mutex_t()
+    init() { pthread_mutex_init(&m, nil) }
+    @inline(__always) func withLock<T, E: Error>(_ body: () throws(E) -> T) throws(E) -> T {
+        pthread_mutex_lock(&m)
+        defer { pthread_mutex_unlock(&m) }
+        return try body()
+    }
+}

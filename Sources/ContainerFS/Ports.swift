@@ -1,0 +1,47 @@
+import FuseKit
+import NimbusCore
+
+// The ports through which the sync engine (next issue) plugs into the filesystem. ContainerFS
+// never imports networking; it calls these protocols, and the engine implements them.
+
+/// Where file content comes from. Local-only mounts use `LocalContent` (always present). The
+/// sync engine answers `.pending` for placeholders, fetches the bytes into the cache file, then
+/// calls `done` from any thread — the read is answered then (a deferred reply), so a FUSE
+/// thread never waits on the network.
+public protocol ContentProvider: Sendable {
+    /// Whether bytes `range` of `item` are in its cache file now.
+    func isPresent(_ item: ItemID, range: Range<Int64>) -> Bool
+    /// Makes bytes `range` of `item` present; calls `done` exactly once (nil = success).
+    func hydrate(_ item: ItemID, range: Range<Int64>, done: @escaping @Sendable (Errno?) -> Void)
+}
+
+/// Everything is local (until the sync issue lands).
+public struct LocalContent: ContentProvider {
+    public init() {}
+    public func isPresent(_ item: ItemID, range: Range<Int64>) -> Bool { true }
+    public func hydrate(_ item: ItemID, range: Range<Int64>, done: @escaping @Sendable (Errno?) -> Void) { done(nil) }
+}
+
+/// A local change the sync engine must push. Delivered after the change is in memory and queued
+/// for the local database, on the thread that made it; implementations must not block and must
+/// not call back into the filesystem synchronously.
+public enum LocalChange: Sendable, Equatable {
+    case created(ItemID)
+    /// Content was written; delivered when the writer closes or fsyncs (the upload trigger).
+    case contentChanged(ItemID)
+    case moved(ItemID)
+    case attributesChanged(ItemID)
+    case deleted(ItemID)
+}
+
+public protocol ChangeObserver: Sendable {
+    func localChange(_ change: LocalChange)
+}
+
+/// The kernel's caches, for changes that did not come through the kernel (remote changes).
+/// The FUSE adapter implements it; tests use a recorder.
+public protocol KernelCache: Sendable {
+    func invalidateNode(_ node: UInt64)
+    func invalidateEntry(parent: UInt64, name: String)
+    func notifyDelete(parent: UInt64, child: UInt64, name: String)
+}

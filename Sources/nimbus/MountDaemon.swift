@@ -1,0 +1,76 @@
+#if canImport(ContainerFS)
+import ContainerFS
+import Foundation
+import FuseKit
+import Glibc
+import LocalStore
+
+/// One mounted container, served in this process until unmounted or signalled.
+struct MountDaemon {
+    let mountpoint: String
+    let state: String
+    let cacheTimeout: Double
+    /// Started by `nimbus mount` in the background: leave the caller's session and terminal.
+    let newSession: Bool
+
+    func serve() throws {
+        if newSession { setsid() }
+        raiseFileLimit()
+        let lock = try lockState()
+        defer { close(lock) }
+
+        let store: LocalStore
+        do { store = try LocalStore(directory: URL(fileURLWithPath: state)) } catch {
+            throw CLIFailure(.storage, "cannot open the state in \(state): \(error)")
+        }
+        var options = ContainerFS.Options()
+        options.entryTimeout = cacheTimeout
+        options.attrTimeout = cacheTimeout
+        options.negativeTimeout = cacheTimeout
+        let fs = try ContainerFS(store: store, options: options)
+
+        var mountOptions = FuseMountOptions()
+        // As root, let every user in (pjdfstest switches users); the kernel checks permissions.
+        mountOptions.allowOther = getuid() == 0
+        mountOptions.defaultPermissions = true
+        let session: FuseSession
+        do { session = try FuseSession(filesystem: FuseAdapter(fs), mountpoint: mountpoint, options: mountOptions) } catch {
+            store.close()
+            throw CLIFailure(.storage, "\(error)")
+        }
+        let signals = session.exitOnSignals()
+        log("mounted \(mountpoint) (state \(state), pid \(getpid()))")
+        let rc = session.run()
+        _ = signals
+        store.close()
+        log("unmounted \(mountpoint) (loop result \(rc))")
+    }
+
+    func log(_ s: String) {
+        FileHandle.standardError.write(Data("\(ISO8601DateFormatter().string(from: Date())) nimbus mount: \(s)\n".utf8))
+    }
+
+    /// One daemon per state directory: an exclusive lock on STATE/lock, waited for briefly (a
+    /// daemon that was just unmounted may still be committing).
+    func lockState() throws -> Int32 {
+        try FileManager.default.createDirectory(atPath: state, withIntermediateDirectories: true)
+        let fd = Glibc.open(state + "/lock", O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
+        guard fd >= 0 else { throw CLIFailure(.storage, "cannot open \(state)/lock: \(String(cString: strerror(errno)))") }
+        for _ in 0..<500 {
+            if flock(fd, LOCK_EX | LOCK_NB) == 0 { return fd }
+            usleep(20_000)
+        }
+        close(fd)
+        throw CLIFailure(.usage, "the state directory \(state) is in use by another nimbus mount")
+    }
+
+    /// Every open file is a descriptor here; allow as many as the hard limit.
+    func raiseFileLimit() {
+        var r = rlimit()
+        if getrlimit(Int32(RLIMIT_NOFILE.rawValue), &r) == 0 {
+            r.rlim_cur = r.rlim_max
+            setrlimit(Int32(RLIMIT_NOFILE.rawValue), &r)
+        }
+    }
+}
+#endif

@@ -1,0 +1,111 @@
+#if canImport(ContainerFS)
+import Foundation
+import Glibc
+
+/// Mount-table plumbing for `nimbus mount` / `nimbus unmount`.
+enum MountSupport {
+    /// Whether `path` is a mountpoint of a nimbus FUSE filesystem (from /proc/self/mountinfo).
+    static func isNimbusMount(_ path: String) -> Bool {
+        guard let text = try? String(contentsOfFile: "/proc/self/mountinfo", encoding: .utf8) else { return false }
+        for line in text.split(separator: "\n") {
+            let f = line.split(separator: " ")
+            guard f.count > 4, let dash = f.firstIndex(of: "-"), dash + 1 < f.count else { continue }
+            if unescape(String(f[4])) == path && f[dash + 1].hasPrefix("fuse.nimbus") { return true }
+        }
+        return false
+    }
+
+    /// mountinfo escapes space, tab, newline and backslash as octal.
+    static func unescape(_ s: String) -> String {
+        s.replacingOccurrences(of: "\\040", with: " ").replacingOccurrences(of: "\\011", with: "\t")
+            .replacingOccurrences(of: "\\012", with: "\n").replacingOccurrences(of: "\\134", with: "\\")
+    }
+
+    /// Clears a mount whose daemon died (every access fails with ENOTCONN); refuses a live one.
+    static func clearDeadMount(_ mp: String) throws {
+        guard isNimbusMount(mp) else { return }
+        var st = stat()
+        if stat(mp, &st) == 0 { throw CLIFailure(.usage, "\(mp) is already mounted (nimbus unmount \(mp) first)") }
+        let e = errno
+        guard e == ENOTCONN || e == ECONNABORTED else { return }
+        FileHandle.standardError.write(Data("nimbus: \(mp): clearing a mount left by a daemon that died\n".utf8))
+        _ = run("/usr/bin/env", ["fusermount3", "-uz", mp])
+    }
+
+    /// Starts `nimbus mount --foreground` as a background daemon and waits until the mount answers.
+    static func startDaemon(mountpoint mp: String, state: String, cacheTimeout: Double, timeout: Double) throws {
+        try FileManager.default.createDirectory(atPath: state, withIntermediateDirectories: true)
+        let logPath = state + "/mount.log"
+        FileManager.default.createFile(atPath: logPath, contents: nil)
+        guard let log = FileHandle(forWritingAtPath: logPath) else { throw CLIFailure(.storage, "cannot write \(logPath)") }
+        log.seekToEndOfFile()
+        let logStart = log.offsetInFile
+        let p = Process()
+        p.executableURL = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath()
+        p.arguments = ["mount", mp, "--state", state, "--foreground", "--daemonize-child", "--cache-timeout", "\(cacheTimeout)"]
+        p.standardInput = FileHandle.nullDevice
+        p.standardOutput = log
+        p.standardError = log
+        try p.run()
+        let deadline = Date().addingTimeInterval(timeout)
+        while Date() < deadline {
+            if isNimbusMount(mp) {
+                var st = stat()
+                if stat(mp, &st) == 0 { return }
+            }
+            if !p.isRunning {
+                let text = (try? String(contentsOfFile: logPath, encoding: .utf8)).map { String($0.utf8.dropFirst(Int(logStart))) ?? "" } ?? ""
+                throw CLIFailure(.storage, "the mount daemon exited (status \(p.terminationStatus)): \(text.trimmingCharacters(in: .whitespacesAndNewlines))")
+            }
+            usleep(20_000)
+        }
+        kill(p.processIdentifier, SIGTERM)
+        throw CLIFailure(.storage, "the mount did not become ready within \(Int(timeout)) s (see \(logPath))")
+    }
+
+    static func unmount(_ mp: String, lazy: Bool) throws {
+        guard isNimbusMount(mp) else { throw CLIFailure(.usage, "\(mp) is not a nimbus mount") }
+        let daemons = daemonPIDs(mountpoint: mp)
+        let (status, output) = run("/usr/bin/env", ["fusermount3", lazy ? "-uz" : "-u", mp])
+        if status != 0 {
+            throw CLIFailure(.usage, "cannot unmount \(mp): \(output.trimmingCharacters(in: .whitespacesAndNewlines)) (use --lazy to detach a busy mount)")
+        }
+        // Wait for the daemon to commit its state and exit, so an immediate remount finds it.
+        let deadline = Date().addingTimeInterval(lazy ? 2 : 15)
+        while Date() < deadline, daemons.contains(where: { kill($0, 0) == 0 && !isZombie($0) }) { usleep(20_000) }
+    }
+
+    /// Daemons serving `mp` (processes running `nimbus mount MP … --foreground`).
+    static func daemonPIDs(mountpoint mp: String) -> [pid_t] {
+        guard let entries = try? FileManager.default.contentsOfDirectory(atPath: "/proc") else { return [] }
+        var out: [pid_t] = []
+        for e in entries {
+            guard let pid = pid_t(e), pid != getpid(),
+                  let data = FileManager.default.contents(atPath: "/proc/\(e)/cmdline") else { continue }
+            let args = data.split(separator: 0).map { String(decoding: $0, as: UTF8.self) }
+            if args.contains("mount"), args.contains("--foreground"), args.contains(mp) { out.append(pid) }
+        }
+        return out
+    }
+
+    static func isZombie(_ pid: pid_t) -> Bool {
+        guard let s = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
+              let close = s.lastIndex(of: ")") else { return true }
+        return s[s.index(close, offsetBy: 2)...].hasPrefix("Z")
+    }
+
+    @discardableResult
+    static func run(_ tool: String, _ args: [String]) -> (Int32, String) {
+        let p = Process()
+        p.executableURL = URL(fileURLWithPath: tool)
+        p.arguments = args
+        let pipe = Pipe()
+        p.standardOutput = pipe
+        p.standardError = pipe
+        do { try p.run() } catch { return (127, "\(error)") }
+        let data = pipe.fileHandleForReading.readDataToEndOfFile()
+        p.waitUntilExit()
+        return (p.terminationStatus, String(decoding: data, as: UTF8.self))
+    }
+}
+#endif
