@@ -172,3 +172,6 @@ public struct NimbusClient: Sendable {
         s.addingPercentEncoding(withAllowedCharacters: .urlPathAllowed.subtracting(CharacterSet(charactersIn: "/"))) ?? s
     }
 }
+
+/// The HTTP method type of `NimbusClient.send`, re-exported so callers need not import NIOHTTP1.
+public typealias HTTPVerb = HTTPMethod

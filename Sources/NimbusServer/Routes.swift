@@ -160,6 +160,9 @@ struct Routes: Sendable {
             return try JSONDecoder().decode(type, from: Data(buffer: body))
         } catch {
             if let api = error as? APIError { throw api }
+            if case DecodingError.dataCorrupted(let c) = error, c.debugDescription.hasPrefix("invalid name") {
+                throw APIError(.invalidName, "\(c.debugDescription); rename the item (names cannot be empty, \".\", \"..\", contain \"/\" or NUL, or exceed 255 bytes)")
+            }
             throw APIError(.invalidJSON, "the body is not valid JSON for this request: \(ErrorMiddleware.describe(error))")
         }
     }

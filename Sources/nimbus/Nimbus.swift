@@ -6,9 +6,13 @@ struct Nimbus: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "nimbus",
         abstract: "Nimbus: a synced document container for Linux, mounted with FUSE.",
-        subcommands: [
-            Serve.self,
-            Admin.self,
-        ]
+        subcommands: commands
     )
+
+    #if !NIMBUS_SERVER_ONLY
+    static let commands: [any ParsableCommand.Type] = [Serve.self, Admin.self, Mount.self, Unmount.self]
+    #else
+    // Built with NIMBUS_SERVER_ONLY=1: no FUSE targets, so no mount commands.
+    static let commands: [any ParsableCommand.Type] = [Serve.self, Admin.self]
+    #endif
 }

@@ -1,0 +1,251 @@
+import Foundation
+import NIOCore
+import NimbusCore
+import NimbusProtocol
+import NimbusRemote
+import NimbusServer
+import NimbusTesting
+import Testing
+
+/// The protocol against a live server on 127.0.0.1: authentication, isolation, validation,
+/// chunk integrity, limits, long-polls, and that every rejection is a stable code, never a 500.
+@Suite struct HTTPTests {
+    static let container = "com.example.notes"
+
+    static func error(of r: NimbusClient.RawResponse) throws -> ErrorBody {
+        let body = try JSONDecoder().decode(ErrorBody.self, from: Data(buffer: r.body))
+        #expect(APIErrorCode(rawValue: body.error.code) != nil, "unknown code \(body.error.code)")
+        #expect(!body.error.message.isEmpty)
+        return body
+    }
+
+    static func draft(_ name: String, chunks: [ChunkRef] = [], kind: ItemKind = .file, parent: ItemID = .root) -> ItemDraft {
+        ItemDraft(kind: kind, parent: parent, name: ItemName(trusted: name), chunks: chunks, mode: 0o644, modified: 1_000)
+    }
+
+    @Test func healthAndMetricsNeedNoToken() async throws {
+        try await LiveServer.with { s in
+            let anon = NimbusClient(baseURL: s.url, token: "")
+            let h = try await anon.send(.GET, "/healthz", authorized: false)
+            #expect(h.status == 200 && h.text == "ok\n")
+            let client = NimbusClient(baseURL: s.url, token: try await s.token())
+            _ = try await client.createContainer(Self.container)
+            try await client.commit(Self.container, CommitRequest(item: ItemID(UUID()), baseVersion: nil, state: Self.draft("a")))
+            let m = try await anon.send(.GET, "/metrics", authorized: false)
+            #expect(m.status == 200)
+            #expect(m.text.contains("nimbus_commits_total 1"))
+            #expect(m.text.contains("nimbus_http_requests_total"))
+            #expect(m.text.contains("nimbus_longpolls_waiting"))
+            #expect(m.header("Nimbus-Protocol") == "1")
+        }
+    }
+
+    @Test func requestsWithoutAValidTokenAre401() async throws {
+        try await LiveServer.with { s in
+            for (token, authorized) in [("", false), ("nim_not-a-real-token", true)] {
+                let c = NimbusClient(baseURL: s.url, token: token)
+                for path in ["/v1/whoami", "/v1/containers/\(Self.container)", "/v1/containers/\(Self.container)/changes?since=0"] {
+                    let r = try await c.send(.GET, path, authorized: authorized)
+                    #expect(r.status == 401)
+                    #expect(try Self.error(of: r).error.code == "unauthorized")
+                }
+            }
+            let good = NimbusClient(baseURL: s.url, token: try await s.token(account: "alice", device: "laptop"))
+            let me = try await good.whoami()
+            #expect(me.account == "alice" && me.deviceName == "laptop" && me.protocolVersion == 1)
+        }
+    }
+
+    @Test func anotherAccountsContainerIs404AndLeaksNothing() async throws {
+        try await LiveServer.with { s in
+            let alice = NimbusClient(baseURL: s.url, token: try await s.token(account: "alice"))
+            let bob = NimbusClient(baseURL: s.url, token: try await s.token(account: "bob"))
+            let secret = "com.example.secret"
+            _ = try await alice.createContainer(secret)
+            let chunk = try await alice.upload(Array("alice's diary".utf8))
+            let id = ItemID(UUID())
+            try await alice.commit(secret, CommitRequest(item: id, baseVersion: nil, state: Self.draft("diary-entry.txt", chunks: [chunk])))
+            for path in ["/v1/containers/\(secret)", "/v1/containers/\(secret)/items", "/v1/containers/\(secret)/items/\(id)",
+                         "/v1/containers/\(secret)/items/\(id)/versions", "/v1/containers/\(secret)/changes?since=0",
+                         "/v1/chunks/\(chunk.hash)"] {
+                let r = try await bob.send(.GET, path)
+                #expect(r.status == 404, "\(path)")
+                let code = try Self.error(of: r).error.code
+                #expect(code == "container_not_found" || code == "chunk_not_found", "\(path): \(code)")
+                #expect(!r.text.contains("diary") && !r.text.contains(id.description) && !r.text.contains("alice"))
+            }
+            #expect(try await bob.missingChunks([chunk.hash]) == [chunk.hash], "bob is told alice's chunk is missing")
+            // Bob's container of the same name is his own, and empty.
+            _ = try await bob.createContainer(secret)
+            #expect(try await bob.items(secret).items.isEmpty)
+            #expect(try await alice.items(secret).items.count == 1)
+        }
+    }
+
+    @Test func hostileNamesAreRejected() async throws {
+        try await LiveServer.with { s in
+            let c = NimbusClient(baseURL: s.url, token: try await s.token())
+            _ = try await c.createContainer(Self.container)
+            let id = ItemID(UUID())
+            func body(nameJSON: String) -> ByteBuffer {
+                ByteBuffer(string: """
+                    {"item":"\(id)","state":{"kind":"file","parent":"\(ItemID.root)","name":\(nameJSON),"chunks":[],"mode":420,"modified":1,"deleted":false}}
+                    """)
+            }
+            let hostile = ["\"a/b\"", "\"/\"", "\"a\\u0000b\"", "\".\"", "\"..\"", "\"\"", "\"" + String(repeating: "x", count: 256) + "\""]
+            for name in hostile {
+                let r = try await c.send(.POST, "/v1/containers/\(Self.container)/commit", body: body(nameJSON: name), contentType: "application/json")
+                #expect(r.status == 400, "\(name.prefix(20))")
+                let e = try Self.error(of: r)
+                #expect(e.error.code == "invalid_name", "\(name.prefix(20)): \(e.error.code) \(e.error.message)")
+            }
+            // Invalid UTF-8 in the body: not JSON at all.
+            var raw = ByteBuffer(string: "{\"item\":\"\(id)\",\"state\":{\"kind\":\"file\",\"parent\":\"\(ItemID.root)\",\"name\":\"")
+            raw.writeBytes([0xff, 0xfe, 0x41])
+            raw.writeString("\",\"chunks\":[],\"mode\":420,\"modified\":1,\"deleted\":false}}")
+            let r = try await c.send(.POST, "/v1/containers/\(Self.container)/commit", body: raw, contentType: "application/json")
+            #expect(r.status == 400)
+            #expect(try Self.error(of: r).error.code == "invalid_json")
+            // A lone surrogate escape is not a valid name either.
+            let s2 = try await c.send(.POST, "/v1/containers/\(Self.container)/commit", body: body(nameJSON: "\"\\ud800\""), contentType: "application/json")
+            #expect(s2.status == 400)
+            // Hostile container names.
+            for name in ["..", ".hidden", "a%2Fb", "a%00b", String(repeating: "c", count: 256)] {
+                let r = try await c.send(.PUT, "/v1/containers/\(name)")
+                #expect(r.status == 400 || r.status == 404, "\(name)")
+                _ = try Self.error(of: r)
+            }
+            #expect(try await c.items(Self.container).items.isEmpty, "nothing was created")
+        }
+    }
+
+    @Test func uploadWithWrongHashIsRejectedAndNotStored() async throws {
+        try await LiveServer.with { s in
+            let c = NimbusClient(baseURL: s.url, token: try await s.token())
+            let claimed = ChunkHashing.sha256(ByteBuffer(string: "the real bytes"))
+            let r = try await c.send(.PUT, "/v1/chunks/\(claimed)", body: ByteBuffer(string: "other bytes"), contentType: "application/octet-stream")
+            #expect(r.status == 400)
+            #expect(try Self.error(of: r).error.code == "hash_mismatch")
+            #expect(try await c.missingChunks([claimed]) == [claimed])
+            #expect(!FileManager.default.fileExists(atPath: (s.app.chunks as! DirectoryChunkStore).path(claimed)))
+            let get = try await c.send(.GET, "/v1/chunks/\(claimed)")
+            #expect(get.status == 404)
+            // The right bytes are accepted, and ranges work.
+            try await c.putChunk(claimed, Array("the real bytes".utf8))
+            #expect(try await c.missingChunks([claimed]).isEmpty)
+            #expect(try await c.getChunk(claimed, range: 4..<8) == Array("real".utf8))
+            let suffix = try await c.send(.GET, "/v1/chunks/\(claimed)", headers: [("Range", "bytes=-5")])
+            #expect(suffix.status == 206 && suffix.text == "bytes" && suffix.header("Content-Range") == "bytes 9-13/14")
+            let bad = try await c.send(.GET, "/v1/chunks/\(claimed)", headers: [("Range", "bytes=100-")])
+            #expect(bad.status == 416)
+            #expect(try Self.error(of: bad).error.code == "range_not_satisfiable")
+        }
+    }
+
+    @Test func oversizeBodiesAreRejected() async throws {
+        try await LiveServer.with { s in
+            let c = NimbusClient(baseURL: s.url, token: try await s.token())
+            _ = try await c.createContainer(Self.container)
+            let big = ByteBuffer(repeating: 0x61, count: ProtocolLimits.maxChunkSize + 1)
+            let hash = ChunkHashing.sha256(big)
+            let r = try await c.send(.PUT, "/v1/chunks/\(hash)", body: big, contentType: "application/octet-stream")
+            #expect(r.status == 413)
+            #expect(try Self.error(of: r).error.code == "body_too_large")
+            let json = ByteBuffer(string: "{\"pad\":\"" + String(repeating: "x", count: ProtocolLimits.maxJSONBody) + "\"}")
+            let r2 = try await c.send(.POST, "/v1/containers/\(Self.container)/commit", body: json, contentType: "application/json")
+            #expect(r2.status == 413)
+            #expect(try Self.error(of: r2).error.code == "body_too_large")
+            #expect(try await c.missingChunks([hash]) == [hash])
+        }
+    }
+
+    @Test func longPollWakesWhenAnotherDeviceCommits() async throws {
+        try await LiveServer.with { s in
+            let a = NimbusClient(baseURL: s.url, token: try await s.token(device: "a"))
+            let b = NimbusClient(baseURL: s.url, token: try await s.token(device: "b"))
+            let start = try await a.createContainer(Self.container).cursor
+            let id = ItemID(UUID())
+            let began = ContinuousClock.now
+            async let polled = b.changes(Self.container, since: start, wait: 30)
+            try await Task.sleep(for: .milliseconds(300))
+            try await a.commit(Self.container, CommitRequest(item: id, baseVersion: nil, state: Self.draft("new.txt")))
+            let page = try await polled
+            let waited = ContinuousClock.now - began
+            #expect(page.changes.map(\.item.id) == [id])
+            #expect(page.cursor == start + 1)
+            // It returned because of the commit, not because the 30 s wait ran out.
+            #expect(waited < .seconds(15), "long-poll took \(waited)")
+            // A poll with nothing new times out with an empty page at the same cursor.
+            let empty = try await b.changes(Self.container, since: page.cursor, wait: 1)
+            #expect(empty.changes.isEmpty && empty.cursor == page.cursor)
+        }
+    }
+
+    @Test func malformedRequestsGetStableCodesNever500() async throws {
+        try await LiveServer.with { s in
+            let c = NimbusClient(baseURL: s.url, token: try await s.token())
+            _ = try await c.createContainer(Self.container)
+            let base = "/v1/containers/\(Self.container)"
+            let json = "application/json"
+            let cases: [(HTTPVerb, String, String?)] = [
+                (.POST, base + "/commit", "not json"),
+                (.POST, base + "/commit", "{}"),
+                (.POST, base + "/commit", "[1,2,3]"),
+                (.POST, base + "/commit", "{\"item\":\"nope\",\"state\":{}}"),
+                (.POST, base + "/commit", "{\"item\":\"\(ItemID.root)\",\"state\":{\"kind\":\"file\",\"parent\":\"\(ItemID.root)\",\"name\":\"x\",\"chunks\":[],\"mode\":420,\"modified\":1,\"deleted\":false}}"),
+                (.POST, base + "/commit", "{\"item\":\"\(UUID())\",\"state\":{\"kind\":\"weird\",\"parent\":\"\(ItemID.root)\",\"name\":\"x\",\"chunks\":[],\"mode\":420,\"modified\":1,\"deleted\":false}}"),
+                (.POST, base + "/commit", "{\"item\":\"\(UUID())\",\"state\":{\"kind\":\"file\",\"parent\":\"\(UUID())\",\"name\":\"x\",\"chunks\":[],\"mode\":420,\"modified\":1,\"deleted\":false}}"),
+                (.POST, base + "/commit", "{\"item\":\"\(UUID())\",\"state\":{\"kind\":\"file\",\"parent\":\"\(ItemID.root)\",\"name\":\"x\",\"chunks\":[],\"mode\":99999999,\"modified\":1,\"deleted\":false}}"),
+                (.POST, base + "/commit", "{\"item\":\"\(UUID())\",\"state\":{\"kind\":\"file\",\"parent\":\"\(ItemID.root)\",\"name\":\"x\",\"chunks\":[],\"mode\":420,\"modified\":1e400,\"deleted\":false}}"),
+                (.POST, base + "/commit", "{\"item\":\"\(UUID())\",\"state\":{\"kind\":\"symlink\",\"parent\":\"\(ItemID.root)\",\"name\":\"x\",\"chunks\":[],\"mode\":420,\"modified\":1,\"deleted\":false}}"),
+                (.POST, base + "/items/\(UUID())/resolve", "{\"action\":\"keep_current\"}"),
+                (.POST, base + "/items/not-an-id/resolve", "{\"action\":\"keep_current\"}"),
+                (.GET, base + "/changes?since=-1", nil),
+                (.GET, base + "/changes?since=abc", nil),
+                (.GET, base + "/changes?wait=100000", nil),
+                (.GET, base + "/items?limit=0", nil),
+                (.GET, base + "/items?after=zzz", nil),
+                (.GET, "/v1/chunks/xyz", nil),
+                (.GET, "/v1/chunks/" + String(repeating: "a", count: 64), nil),
+                (.POST, "/v1/chunks/missing", "{\"hashes\":[\"bad\"]}"),
+                (.GET, "/v1/nothing-here", nil),
+                (.GET, "/v2/containers", nil),
+                (.DELETE, base, nil),
+                (.GET, "/v1/containers/com.example.none/items", nil),
+            ]
+            for (method, path, body) in cases {
+                let r = try await c.send(method, path, body: body.map { ByteBuffer(string: $0) }, contentType: json)
+                #expect((400..<500).contains(r.status), "\(method) \(path) \(body ?? ""): \(r.status) \(r.text)")
+                let e = try Self.error(of: r)
+                #expect(!e.error.message.contains("Swift") && !e.error.message.contains("/work/"), "internals leaked: \(e.error.message)")
+            }
+        }
+    }
+
+    @Test func commitsAndChangesEndToEnd() async throws {
+        try await LiveServer.with { s in
+            let a = NimbusClient(baseURL: s.url, token: try await s.token(device: "a"))
+            let b = NimbusClient(baseURL: s.url, token: try await s.token(device: "b"))
+            _ = try await a.createContainer(Self.container)
+            let folder = ItemID(UUID()), file = ItemID(UUID())
+            try await a.commit(Self.container, CommitRequest(item: folder, baseVersion: nil, state: Self.draft("Docs", kind: .folder)))
+            let bytes = Array(repeating: UInt8(7), count: 100_000)
+            let missing = try await a.missingChunks([ChunkHashing.sha256(ByteBuffer(bytes: bytes))])
+            #expect(missing.count == 1)
+            let chunk = try await a.upload(bytes)
+            let r = try await a.commit(Self.container, CommitRequest(item: file, baseVersion: nil, state: Self.draft("big.bin", chunks: [chunk], parent: folder)))
+            #expect(r.outcome == .applied && r.item.size == 100_000)
+            // Unknown fields in `extra` survive a round trip.
+            var d = ItemDraft(r.item)
+            d.extra = .object(["com.example.tags": .array([.string("red")]), "future": .number(2)])
+            let r2 = try await a.commit(Self.container, CommitRequest(item: file, baseVersion: r.item.version, state: d))
+            let seen = try await b.changes(Self.container, since: 0)
+            #expect(seen.changes.map(\.kind) == [.create, .create, .update])
+            #expect(seen.changes.last?.item.extra == d.extra)
+            #expect(try await b.item(Self.container, file).version == r2.item.version)
+            #expect(try await b.getChunk(chunk.hash) == bytes)
+            let versions = try await b.versions(Self.container, file)
+            #expect(versions.count == 2 && versions[0].role == .current && versions[0].deviceName == "a")
+        }
+    }
+}
