@@ -31,7 +31,7 @@ extension Nimbus {
             }
         } catch let failure as CLIFailure {
             FileHandle.standardError.write(Data("nimbus: \(failure.message)\n".utf8))
-            exit(failure.status.rawValue)
+            Foundation.exit(failure.status.rawValue)
         } catch {
             exit(withError: error)
         }
