@@ -114,3 +114,23 @@ let package = Package(
         .testTarget(name: "MountTests", dependencies: ["NimbusCore"], swiftSettings: strict),
     ]
 )
+
+// Developer switch: NIMBUS_SERVER_ONLY=1 leaves the FUSE targets out (and the mount from the CLI),
+// so the server side builds and tests on its own while the mount is being changed.
+import Foundation
+if ProcessInfo.processInfo.environment["NIMBUS_SERVER_ONLY"] != nil {
+    let fuse: Set<String> = ["CFuse3", "FuseKit", "LocalStore", "ContainerFS", "FuseKitTests", "LocalStoreTests", "ContainerFSTests", "MountTests"]
+    package.targets.removeAll { fuse.contains($0.name) }
+    let cli = Context.packageDirectory + "/Sources/nimbus"
+    let mountFiles = ((try? FileManager.default.contentsOfDirectory(atPath: cli)) ?? []).filter { $0.hasPrefix("Mount") }
+    if let cliTarget = package.targets.first(where: { $0.name == "nimbus" }) {
+        cliTarget.exclude.append(contentsOf: mountFiles)
+        cliTarget.swiftSettings = (cliTarget.swiftSettings ?? []) + [.define("NIMBUS_SERVER_ONLY")]
+    }
+    for t in package.targets {
+        t.dependencies.removeAll { dep in
+            if case .byNameItem(let name, _) = dep { return fuse.contains(name) }
+            return false
+        }
+    }
+}
