@@ -1,1 +1,73 @@
-print("bench")
+import ArgumentParser
+import Foundation
+import NimbusCore
+import NimbusProtocol
+import NimbusRemote
+
+/// `nimbus-bench server`: small commits per second and long-poll wake-up latency against a running
+/// server (scripts/bench-server starts one). Figures only; nothing here asserts a threshold.
+@main
+struct Bench: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(commandName: "nimbus-bench", subcommands: [ServerBench.self])
+}
+
+struct ServerBench: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(commandName: "server")
+
+    @Option var url: String
+    @Option(help: "Token of device A (committer).") var tokenA: String
+    @Option(help: "Token of device B (long-poller).") var tokenB: String
+    @Option var commits = 5000
+    @Option var concurrency = 16
+    @Option var wakeups = 200
+
+    func run() async throws {
+        let a = NimbusClient(baseURL: url, token: tokenA)
+        let b = NimbusClient(baseURL: url, token: tokenB)
+        let container = "com.example.bench-\(UInt32.random(in: 0...UInt32.max))"
+        _ = try await a.createContainer(container)
+
+        // Warm up connections.
+        for _ in 0..<concurrency { _ = try await a.whoami() }
+
+        // 1. Small commits (create of an empty file), `concurrency` in flight.
+        let perWorker = commits / concurrency
+        let start = ContinuousClock.now
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            for w in 0..<concurrency {
+                group.addTask {
+                    for i in 0..<perWorker {
+                        _ = try await a.commit(container, CommitRequest(item: ItemID(UUID()), baseVersion: nil, state: ItemDraft(
+                            kind: .file, parent: .root, name: ItemName(trusted: "w\(w)-\(i)"), mode: 0o644, modified: Int64(i))))
+                    }
+                }
+            }
+            try await group.waitForAll()
+        }
+        let elapsed = ContinuousClock.now - start
+        let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
+        let total = perWorker * concurrency
+        print(String(format: "server  small commits            %8d commits in %.2f s = %8.0f commits/s (concurrency %d)",
+                     total, seconds, Double(total) / seconds, concurrency))
+
+        // 2. Long-poll wake-up: B waits; A commits; time from A sending to B's poll returning.
+        var cursor = try await a.container(container).cursor
+        var latencies: [Double] = []
+        for i in 0..<wakeups {
+            let since = cursor
+            async let polled = b.changes(container, since: since, wait: 30)
+            try await Task.sleep(for: .milliseconds(5))
+            let t0 = ContinuousClock.now
+            _ = try await a.commit(container, CommitRequest(item: ItemID(UUID()), baseVersion: nil, state: ItemDraft(
+                kind: .file, parent: .root, name: ItemName(trusted: "wake-\(i)"), mode: 0o644, modified: 1)))
+            let page = try await polled
+            let d = ContinuousClock.now - t0
+            latencies.append(Double(d.components.seconds) * 1000 + Double(d.components.attoseconds) / 1e15)
+            cursor = page.cursor
+        }
+        latencies.sort()
+        func pct(_ p: Double) -> Double { latencies[min(latencies.count - 1, Int(Double(latencies.count) * p))] }
+        print(String(format: "server  long-poll wake-up         p50 %.2f ms  p99 %.2f ms  (%d wake-ups, commit sent → poll answered)",
+                     pct(0.5), pct(0.99), latencies.count))
+    }
+}
