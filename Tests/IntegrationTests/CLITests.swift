@@ -1,0 +1,51 @@
+import Foundation
+import NimbusTesting
+import Testing
+
+/// The built binary's server-side commands: clear errors and documented exit codes.
+@Suite struct CLITests {
+    static func tempDir() -> String {
+        FileManager.default.temporaryDirectory.appendingPathComponent("nimbus-cli-\(UUID().uuidString)").path
+    }
+
+    @Test func addDevicePrintsOneTokenAndRejectsBadNames() async throws {
+        let dir = Self.tempDir()
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let a = try await NimbusBinary.run(["admin", "add-device", "--data", dir, "--account", "alice", "--device", "laptop"])
+        let b = try await NimbusBinary.run(["admin", "add-device", "--data", dir, "--account", "alice", "--device", "desktop"])
+        #expect(a.status == 0 && b.status == 0)
+        #expect(a.stdout.hasPrefix("nim_") && a.stdout.split(separator: "\n").count == 1)
+        #expect(a.stdout != b.stdout, "every device gets its own token")
+        // The token is stored hashed: it appears nowhere in the data directory.
+        let token = a.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
+        for name in try FileManager.default.contentsOfDirectory(atPath: dir) where !name.hasPrefix("chunks") {
+            let bytes = try Data(contentsOf: URL(fileURLWithPath: dir + "/" + name))
+            #expect(bytes.range(of: Data(token.utf8)) == nil, "token found in \(name)")
+        }
+        let bad = try await NimbusBinary.run(["admin", "add-device", "--data", dir, "--account", "", "--device", "x"])
+        #expect(bad.status == 2 && bad.stderr.hasPrefix("nimbus: "), "\(bad)")
+        let check = try await NimbusBinary.run(["admin", "check", "--data", dir])
+        #expect(check.status == 0 && check.stdout == "consistent\n")
+    }
+
+    @Test func serveRejectsABadListenAddress() async throws {
+        let dir = Self.tempDir()
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let r = try await NimbusBinary.run(["serve", "--data", dir, "--listen", "nowhere"])
+        #expect(r.status != 0)
+        #expect(r.stderr.contains("HOST:PORT"), "\(r.stderr)")
+    }
+
+    @Test func serveReportsAPortInUse() async throws {
+        let dir = Self.tempDir()
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let first = ServerProcess(dataDir: dir)
+        defer { first.stop() }
+        try await first.start()
+        let port = first.url.split(separator: ":").last.map(String.init) ?? "0"
+        let r = try await NimbusBinary.run(["serve", "--data", dir + "-2", "--listen", "127.0.0.1:\(port)"], timeout: .seconds(30))
+        defer { try? FileManager.default.removeItem(atPath: dir + "-2") }
+        #expect(r.status == 3, "exit 3 (network), got \(r.status): \(r.stderr)")
+        #expect(r.stderr.contains("--listen"), "\(r.stderr)")
+    }
+}
