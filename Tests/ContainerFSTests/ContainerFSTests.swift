@@ -1,0 +1,100 @@
+import ContainerFS
+import Foundation
+import FuseKit
+import Glibc
+import LocalStore
+import NimbusCore
+import Testing
+
+/// The filesystem driven directly, without a kernel: fast checks of the semantics the mount tests
+/// then confirm with real tools.
+@Suite struct ContainerFSTests {
+    final class Fixture {
+        let dir: URL
+        var store: LocalStore
+        var fs: ContainerFS
+        init() throws {
+            dir = URL(fileURLWithPath: NSTemporaryDirectory()).appendingPathComponent("nimbus-cfs-\(UUID().uuidString)")
+            store = try LocalStore(directory: dir)
+            fs = try ContainerFS(store: store)
+        }
+        func reopen() throws {
+            store.close()
+            store = try LocalStore(directory: dir)
+            fs = try ContainerFS(store: store)
+        }
+        deinit { store.close(); try? FileManager.default.removeItem(at: dir) }
+    }
+    let me = Caller.process
+    let root = ContainerFS.rootNode
+
+    @Test func createWriteReadBackAfterReopen() throws {
+        let f = try Fixture()
+        let (e, h) = try f.fs.create(parent: root, name: "a.txt", mode: 0o644, flags: O_RDWR, caller: me)
+        let bytes: [UInt8] = Array("hello world".utf8)
+        let n = try bytes.withUnsafeBytes { try f.fs.write(node: e.node, handle: h.handle, offset: 0, data: $0) }
+        #expect(n == bytes.count)
+        f.fs.release(node: e.node, handle: h.handle)
+        #expect(try f.fs.getattr(node: e.node).st_size == 11)
+        try f.reopen()
+        let again = try f.fs.lookup(parent: root, name: "a.txt")
+        #expect(again.node == e.node)  // node ids are stable across remounts
+        #expect(again.attr.st_size == 11)
+        #expect(again.attr.st_mode == S_IFREG | 0o644)
+    }
+
+    @Test func namesAreValidatedAndControlNameIsReserved() throws {
+        let f = try Fixture()
+        #expect(throws: Errno.ENAMETOOLONG) { try f.fs.mkdir(parent: root, name: String(repeating: "x", count: 256), mode: 0o755, caller: me) }
+        #expect(throws: Errno.EEXIST) { try f.fs.mkdir(parent: root, name: ".nimbus", mode: 0o755, caller: me) }
+        #expect(throws: Errno.EPERM) { try f.fs.rmdir(parent: root, name: ".nimbus") }
+        _ = try f.fs.mkdir(parent: root, name: "d", mode: 0o755, caller: me)
+        #expect(throws: Errno.EEXIST) { try f.fs.mkdir(parent: root, name: "d", mode: 0o755, caller: me) }
+        #expect(throws: Errno.EPERM) { try f.fs.mknod(parent: root, name: "fifo", mode: S_IFIFO | 0o644, caller: me) }
+    }
+
+    @Test func renameRules() throws {
+        let f = try Fixture()
+        let a = try f.fs.mkdir(parent: root, name: "a", mode: 0o755, caller: me)
+        let b = try f.fs.mkdir(parent: a.node, name: "b", mode: 0o755, caller: me)
+        #expect(throws: Errno.EINVAL) { try f.fs.rename(parent: root, name: "a", newParent: b.node, newName: "x", flags: []) }
+        _ = try f.fs.mkdir(parent: root, name: "c", mode: 0o755, caller: me)
+        _ = try f.fs.mkdir(parent: root, name: "full", mode: 0o755, caller: me)
+        let full = try f.fs.lookup(parent: root, name: "full")
+        _ = try f.fs.mknod(parent: full.node, name: "x", mode: S_IFREG | 0o644, caller: me)
+        #expect(throws: Errno.ENOTEMPTY) { try f.fs.rename(parent: root, name: "c", newParent: root, newName: "full", flags: []) }
+        #expect(throws: Errno.EEXIST) { try f.fs.rename(parent: root, name: "c", newParent: root, newName: "a", flags: .noReplace) }
+        try f.fs.rename(parent: a.node, name: "b", newParent: root, newName: "B", flags: [])
+        #expect(try f.fs.getattr(node: root).st_nlink == 2 + 4)  // a, c, full, B
+        #expect(try f.fs.getattr(node: a.node).st_nlink == 2)
+        try f.fs.rename(parent: root, name: "a", newParent: root, newName: "c", flags: .exchange)
+        #expect(try f.fs.lookup(parent: root, name: "c").node == a.node)
+    }
+
+    @Test func xattrsVirtualAndStored() throws {
+        let f = try Fixture()
+        let d = try f.fs.mkdir(parent: root, name: "d", mode: 0o755, caller: me)
+        #expect(try f.fs.getxattr(node: d.node, name: "user.nimbus.status") == Array("current".utf8))
+        #expect(throws: Errno.ENODATA) { try f.fs.getxattr(node: d.node, name: "security.capability") }
+        #expect(throws: Errno.EPERM) { try f.fs.setxattr(node: d.node, name: "user.nimbus.status", value: [1], flags: 0) }
+        try f.fs.setxattr(node: d.node, name: "user.k", value: [7], flags: 1)
+        #expect(throws: Errno.EEXIST) { try f.fs.setxattr(node: d.node, name: "user.k", value: [8], flags: 1) }
+        #expect(throws: Errno.ENODATA) { try f.fs.setxattr(node: d.node, name: "user.none", value: [8], flags: 2) }
+        try f.reopen()
+        #expect(try f.fs.getxattr(node: d.node, name: "user.k") == [7])
+        let list = String(decoding: try f.fs.listxattr(node: d.node), as: UTF8.self).split(separator: "\0")
+        #expect(list == ["user.nimbus.status", "user.nimbus.itemid", "user.k"])
+    }
+
+    @Test func sizeIsReconciledFromCacheAfterCrash() throws {
+        let f = try Fixture()
+        let (e, h) = try f.fs.create(parent: root, name: "f", mode: 0o644, flags: O_RDWR, caller: me)
+        f.store.sync()
+        // Bytes reach the cache file but the size is never recorded (as after kill -9).
+        let s = "abcdef"
+        _ = pwrite(Int32(h.handle), s, 6, 0)
+        close(Int32(h.handle))
+        try f.reopen()
+        #expect(try f.fs.getattr(node: e.node).st_size == 6)
+    }
+}
