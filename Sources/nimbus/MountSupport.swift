@@ -24,8 +24,9 @@ enum MountSupport {
     /// Clears a mount whose daemon died (every access fails with ENOTCONN); refuses a live one.
     static func clearDeadMount(_ mp: String) throws {
         guard isNimbusMount(mp) else { return }
-        var st = stat()
-        if stat(mp, &st) == 0 { throw CLIFailure(.usage, "\(mp) is already mounted (nimbus unmount \(mp) first)") }
+        // statfs always asks the daemon (stat may be answered from the kernel's attribute cache).
+        var sf = statvfs()
+        if statvfs(mp, &sf) == 0 { throw CLIFailure(.usage, "\(mp) is already mounted (nimbus unmount \(mp) first)") }
         let e = errno
         guard e == ENOTCONN || e == ECONNABORTED else { return }
         FileHandle.standardError.write(Data("nimbus: \(mp): clearing a mount left by a daemon that died\n".utf8))
@@ -50,8 +51,8 @@ enum MountSupport {
         let deadline = Date().addingTimeInterval(timeout)
         while Date() < deadline {
             if isNimbusMount(mp) {
-                var st = stat()
-                if stat(mp, &st) == 0 { return }
+                var sf = statvfs()
+                if statvfs(mp, &sf) == 0 { return }
             }
             if !p.isRunning {
                 let text = (try? String(contentsOfFile: logPath, encoding: .utf8)).map { String($0.utf8.dropFirst(Int(logStart))) ?? "" } ?? ""
