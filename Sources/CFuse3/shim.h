@@ -69,6 +69,10 @@ static inline void cfuse_conn_tune(struct fuse_conn_info *conn, unsigned max_bac
     // flock/fcntl locks stay local to the kernel for now (the coordinator will claim them later).
     conn->want &= ~FUSE_CAP_FLOCK_LOCKS;
     conn->want &= ~FUSE_CAP_POSIX_LOCKS;
+    // The kernel clears set-user/group-ID bits on write/truncate/chown (it sends the mode change).
+    conn->want &= ~FUSE_CAP_HANDLE_KILLPRIV;
+    // open(O_TRUNC) arrives as one open with O_TRUNC (ContainerFS truncates), not open + setattr.
+    if (conn->capable & FUSE_CAP_ATOMIC_O_TRUNC) conn->want |= FUSE_CAP_ATOMIC_O_TRUNC;
     // The server decides about writeback caching later; write-through keeps mtime/size ours.
     conn->want &= ~FUSE_CAP_WRITEBACK_CACHE;
 }

@@ -25,6 +25,24 @@ extension ContainerFS {
             }
             throw Errno(-fd)
         }
+        if flags & O_TRUNC != 0 {
+            // Atomic O_TRUNC: the kernel leaves the truncation to us (mtime/ctime always change,
+            // as on Linux's local filesystems).
+            if ftruncate(fd, 0) != 0 { let e = Errno.current; release(node: node, handle: UInt64(fd)); throw e }
+            let now = WallClock.nowNanoseconds()
+            let changed = lock.withLock { () -> ItemID? in
+                guard let n = t.nodes[node] else { return nil }
+                n.rec.size = 0
+                n.rec.mtime = now
+                n.rec.ctime = now
+                n.rec.dirty = true
+                if n.linked { persist(n) }
+                return n.rec.id
+            }
+            if let changed { notify(.contentChanged(changed)) }
+            // Pages cached from before the truncation must go.
+            return FuseOpen(handle: UInt64(fd), keepCache: false)
+        }
         return FuseOpen(handle: UInt64(fd), keepCache: true)
     }
 
