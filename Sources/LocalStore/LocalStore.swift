@@ -122,6 +122,11 @@ public final class LocalStore: @unchecked Sendable {
         while true {
             queueLock.lock()
             while pending.isEmpty && !stopping && !wantsFullSync { queueLock.wait() }
+            // Let a burst (untar, cp -r) gather into one transaction: wait up to 5 ms unless
+            // someone is waiting in sync() (broadcast wakes us at once).
+            if !pending.isEmpty && !wantsFullSync && !stopping {
+                _ = queueLock.wait(until: Date(timeIntervalSinceNow: 0.005))
+            }
             if pending.isEmpty && stopping {
                 writerDone = true
                 queueLock.broadcast()
