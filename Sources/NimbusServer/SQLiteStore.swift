@@ -12,6 +12,7 @@ import NimbusProtocol
 /// before their rows are written, so a lost transaction leaves at most unreferenced chunks.
 public final class SQLiteStore: ServerStore {
     let pool: DatabasePool
+    let batcher: WriteBatcher
 
     /// Opens (creating if needed) the database at `path` and applies pending migrations.
     public init(path: String) throws {
@@ -26,6 +27,7 @@ public final class SQLiteStore: ServerStore {
         } catch {
             throw APIError(.unavailable, "cannot open the metadata database \(path): \(error)")
         }
+        batcher = WriteBatcher(pool: pool)
     }
 
     static var migrator: DatabaseMigrator {
@@ -145,7 +147,7 @@ public final class SQLiteStore: ServerStore {
     // MARK: commits
 
     public func commit(_ request: CommitRequest, in container: ContainerRecord, by device: DeviceRecord, now: Int64) async throws -> CommitResponse {
-        try await pool.write { db in
+        try await batcher.write { db in
             var engine = CommitEngine(tx: SQLiteTransaction(db: db, container: container), device: device, now: now)
             return try engine.commit(request)
         }
