@@ -76,6 +76,7 @@ let package = Package(
             dependencies: [
                 "NimbusCore", "NimbusProtocol", "NimbusRemote",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "AsyncHTTPClient", package: "async-http-client"),
             ],
             swiftSettings: strict
         ),

@@ -1,4 +1,5 @@
 import ArgumentParser
+import AsyncHTTPClient
 import Foundation
 import NimbusCore
 import NimbusProtocol
@@ -22,8 +23,20 @@ struct ServerBench: AsyncParsableCommand {
     @Option var wakeups = 200
 
     func run() async throws {
-        let a = NimbusClient(baseURL: url, token: tokenA)
-        let b = NimbusClient(baseURL: url, token: tokenB)
+        // A client of its own with one connection per worker (the shared client allows 8 per host).
+        var config = HTTPClient.Configuration()
+        config.connectionPool = .init(idleTimeout: .seconds(60), concurrentHTTP1ConnectionsPerHostSoftLimit: max(8, concurrency + 2))
+        let http = HTTPClient(eventLoopGroup: HTTPClient.defaultEventLoopGroup, configuration: config)
+        do {
+            try await measure(NimbusClient(baseURL: url, token: tokenA, http: http), NimbusClient(baseURL: url, token: tokenB, http: http))
+        } catch {
+            try? await http.shutdown()
+            throw error
+        }
+        try await http.shutdown()
+    }
+
+    func measure(_ a: NimbusClient, _ b: NimbusClient) async throws {
         let container = "com.example.bench-\(UInt32.random(in: 0...UInt32.max))"
         _ = try await a.createContainer(container)
 

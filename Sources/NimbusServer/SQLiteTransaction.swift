@@ -6,6 +6,15 @@ import NimbusProtocol
 struct SQLiteTransaction: StoreTransaction {
     let db: Database
     let container: ContainerRecord
+    /// The last state encoded: a commit stores the same state in the item row and its version row.
+    private let encoded = EncodedStateCache()
+
+    private func encode(_ state: ItemState) throws -> String {
+        if let hit = encoded.value, hit.0 == state { return hit.1 }
+        let text = try Codec.encode(state)
+        encoded.value = (state, text)
+        return text
+    }
 
     func loadItem(_ id: ItemID) throws -> StoredItem? {
         try Row.fetchOne(db, sql: "SELECT id, version, conflicts, state FROM items WHERE container_id = ? AND id = ?",
@@ -46,7 +55,7 @@ struct SQLiteTransaction: StoreTransaction {
             ON CONFLICT(container_id, id) DO UPDATE SET parent_id = excluded.parent_id, name = excluded.name,
                 deleted = excluded.deleted, version = excluded.version, conflicts = excluded.conflicts, state = excluded.state
             """, arguments: [container.id, item.id.description, item.state.location.parent.description, item.state.location.name.value,
-                             item.state.kind.rawValue, item.state.deleted, item.version, item.conflicts, try Codec.encode(item.state)])
+                             item.state.kind.rawValue, item.state.deleted, item.version, item.conflicts, try encode(item.state)])
     }
 
     func currentVersionSeq(of id: ItemID) throws -> Int64? {
@@ -57,7 +66,7 @@ struct SQLiteTransaction: StoreTransaction {
     func insertVersion(item: ItemID, seq: Int64, role: StoredRole, wasCurrent: Bool, state: ItemState) throws {
         try db.execute(sql: """
             INSERT INTO versions(container_id, item_id, seq, role, was_current, device_id, state) VALUES (?, ?, ?, ?, ?, ?, ?)
-            """, arguments: [container.id, item.description, seq, role.rawValue, wasCurrent, state.modifiedBy.description, try Codec.encode(state)])
+            """, arguments: [container.id, item.description, seq, role.rawValue, wasCurrent, state.modifiedBy.description, try encode(state)])
     }
 
     func setRole(item: ItemID, seq: Int64, role: StoredRole) throws {
@@ -86,4 +95,9 @@ struct SQLiteTransaction: StoreTransaction {
     func ownedChunks(_ hashes: [ContentHash]) throws -> [ContentHash: Int64] {
         try SQLiteStore.ownedChunks(db, account: container.accountID, hashes)
     }
+}
+
+/// One-entry memo of `SQLiteTransaction.encode`; lives for one commit on the writer thread.
+final class EncodedStateCache {
+    var value: (ItemState, String)?
 }

@@ -18,9 +18,18 @@ public final class ServerMetrics: Sendable {
         longPolls = registry.makeGauge(name: "nimbus_longpolls_waiting", help: "Change requests waiting for a commit.")
     }
 
+    private let requestCounters = LockedDictionary<Counter>()
+
     func request(method: String, status: Int) {
-        registry.makeCounter(name: "nimbus_http_requests_total", labels: [("method", method), ("status", String(status))],
-                             help: "HTTP requests answered.").increment()
+        let key = "\(method) \(status)"
+        if let c = requestCounters[key] {
+            c.increment()
+            return
+        }
+        let c = registry.makeCounter(name: "nimbus_http_requests_total", labels: [("method", method), ("status", String(status))],
+                                     help: "HTTP requests answered.")
+        requestCounters[key] = c
+        c.increment()
     }
 
     public func emit() -> [UInt8] {
