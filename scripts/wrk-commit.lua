@@ -1,0 +1,17 @@
+-- wrk script for scripts/bench-server: one create commit per request, each with a new item id.
+math.randomseed(os.time())
+local function uuid()
+  local t = 'xxxxxxxx-xxxx-4xxx-yxxx-xxxxxxxxxxxx'
+  return (string.gsub(t, '[xy]', function (c)
+    local v = (c == 'x') and math.random(0, 0xf) or math.random(8, 0xb)
+    return string.format('%x', v)
+  end))
+end
+wrk.method = "POST"
+wrk.headers["Content-Type"] = "application/json"
+wrk.headers["Authorization"] = "Bearer " .. os.getenv("TOKEN")
+request = function()
+  local id = uuid()
+  local body = '{"item":"' .. id .. '","state":{"kind":"file","parent":"00000000-0000-0000-0000-000000000000","name":"' .. id .. '","chunks":[],"mode":420,"modified":1,"deleted":false}}'
+  return wrk.format(nil, "/v1/containers/com.example.wrk/commit", nil, body)
+end
