@@ -84,6 +84,24 @@ extension PostgresStore {
         try await adminStatement(PostgresQuery(unsafeSQL: "DROP DATABASE IF EXISTS \"\(name)\" WITH (FORCE)"), admin: admin)
     }
 
+    /// Runs one SQL statement on `location` and returns the rows' first columns as text (tests use
+    /// it to disturb a running deployment, e.g. `pg_terminate_backend`).
+    public static func execute(_ sql: String, on location: PostgresLocation) async throws -> [String?] {
+        let logger = Logger(label: "nimbus.postgres.admin")
+        let conn = try await PostgresConnection.connect(configuration: location.connectionConfiguration, id: 0, logger: logger)
+        do {
+            var out: [String?] = []
+            for try await row in try await conn.query(PostgresQuery(unsafeSQL: sql), logger: logger) {
+                out.append(try? row.decode(String?.self))
+            }
+            try await conn.close()
+            return out
+        } catch {
+            try? await conn.close()
+            throw error
+        }
+    }
+
     private static func adminStatement(_ q: PostgresQuery, admin: PostgresLocation) async throws {
         let logger = Logger(label: "nimbus.postgres.admin")
         let conn = try await PostgresConnection.connect(configuration: admin.connectionConfiguration, id: 0, logger: logger)

@@ -2,6 +2,7 @@ import Foundation
 import NimbusCore
 import NimbusProtocol
 import NimbusRemote
+import NimbusServer
 import NimbusTesting
 import Synchronization
 import Testing
@@ -19,6 +20,10 @@ struct ScaleOutTests {
 
     /// Runs `count` instances on a fresh database + bucket, with a device token per instance.
     static func withCluster(_ count: Int, _ body: @Sendable ([ServerProcess], [String], _ database: String, _ chunks: String) async throws -> Void) async throws {
+        try await withLocatedCluster(count) { servers, tokens, _, database, chunks in try await body(servers, tokens, database, chunks) }
+    }
+
+    static func withLocatedCluster(_ count: Int, _ body: @Sendable ([ServerProcess], [String], PostgresLocation, _ database: String, _ chunks: String) async throws -> Void) async throws {
         S3Scratch.exportEnvironment()
         try await PostgresScratch.withDatabase { location in
             let database = "postgres://\(location.username):\(location.password ?? "")@\(location.host):\(location.port)/\(location.database)"
@@ -36,7 +41,7 @@ struct ScaleOutTests {
                 }
                 defer { servers.forEach { $0.stop() } }
                 for s in servers { try await s.start() }
-                try await body(servers, tokens, database, chunks)
+                try await body(servers, tokens, location, database, chunks)
             }
         }
     }
@@ -146,6 +151,39 @@ struct ScaleOutTests {
             #expect(seqs.count >= acked.value + 1, "every acknowledged commit is in the journal")
             let check = try await NimbusBinary.run(["admin", "check", "--database", database, "--chunks", chunks])
             #expect(check.status == 0 && check.stdout == "consistent\n", "\(check.stdout) \(check.stderr)")
+        }
+    }
+
+    /// The LISTEN connection of instance 2 is cut (as by a network failure or a database restart):
+    /// a commit made meanwhile still wakes its long-poll through the periodic catch-up, and once
+    /// re-subscribed, notifications wake polls promptly again.
+    @Test func lostNotificationConnectionIsCaughtUpAndResubscribed() async throws {
+        try await Self.withLocatedCluster(2) { servers, tokens, location, _, _ in
+            let a = NimbusClient(baseURL: servers[0].url, token: tokens[0])
+            let b = NimbusClient(baseURL: servers[1].url, token: tokens[1])
+            _ = try await a.createContainer(Self.container)
+            let terminated = try await PostgresStore.execute("""
+                SELECT pg_terminate_backend(pid)::text FROM pg_stat_activity
+                WHERE datname = current_database() AND query ILIKE 'LISTEN%'
+                """, on: location)
+            #expect(terminated.count == 2, "both instances were listening: \(terminated)")
+            let chunk = try await a.upload(Array("while deaf".utf8))
+            var since = try await b.changes(Self.container, since: 0).cursor
+            for round in 0..<4 {
+                let from = since
+                let poll = Task { try await b.changes(Self.container, since: from, wait: 20) }
+                try await Task.sleep(for: .milliseconds(200))
+                let t0 = ContinuousClock.now
+                _ = try await a.commit(Self.container, CommitRequest(item: ItemID(UUID()), baseVersion: nil, state: Self.draft("r\(round)", chunk, t: 1)))
+                let page = try await poll.value
+                let latency = ContinuousClock.now - t0
+                #expect(page.changes.count == 1, "round \(round)")
+                since = page.cursor
+                // Right after the cut: at most the catch-up interval (2 s) plus slack; after the
+                // reconnect (1 s), NOTIFY again.
+                #expect(latency < (round == 0 ? .seconds(4) : .milliseconds(1500)), "round \(round): woke after \(latency)")
+                if round == 0 { try await Task.sleep(for: .seconds(3)) }
+            }
         }
     }
 }
