@@ -1,4 +1,5 @@
 import Foundation
+import Logging
 import NimbusServer
 
 /// A fresh PostgreSQL database per test, on the server named by NIMBUS_TEST_POSTGRES
@@ -36,7 +37,9 @@ public enum PostgresScratch {
     /// An open store on a fresh database, shut down and dropped after `body`.
     public static func withStore<T: Sendable>(_ body: @Sendable (PostgresStore) async throws -> T) async throws -> T {
         try await withDatabase { location in
-            let store = try await PostgresStore.open(location)
+            var quiet = Logger(label: "nimbus.test-postgres")
+            quiet.logLevel = .warning
+            let store = try await PostgresStore.open(location, logger: quiet)
             do {
                 let result = try await body(store)
                 await store.shutdown()
