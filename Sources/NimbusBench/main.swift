@@ -16,6 +16,7 @@ struct ServerBench: AsyncParsableCommand {
     static let configuration = CommandConfiguration(commandName: "server")
 
     @Option var url: String
+    @Option(help: "A second instance on the same database: B long-polls there and half the committers use it.") var urlB: String?
     @Option(help: "Token of device A (committer).") var tokenA: String
     @Option(help: "Token of device B (long-poller).") var tokenB: String
     @Option var commits = 5000
@@ -28,7 +29,9 @@ struct ServerBench: AsyncParsableCommand {
         config.connectionPool = .init(idleTimeout: .seconds(60), concurrentHTTP1ConnectionsPerHostSoftLimit: max(8, concurrency + 2))
         let http = HTTPClient(eventLoopGroup: HTTPClient.defaultEventLoopGroup, configuration: config)
         do {
-            try await measure(NimbusClient(baseURL: url, token: tokenA, http: http), NimbusClient(baseURL: url, token: tokenB, http: http))
+            try await measure(NimbusClient(baseURL: url, token: tokenA, http: http),
+                              NimbusClient(baseURL: urlB ?? url, token: tokenA, http: http),
+                              NimbusClient(baseURL: urlB ?? url, token: tokenB, http: http))
         } catch {
             try? await http.shutdown()
             throw error
@@ -36,7 +39,8 @@ struct ServerBench: AsyncParsableCommand {
         try await http.shutdown()
     }
 
-    func measure(_ a: NimbusClient, _ b: NimbusClient) async throws {
+    /// `a` and `a2` are device A on the first and second instance (the same one without --url-b).
+    func measure(_ a: NimbusClient, _ a2: NimbusClient, _ b: NimbusClient) async throws {
         let container = "com.example.bench-\(UInt32.random(in: 0...UInt32.max))"
         _ = try await a.createContainer(container)
 
@@ -48,6 +52,7 @@ struct ServerBench: AsyncParsableCommand {
         let start = ContinuousClock.now
         try await withThrowingTaskGroup(of: Void.self) { group in
             for w in 0..<concurrency {
+                let a = w % 2 == 0 ? a : a2
                 group.addTask {
                     for i in 0..<perWorker {
                         _ = try await a.commit(container, CommitRequest(item: ItemID(UUID()), baseVersion: nil, state: ItemDraft(
@@ -60,8 +65,8 @@ struct ServerBench: AsyncParsableCommand {
         let elapsed = ContinuousClock.now - start
         let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
         let total = perWorker * concurrency
-        print(String(format: "server  small commits            %8d commits in %.2f s = %8.0f commits/s (concurrency %d)",
-                     total, seconds, Double(total) / seconds, concurrency))
+        print(String(format: "server  small commits            %8d commits in %.2f s = %8.0f commits/s (concurrency %d",
+                     total, seconds, Double(total) / seconds, concurrency) + (urlB == nil ? ")" : ", over 2 instances)"))
 
         // 2. Long-poll wake-up: B waits; A commits; time from A sending to B's poll returning.
         var cursor = try await a.container(container).cursor
@@ -80,7 +85,7 @@ struct ServerBench: AsyncParsableCommand {
         }
         latencies.sort()
         func pct(_ p: Double) -> Double { latencies[min(latencies.count - 1, Int(Double(latencies.count) * p))] }
-        print(String(format: "server  long-poll wake-up         p50 %.2f ms  p99 %.2f ms  (%d wake-ups, commit sent → poll answered)",
-                     pct(0.5), pct(0.99), latencies.count))
+        print(String(format: "server  long-poll wake-up         p50 %.2f ms  p99 %.2f ms  (%d wake-ups, commit sent → poll answered",
+                     pct(0.5), pct(0.99), latencies.count) + (urlB == nil ? ")" : ", poll on the other instance)"))
     }
 }

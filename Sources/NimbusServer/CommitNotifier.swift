@@ -45,6 +45,11 @@ public final class CommitNotifier: Sendable {
         }
     }
 
+    /// The containers that long-polls are waiting on (what a catch-up needs to re-read).
+    public var waitedContainers: [Int64] {
+        state.withLock { Array($0.waiters.keys) }
+    }
+
     public var waitingCount: Int {
         state.withLock { $0.waiters.values.reduce(0) { $0 + $1.count } }
     }
@@ -78,4 +83,12 @@ public final class CommitNotifier: Sendable {
             c?.resume()
         }
     }
+}
+
+/// A source of commits made by other processes on a shared store (PostgreSQL's LISTEN/NOTIFY).
+/// `NimbusServerApp.run` feeds it into its notifier while it serves, so long-polls on this
+/// instance wake for commits made through any instance.
+public protocol CommitFeed: Sendable {
+    /// Announces other instances' commits to `notifier` until the task is cancelled.
+    func follow(into notifier: CommitNotifier) async
 }

@@ -40,6 +40,13 @@ public struct NimbusServerApp: Sendable {
             configuration: .init(address: .hostname(host, port: port), serverName: "nimbus"),
             onServerRunning: { channel in await onReady(channel.localAddress?.port ?? port) },
             logger: logger)
+        guard let feed = store as? any CommitFeed else {
+            try await app.runService()
+            return
+        }
+        // A shared store: follow the other instances' commits for as long as we serve.
+        let follower = Task { await feed.follow(into: notifier) }
+        defer { follower.cancel() }
         try await app.runService()
     }
 }

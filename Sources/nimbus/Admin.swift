@@ -1,5 +1,6 @@
 import ArgumentParser
 import Foundation
+import Logging
 import NimbusServer
 
 struct Admin: AsyncParsableCommand {
@@ -13,22 +14,27 @@ struct Admin: AsyncParsableCommand {
             abstract: "Create a device (and its account if new); prints its token on one line.",
             discussion: "The token is shown once and stored only as a SHA-256 hash. Keep it in a file readable only by you.")
 
-        @Option(help: "The server's data directory.") var data: String
+        @Option(help: "The server's data directory.") var data: String?
+        @Option(help: "The server's PostgreSQL database (postgres://…), when it uses one.") var database: String?
         @Option(help: "Account name (created if new).") var account: String
         @Option(help: "A name for the device, shown in version lists.") var device: String
 
         func run() async throws {
-            let store: SQLiteStore
+            // The chunks are not needed to add a device; "-" only completes the options.
+            let storage = StorageOptions(dataDir: data, database: database, chunks: database == nil ? nil : "-")
+            if let problem = storage.problem { throw ValidationError(problem) }
+            let store: any ServerStore
             do {
-                try FileManager.default.createDirectory(atPath: data, withIntermediateDirectories: true)
-                store = try SQLiteStore(path: data + "/metadata.sqlite")
+                store = try await storage.openStore(logger: Logger(label: "nimbus.admin"))
             } catch {
-                throw CLIFailure(.storage, "cannot open the data directory \(data): \(error)")
+                throw CLIFailure(.storage, "cannot open the metadata store (\(storage.summary)): \(error)")
             }
             let token = TokenHash.newToken()
             do {
                 _ = try await store.addDevice(account: account, deviceName: device, tokenHash: TokenHash.of(token))
+                await (store as? PostgresStore)?.shutdown()
             } catch let e as APIError {
+                await (store as? PostgresStore)?.shutdown()
                 throw CLIFailure(.usage, e.message)
             }
             print(token)
@@ -39,14 +45,21 @@ struct Admin: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
             abstract: "Check the store's invariants and that every referenced chunk exists; exit 0 when consistent.")
 
-        @Option(help: "The server's data directory.") var data: String
+        @Option(help: "The server's data directory.") var data: String?
+        @Option(help: "The server's PostgreSQL database (postgres://…), when it uses one.") var database: String?
+        @Option(help: "The server's chunk directory or s3://BUCKET/PREFIX, when not DATA/chunks.") var chunks: String?
 
         func run() async throws {
+            let storage = StorageOptions(dataDir: data, database: database, chunks: chunks)
+            if let problem = storage.problem { throw ValidationError(problem) }
             let app: NimbusServerApp
-            do { app = try NimbusServerApp.embedded(dataDir: data) } catch {
-                throw CLIFailure(.storage, "cannot open the data directory \(data): \(error)")
+            do { app = try await storage.openApp(logger: Logger(label: "nimbus.admin")) } catch {
+                throw CLIFailure(.storage, "cannot open the storage (\(storage.summary)): \(error)")
             }
-            let problems = try await StoreCheck.problems(store: app.store, chunks: app.chunks)
+            let found: Result<[String], any Error>
+            do { found = .success(try await StoreCheck.problems(store: app.store, chunks: app.chunks)) } catch { found = .failure(error) }
+            await (app.store as? PostgresStore)?.shutdown()
+            let problems = try found.get()
             if problems.isEmpty {
                 print("consistent")
                 return

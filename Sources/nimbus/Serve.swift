@@ -5,14 +5,24 @@ import NimbusServer
 
 struct Serve: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
-        abstract: "Run the sync server with embedded storage (SQLite metadata, chunk directory).",
+        abstract: "Run the sync server (embedded SQLite + chunk directory, or PostgreSQL + S3 for several instances).",
         discussion: """
             Prints "nimbus serve: listening on http://HOST:PORT" once it accepts connections.
             Stops gracefully on SIGINT or SIGTERM. --listen 127.0.0.1:0 picks a free port.
+            Any number of instances may share one --database and one --chunks (see docs/deploy.md).
+            s3:// chunks read AWS_ENDPOINT_URL, AWS_REGION, AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY.
             """)
 
     @Option(help: "Data directory: metadata.sqlite and chunks/ live here (created if missing).")
-    var data: String
+    var data: String?
+
+    @Option(help: "Metadata in PostgreSQL instead of DATA/metadata.sqlite: postgres://USER:PASSWORD@HOST:PORT/DATABASE.")
+    var database: String?
+
+    @Option(help: "Chunks in this directory or S3-compatible bucket (s3://BUCKET/PREFIX) instead of DATA/chunks.")
+    var chunks: String?
+
+    var storage: StorageOptions { StorageOptions(dataDir: data, database: database, chunks: chunks) }
 
     @Option(help: "Address to listen on, HOST:PORT.")
     var listen: String = "127.0.0.1:7070"
@@ -23,6 +33,7 @@ struct Serve: AsyncParsableCommand {
     func validate() throws {
         _ = try HostPort.parse(listen)
         guard Logger.Level(rawValue: logLevel) != nil else { throw ValidationError("unknown log level \(logLevel)") }
+        if let problem = storage.problem { throw ValidationError(problem) }
     }
 
     func run() async throws {
@@ -30,15 +41,18 @@ struct Serve: AsyncParsableCommand {
         var logger = Logger(label: "nimbus.serve")
         logger.logLevel = Logger.Level(rawValue: logLevel) ?? .info
         let app: NimbusServerApp
+        let storage = storage
         do {
-            app = try NimbusServerApp.embedded(dataDir: data)
+            app = try await storage.openApp(logger: logger)
+        } catch let e as APIError {
+            throw CLIFailure(.storage, "cannot open the storage (\(storage.summary)): \(e.message)")
         } catch {
-            throw CLIFailure(.storage, "cannot open the data directory \(data): \(error)")
+            throw CLIFailure(.storage, "cannot open the storage (\(storage.summary)): \(error)")
         }
-        let dataDir = data
+        let dataDir = storage.summary
         do {
             try await app.run(host: host, port: port, logger: logger) { bound in
-                FileHandle.standardOutput.write(Data("nimbus serve: listening on http://\(host):\(bound) (data: \(dataDir))\n".utf8))
+                FileHandle.standardOutput.write(Data("nimbus serve: listening on http://\(host):\(bound) (\(dataDir))\n".utf8))
             }
         } catch {
             throw CLIFailure(.network, "cannot serve on \(listen): \(error). Is another server using that port? Pick another with --listen.")

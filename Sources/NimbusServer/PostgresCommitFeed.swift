@@ -1,0 +1,116 @@
+import Logging
+import NIOCore
+import PostgresNIO
+
+/// Wakes this instance's long-polls for commits made through any instance.
+///
+/// Two paths, so a lost notification costs at most `catchUpInterval`, never a sleeping device:
+/// - LISTEN on a dedicated connection; each "CONTAINER:CURSOR" payload goes to the notifier at once.
+///   When the connection drops, it reconnects (after `reconnectDelay`) and re-subscribes.
+/// - Every `catchUpInterval`, the cursors of the containers someone is waiting on are read and
+///   announced (also right after each reconnect, for what was sent while disconnected).
+extension PostgresStore: CommitFeed {
+    static let catchUpInterval: Duration = .seconds(2)
+    static let reconnectDelay: Duration = .seconds(1)
+
+    public func follow(into notifier: CommitNotifier) async {
+        await withTaskGroup(of: Void.self) { group in
+            group.addTask { await self.listen(into: notifier) }
+            group.addTask { await self.catchUpLoop(into: notifier) }
+            await group.waitForAll()
+        }
+    }
+
+    private func listen(into notifier: CommitNotifier) async {
+        var id = 0
+        while !Task.isCancelled {
+            id += 1
+            do {
+                let conn = try await PostgresConnection.connect(configuration: location.connectionConfiguration, id: id, logger: logger)
+                do {
+                    try await conn.listen(on: Self.channel) { events in
+                        // Subscribed: announce what may have been committed while we were not.
+                        await catchUp(into: notifier)
+                        for try await event in events {
+                            let parts = event.payload.split(separator: ":")
+                            if parts.count == 2, let container = Int64(parts[0]), let seq = Int64(parts[1]) {
+                                notifier.notify(container: container, seq: seq)
+                            }
+                        }
+                    }
+                } catch {
+                    if !Task.isCancelled { logger.warning("lost the commit notifications from \(location): \(error); reconnecting") }
+                }
+                try? await conn.close()
+            } catch {
+                logger.warning("cannot listen for commit notifications on \(location): \(error); retrying in \(Self.reconnectDelay)")
+            }
+            try? await Task.sleep(for: Self.reconnectDelay)
+        }
+    }
+
+    private func catchUpLoop(into notifier: CommitNotifier) async {
+        while !Task.isCancelled {
+            try? await Task.sleep(for: Self.catchUpInterval)
+            await catchUp(into: notifier)
+        }
+    }
+
+    /// Announces the current cursor of every container a long-poll waits on.
+    func catchUp(into notifier: CommitNotifier) async {
+        let waited = notifier.waitedContainers
+        guard !waited.isEmpty else { return }
+        do {
+            for row in try await read("SELECT id, cursor FROM containers WHERE id = ANY(\(waited))") {
+                let (id, cursor) = try row.decode((Int64, Int64).self)
+                notifier.notify(container: id, seq: cursor)
+            }
+        } catch {
+            logger.warning("catch-up read of container cursors failed: \(error)")
+        }
+    }
+}
+
+// MARK: scratch databases (tests, benchmarks)
+
+extension PostgresStore {
+    /// Creates database `name` on the server of `admin` (whose user needs CREATEDB).
+    public static func createDatabase(_ name: String, admin: PostgresLocation) async throws {
+        try await adminStatement(PostgresQuery(unsafeSQL: "CREATE DATABASE \"\(name)\""), admin: admin)
+    }
+
+    /// Drops database `name`, closing its remaining connections.
+    public static func dropDatabase(_ name: String, admin: PostgresLocation) async throws {
+        try await adminStatement(PostgresQuery(unsafeSQL: "DROP DATABASE IF EXISTS \"\(name)\" WITH (FORCE)"), admin: admin)
+    }
+
+    /// Runs one SQL statement on `location` and returns the rows' first columns as text (tests use
+    /// it to disturb a running deployment, e.g. `pg_terminate_backend`).
+    public static func execute(_ sql: String, on location: PostgresLocation) async throws -> [String?] {
+        let logger = Logger(label: "nimbus.postgres.admin")
+        let conn = try await PostgresConnection.connect(configuration: location.connectionConfiguration, id: 0, logger: logger)
+        do {
+            var out: [String?] = []
+            for try await row in try await conn.query(PostgresQuery(unsafeSQL: sql), logger: logger) {
+                out.append(try? row.decode(String?.self))
+            }
+            try await conn.close()
+            return out
+        } catch {
+            try? await conn.close()
+            throw error
+        }
+    }
+
+    private static func adminStatement(_ q: PostgresQuery, admin: PostgresLocation) async throws {
+        let logger = Logger(label: "nimbus.postgres.admin")
+        let conn = try await PostgresConnection.connect(configuration: admin.connectionConfiguration, id: 0, logger: logger)
+        do {
+            _ = try await conn.query(q, logger: logger)
+        } catch {
+            try? await conn.close()
+            throw error
+        }
+        try await conn.close()
+    }
+}

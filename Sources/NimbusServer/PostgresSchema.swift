@@ -1,0 +1,116 @@
+import Logging
+import PostgresNIO
+
+/// The PostgreSQL schema, as numbered migrations. Applied on start by every instance; a
+/// transaction-scoped advisory lock makes instances that start together apply each migration once.
+/// `schema_migrations` records what was applied. Never edit a released migration: append one.
+///
+/// Same invariants as the SQLite schema: CHECKs, one live name per folder (partial unique index),
+/// one current version per item (partial unique index). Ids and names use the "C" collation so
+/// ordering and comparison are by bytes, as in SQLite, whatever the database's locale.
+enum PostgresSchema {
+    static let migrations: [(version: Int64, statements: [String])] = [
+        (1, [
+            """
+            CREATE TABLE accounts (
+                id BIGSERIAL PRIMARY KEY,
+                name TEXT COLLATE "C" NOT NULL UNIQUE CHECK (octet_length(name) BETWEEN 1 AND 255))
+            """,
+            """
+            CREATE TABLE devices (
+                id TEXT COLLATE "C" PRIMARY KEY,
+                account_id BIGINT NOT NULL REFERENCES accounts(id),
+                name TEXT NOT NULL CHECK (octet_length(name) BETWEEN 1 AND 255),
+                token_hash TEXT COLLATE "C" NOT NULL UNIQUE CHECK (length(token_hash) = 64),
+                created BIGINT NOT NULL)
+            """,
+            """
+            CREATE TABLE containers (
+                id BIGSERIAL PRIMARY KEY,
+                account_id BIGINT NOT NULL REFERENCES accounts(id),
+                name TEXT COLLATE "C" NOT NULL,
+                cursor BIGINT NOT NULL DEFAULT 0 CHECK (cursor >= 0),
+                UNIQUE (account_id, name))
+            """,
+            """
+            CREATE TABLE items (
+                container_id BIGINT NOT NULL REFERENCES containers(id),
+                id TEXT COLLATE "C" NOT NULL,
+                parent_id TEXT COLLATE "C" NOT NULL,
+                name TEXT COLLATE "C" NOT NULL,
+                kind TEXT NOT NULL CHECK (kind IN ('file', 'folder', 'symlink')),
+                deleted BOOLEAN NOT NULL,
+                version BIGINT NOT NULL CHECK (version > 0),
+                conflicts BIGINT NOT NULL CHECK (conflicts >= 0),
+                state TEXT NOT NULL,
+                PRIMARY KEY (container_id, id))
+            """,
+            "CREATE UNIQUE INDEX items_live_name ON items(container_id, parent_id, name) WHERE NOT deleted",
+            "CREATE INDEX items_parent ON items(container_id, parent_id)",
+            """
+            CREATE TABLE versions (
+                container_id BIGINT NOT NULL,
+                item_id TEXT COLLATE "C" NOT NULL,
+                seq BIGINT NOT NULL CHECK (seq > 0),
+                role TEXT NOT NULL CHECK (role IN ('current', 'previous', 'conflict', 'discarded')),
+                was_current BOOLEAN NOT NULL,
+                device_id TEXT NOT NULL,
+                state TEXT NOT NULL,
+                PRIMARY KEY (container_id, item_id, seq),
+                FOREIGN KEY (container_id, item_id) REFERENCES items(container_id, id) DEFERRABLE INITIALLY DEFERRED)
+            """,
+            "CREATE UNIQUE INDEX versions_one_current ON versions(container_id, item_id) WHERE role = 'current'",
+            """
+            CREATE TABLE journal (
+                container_id BIGINT NOT NULL REFERENCES containers(id),
+                seq BIGINT NOT NULL CHECK (seq > 0),
+                item_id TEXT COLLATE "C" NOT NULL,
+                kind TEXT NOT NULL,
+                device_id TEXT NOT NULL,
+                record TEXT NOT NULL,
+                PRIMARY KEY (container_id, seq))
+            """,
+            "CREATE INDEX journal_item ON journal(container_id, item_id, seq)",
+            """
+            CREATE TABLE account_chunks (
+                account_id BIGINT NOT NULL REFERENCES accounts(id),
+                hash TEXT COLLATE "C" NOT NULL CHECK (length(hash) = 64),
+                size BIGINT NOT NULL CHECK (size >= 0),
+                PRIMARY KEY (account_id, hash))
+            """,
+        ]),
+    ]
+
+    /// Arbitrary constant naming the advisory lock held while migrating ("nimbus" in ASCII).
+    static let migrationLock: Int64 = 0x6e696d627573
+
+    /// Applies pending migrations in one transaction; returns the versions applied.
+    static func migrate(_ conn: PostgresConnection, logger: Logger) async throws -> [Int64] {
+        _ = try await conn.query("BEGIN", logger: logger)
+        do {
+            _ = try await conn.query("SELECT pg_advisory_xact_lock(\(migrationLock))", logger: logger)
+            _ = try await conn.query("""
+                CREATE TABLE IF NOT EXISTS schema_migrations (
+                    version BIGINT PRIMARY KEY, applied_at TIMESTAMPTZ NOT NULL DEFAULT now())
+                """, logger: logger)
+            var done = Set<Int64>()
+            for try await v in try await conn.query("SELECT version FROM schema_migrations", logger: logger).decode(Int64.self) {
+                done.insert(v)
+            }
+            if let newest = done.max(), newest > migrations.last?.version ?? 0 {
+                throw APIError(.unavailable, "the database has schema version \(newest), newer than this nimbus knows (\(migrations.last?.version ?? 0)); upgrade nimbus on this machine")
+            }
+            var applied: [Int64] = []
+            for m in migrations where !done.contains(m.version) {
+                for s in m.statements { _ = try await conn.query(PostgresQuery(unsafeSQL: s), logger: logger) }
+                _ = try await conn.query("INSERT INTO schema_migrations(version) VALUES (\(m.version))", logger: logger)
+                applied.append(m.version)
+            }
+            _ = try await conn.query("COMMIT", logger: logger)
+            return applied
+        } catch {
+            _ = try? await conn.query("ROLLBACK", logger: logger)
+            throw error
+        }
+    }
+}

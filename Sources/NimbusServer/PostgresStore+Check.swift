@@ -1,0 +1,49 @@
+import NimbusCore
+import PostgresNIO
+
+extension PostgresStore {
+    /// The same invariants `SQLiteStore.consistencyProblems` checks: gap-free journals ending at
+    /// their cursors, one current version equal to each item row, item versions matching their last
+    /// journal entry, conflict counts, live items inside live folders, no orphan journal entries.
+    /// Runs in one REPEATABLE READ transaction so concurrent commits cannot produce false alarms.
+    public func consistencyProblems() async throws -> [String] {
+        try await write(locking: nil) { db in
+            try db.exec("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            var problems: [String] = []
+            for row in try db.rows("""
+                SELECT c.id, c.cursor, count(j.seq), coalesce(min(j.seq), 0), coalesce(max(j.seq), 0)
+                FROM containers c LEFT JOIN journal j ON j.container_id = c.id GROUP BY c.id
+                """) {
+                let (id, cursor, n, lo, hi) = try row.decode((Int64, Int64, Int64, Int64, Int64).self)
+                if n != cursor || hi != cursor || (n > 0 && lo != 1) {
+                    problems.append("container \(id): cursor \(cursor) but journal has \(n) entries \(lo)…\(hi)")
+                }
+            }
+            for row in try db.rows("""
+                SELECT i.id, i.version, i.conflicts, i.state, i.deleted, i.parent_id,
+                  (SELECT state FROM versions v WHERE v.container_id = i.container_id AND v.item_id = i.id AND v.role = 'current'),
+                  (SELECT count(*) FROM versions v WHERE v.container_id = i.container_id AND v.item_id = i.id AND v.role = 'conflict'),
+                  (SELECT max(seq) FROM journal j WHERE j.container_id = i.container_id AND j.item_id = i.id),
+                  (SELECT p.deleted FROM items p WHERE p.container_id = i.container_id AND p.id = i.parent_id),
+                  (SELECT p.kind FROM items p WHERE p.container_id = i.container_id AND p.id = i.parent_id)
+                FROM items i
+                """) {
+                let (id, version, conflicts, state, deleted, parent, cur, nconf, last, parentDeleted, parentKind) =
+                    try row.decode((String, Int64, Int64, String, Bool, String, String?, Int64, Int64?, Bool?, String?).self)
+                if cur == nil { problems.append("item \(id): no current version") }
+                else if cur != state { problems.append("item \(id): current version differs from the item row") }
+                if last != version { problems.append("item \(id): version is not its last journal entry") }
+                if nconf != conflicts { problems.append("item \(id): conflict count does not match its conflict versions") }
+                if !deleted, parent != ItemID.root.description {
+                    if parentKind != "folder" { problems.append("item \(id): parent \(parent) is not a folder") }
+                    else if parentDeleted != false { problems.append("item \(id): live inside deleted folder \(parent)") }
+                }
+            }
+            let orphans = try db.rows("""
+                SELECT count(*) FROM journal j WHERE NOT EXISTS (SELECT 1 FROM items i WHERE i.container_id = j.container_id AND i.id = j.item_id)
+                """).first?.decode(Int64.self) ?? 0
+            if orphans > 0 { problems.append("\(orphans) journal entries name items that do not exist") }
+            return problems
+        }
+    }
+}

@@ -1,0 +1,104 @@
+import Foundation
+import NimbusCore
+import NimbusProtocol
+import PostgresNIO
+
+/// Reads. Each is one statement, so it sees one snapshot: a page of the journal and the cursor
+/// returned with it always agree (commits to a container are serialized, so any snapshot holds a
+/// gap-free prefix of its journal).
+extension PostgresStore {
+    public func changes(in container: ContainerRecord, since: Int64, limit: Int) async throws -> ChangesResponse {
+        // One row per entry, or one row of NULLs when there is none; each carries the cursor.
+        let rows = try await read("""
+            SELECT c.cursor, j.seq, j.kind, j.device_id, j.record FROM containers c
+            LEFT JOIN LATERAL (SELECT seq, kind, device_id, record FROM journal
+                               WHERE container_id = c.id AND seq > \(since) ORDER BY seq LIMIT \(Int64(limit + 1))) j ON true
+            WHERE c.id = \(container.id) ORDER BY j.seq
+            """)
+        var cursor: Int64 = 0
+        var changes: [Change] = []
+        for row in rows {
+            let (c, seq, kind, device, record) = try row.decode((Int64, Int64?, String?, String?, String?).self)
+            cursor = c
+            guard let seq, let kind, let device, let record else { continue }
+            changes.append(Change(seq: seq, kind: ChangeKind(rawValue: kind) ?? .update,
+                                  device: DeviceID(device) ?? DeviceID(UUID()),
+                                  item: try Codec.decode(ItemRecord.self, record)))
+        }
+        let more = changes.count > limit
+        if more { changes.removeLast(changes.count - limit) }
+        return ChangesResponse(changes: changes, cursor: more ? (changes.last?.seq ?? since) : max(since, cursor), more: more)
+    }
+
+    public func items(in container: ContainerRecord, after: ItemID?, limit: Int) async throws -> ItemsResponse {
+        let rows = try await read("""
+            SELECT c.cursor, i.id, i.version, i.conflicts, i.state FROM containers c
+            LEFT JOIN LATERAL (SELECT id, version, conflicts, state FROM items
+                               WHERE container_id = c.id AND NOT deleted AND id > \(after?.description ?? "")
+                               ORDER BY id LIMIT \(Int64(limit + 1))) i ON true
+            WHERE c.id = \(container.id) ORDER BY i.id
+            """)
+        var cursor: Int64 = 0
+        var items: [ItemRecord] = []
+        for row in rows {
+            let (c, id, version, conflicts, state) = try row.decode((Int64, String?, Int64?, Int64?, String?).self)
+            cursor = c
+            guard let id, let version, let conflicts, let state else { continue }
+            guard let itemID = ItemID(id) else { throw APIError(.internal, "corrupt item id \(id) in the database") }
+            items.append(StoredItem(id: itemID, version: version, conflicts: Int(conflicts), state: try Codec.decode(ItemState.self, state)).record)
+        }
+        let more = items.count > limit
+        if more { items.removeLast(items.count - limit) }
+        return ItemsResponse(items: items, cursor: cursor, next: more ? items.last?.id : nil)
+    }
+
+    public func item(_ id: ItemID, in container: ContainerRecord) async throws -> ItemRecord? {
+        try await read("SELECT id, version, conflicts, state FROM items WHERE container_id = \(container.id) AND id = \(id.description)")
+            .first.map { try Self.storedItem($0).record }
+    }
+
+    public func versions(of id: ItemID, in container: ContainerRecord) async throws -> [VersionRecord] {
+        try await read("""
+            SELECT v.seq, v.role, v.state, coalesce(d.name, 'unknown device')
+            FROM versions v LEFT JOIN devices d ON d.id = v.device_id
+            WHERE v.container_id = \(container.id) AND v.item_id = \(id.description) AND v.role <> 'discarded' ORDER BY v.seq DESC
+            """).map { row in
+            let (seq, role, state, device) = try row.decode((Int64, String, String, String).self)
+            return VersionRecord(version: seq, role: VersionRole(rawValue: role) ?? .previous, deviceName: device,
+                                 state: ItemRecord(id: id, version: seq, state: try Codec.decode(ItemState.self, state), conflicts: 0))
+        }
+    }
+
+    // MARK: chunks
+
+    public func recordChunk(account: Int64, hash: ContentHash, size: Int64) async throws {
+        try await write(locking: nil) { db in
+            try db.exec("INSERT INTO account_chunks(account_id, hash, size) VALUES (\(account), \(hash.hex), \(size)) ON CONFLICT DO NOTHING")
+        }
+    }
+
+    public func ownedChunks(account: Int64, hashes: [ContentHash]) async throws -> [ContentHash: Int64] {
+        try Self.ownedChunks(try await read(Self.ownedChunksQuery(account: account, hashes)))
+    }
+
+    static func ownedChunksQuery(account: Int64, _ hashes: [ContentHash]) -> PostgresQuery {
+        "SELECT hash, size FROM account_chunks WHERE account_id = \(account) AND hash = ANY(\(Array(Set(hashes.map(\.hex)))))"
+    }
+
+    static func ownedChunks(_ rows: [PostgresRow]) throws -> [ContentHash: Int64] {
+        var out: [ContentHash: Int64] = [:]
+        for row in rows {
+            let (hex, size) = try row.decode((String, Int64).self)
+            if let h = ContentHash(hex: hex) { out[h] = size }
+        }
+        return out
+    }
+
+    public func referencedChunks() async throws -> Set<ContentHash> {
+        var out = Set<ContentHash>()
+        for try await text in try await client.query("SELECT state FROM versions", logger: logger).decode(String.self) {
+            for c in try Codec.decode(ItemState.self, text).content.chunks { out.insert(c.hash) }
+        }
+        return out
+    }
+}

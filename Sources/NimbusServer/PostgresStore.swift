@@ -1,0 +1,202 @@
+import Foundation
+import Logging
+import NIOCore
+import NIOPosix
+import NimbusCore
+import NimbusProtocol
+import PostgresNIO
+
+/// The scale-out metadata engine: PostgreSQL, shared by any number of `nimbus serve` instances.
+///
+/// The race rules are `CommitEngine`'s, over `PostgresTransaction`. Each commit is one
+/// READ COMMITTED transaction that first locks its container row (`SELECT cursor … FOR UPDATE`):
+/// commits to one container are serialized across all instances, which keeps journal sequences
+/// gap-free, while commits to different containers run in parallel. Deadlocks and serialization
+/// failures (possible only between unrelated statements, e.g. concurrent account creation) are
+/// retried. Each commit announces its new cursor with `pg_notify`, delivered on COMMIT only.
+public final class PostgresStore: ServerStore {
+    public let location: PostgresLocation
+    let client: PostgresClient
+    let runner: Task<Void, Never>
+    /// Threads that run the synchronous commit code; a commit waiting for a container lock blocks
+    /// one, so there are as many as the pool has connections for writes.
+    let threads: NIOThreadPool
+    let logger: Logger
+    /// The NOTIFY channel on which commits announce "CONTAINER:CURSOR".
+    static let channel = "nimbus_commits"
+
+    private init(location: PostgresLocation, logger: Logger) {
+        self.location = location
+        self.logger = logger
+        // The pool's own chatter (reconnects, closing on shutdown) only at warning and above.
+        var background = logger
+        background.logLevel = max(logger.logLevel, .warning)
+        client = PostgresClient(configuration: location.clientConfiguration, backgroundLogger: background)
+        let client = client
+        runner = Task { await client.run() }
+        threads = NIOThreadPool(numberOfThreads: 16)
+        threads.start()
+    }
+
+    /// Connects, applies pending schema migrations and returns the store. Fails with a message
+    /// naming the database when it cannot be reached.
+    public static func open(_ location: PostgresLocation, logger: Logger = Logger(label: "nimbus.postgres")) async throws -> PostgresStore {
+        let store = PostgresStore(location: location, logger: logger)
+        do {
+            let applied = try await store.client.withConnection { conn in try await PostgresSchema.migrate(conn, logger: logger) }
+            if !applied.isEmpty { logger.info("applied schema migrations \(applied) to \(location)") }
+        } catch {
+            await store.shutdown()
+            throw APIError(.unavailable, "cannot open the PostgreSQL metadata database \(location): \(String(reflecting: error)); check that the server runs, the URL, user and password are right and the database exists (createdb)")
+        }
+        return store
+    }
+
+    /// Closes the connections. The store is unusable afterwards.
+    public func shutdown() async {
+        runner.cancel()
+        _ = await runner.value
+        try? await threads.shutdownGracefully()
+    }
+
+    // MARK: transactions
+
+    /// Runs `body` in one transaction on a pool thread, after locking `container`'s row when given.
+    /// Rolls back on any error; retries the whole transaction on deadlock or serialization failure.
+    func write<R: Sendable>(locking container: ContainerRecord?, _ body: @escaping @Sendable (PostgresSync) throws -> R) async throws -> R {
+        var attempt = 0
+        while true {
+            attempt += 1
+            do {
+                return try await client.withConnection { conn in
+                    let db = PostgresSync(conn: conn, logger: logger)
+                    return try await threads.runIfActive {
+                        try db.exec("BEGIN")
+                        do {
+                            if let c = container {
+                                guard !(try db.rows("SELECT cursor FROM containers WHERE id = \(c.id) FOR UPDATE")).isEmpty else {
+                                    throw APIError.containerNotFound(c.name)
+                                }
+                            }
+                            let result = try body(db)
+                            try db.exec("COMMIT")
+                            return result
+                        } catch {
+                            try? db.exec("ROLLBACK")
+                            throw error
+                        }
+                    }
+                }
+            } catch let error as PSQLError where Self.isRetryable(error) && attempt < 8 {
+                logger.debug("retrying a transaction after \(error.serverInfo?[.sqlState] ?? "?")")
+                try await Task.sleep(for: .milliseconds(Int.random(in: 1...(5 * attempt))))
+            } catch let error as PSQLError {
+                throw Self.unavailable(error)
+            }
+        }
+    }
+
+    /// Deadlock detected, serialization failure: the transaction did nothing and can be rerun.
+    static func isRetryable(_ error: PSQLError) -> Bool {
+        ["40001", "40P01"].contains(error.serverInfo?[.sqlState] ?? "")
+    }
+
+    static func unavailable(_ error: PSQLError) -> APIError {
+        APIError(.unavailable, "the metadata database failed: \(error.serverInfo?[.message] ?? String(describing: error.code)); retry later")
+    }
+
+    /// Runs a read-only statement on a pooled connection and collects its rows.
+    func read(_ q: PostgresQuery) async throws -> [PostgresRow] {
+        do {
+            var out: [PostgresRow] = []
+            for try await row in try await client.query(q, logger: logger) { out.append(row) }
+            return out
+        } catch let error as PSQLError {
+            throw Self.unavailable(error)
+        }
+    }
+
+    // MARK: accounts and devices
+
+    public func addDevice(account: String, deviceName: String, tokenHash: String) async throws -> DeviceRecord {
+        guard (1...255).contains(account.utf8.count), (1...255).contains(deviceName.utf8.count) else {
+            throw APIError(.badRequest, "account and device names must be 1…255 bytes")
+        }
+        let id = DeviceID(UUID())
+        let created = Int64(Date().timeIntervalSince1970)
+        let accountID = try await write(locking: nil) { db -> Int64 in
+            try db.exec("INSERT INTO accounts(name) VALUES (\(account)) ON CONFLICT (name) DO NOTHING")
+            guard let row = try db.rows("SELECT id FROM accounts WHERE name = \(account)").first else {
+                throw APIError(.internal, "account \(account) vanished while adding a device")
+            }
+            let accountID = try row.decode(Int64.self)
+            try db.exec("""
+                INSERT INTO devices(id, account_id, name, token_hash, created)
+                VALUES (\(id.description), \(accountID), \(deviceName), \(tokenHash), \(created))
+                """)
+            return accountID
+        }
+        return DeviceRecord(id: id, name: deviceName, accountID: accountID, accountName: account)
+    }
+
+    public func device(tokenHash: String) async throws -> DeviceRecord? {
+        guard let row = try await read("""
+            SELECT d.id, d.name, d.account_id, a.name FROM devices d JOIN accounts a ON a.id = d.account_id
+            WHERE d.token_hash = \(tokenHash)
+            """).first else { return nil }
+        let (id, name, accountID, accountName) = try row.decode((String, String, Int64, String).self)
+        guard let deviceID = DeviceID(id) else { return nil }
+        return DeviceRecord(id: deviceID, name: name, accountID: accountID, accountName: accountName)
+    }
+
+    // MARK: containers
+
+    public func container(account: Int64, name: String, create: Bool) async throws -> ContainerRecord? {
+        let find: PostgresQuery = "SELECT id FROM containers WHERE account_id = \(account) AND name = \(name)"
+        if let row = try await read(find).first {
+            return ContainerRecord(id: try row.decode(Int64.self), accountID: account, name: name)
+        }
+        guard create else { return nil }
+        let id = try await write(locking: nil) { db -> Int64? in
+            try db.exec("INSERT INTO containers(account_id, name) VALUES (\(account), \(name)) ON CONFLICT DO NOTHING")
+            return try db.rows("SELECT id FROM containers WHERE account_id = \(account) AND name = \(name)").first?.decode(Int64.self)
+        }
+        return id.map { ContainerRecord(id: $0, accountID: account, name: name) }
+    }
+
+    public func cursor(of container: ContainerRecord) async throws -> Int64 {
+        try await read("SELECT cursor FROM containers WHERE id = \(container.id)").first?.decode(Int64.self) ?? 0
+    }
+
+    // MARK: commits
+
+    public func commit(_ request: CommitRequest, in container: ContainerRecord, by device: DeviceRecord, now: Int64) async throws -> CommitResponse {
+        try await write(locking: container) { db in
+            var engine = CommitEngine(tx: PostgresTransaction(db: db, container: container), device: device, now: now)
+            let response = try engine.commit(request)
+            try Self.announce(db, container, response)
+            return response
+        }
+    }
+
+    public func resolve(_ request: ResolveRequest, item: ItemID, in container: ContainerRecord, by device: DeviceRecord, now: Int64) async throws -> CommitResponse {
+        try await write(locking: container) { db in
+            var engine = CommitEngine(tx: PostgresTransaction(db: db, container: container), device: device, now: now)
+            let response = try engine.resolve(request, item: item)
+            try Self.announce(db, container, response)
+            return response
+        }
+    }
+
+    /// Queues a notification for the other instances; PostgreSQL sends it only if the transaction commits.
+    static func announce(_ db: PostgresSync, _ container: ContainerRecord, _ response: CommitResponse) throws {
+        guard response.cursor > 0 else { return }
+        try db.exec("SELECT pg_notify(\(channel), \("\(container.id):\(response.cursor)"))")
+    }
+
+    static func storedItem(_ row: PostgresRow) throws -> StoredItem {
+        let (id, version, conflicts, state) = try row.decode((String, Int64, Int64, String).self)
+        guard let itemID = ItemID(id) else { throw APIError(.internal, "corrupt item id \(id) in the database") }
+        return StoredItem(id: itemID, version: version, conflicts: Int(conflicts), state: try Codec.decode(ItemState.self, state))
+    }
+}

@@ -1,0 +1,53 @@
+import Foundation
+import Logging
+import NimbusServer
+
+/// A fresh PostgreSQL database per test, on the server named by NIMBUS_TEST_POSTGRES
+/// (postgres://USER:PASS@HOST:PORT/DB; the user needs CREATEDB). `scripts/test` starts a cluster
+/// and sets it; run by hand without it, the PostgreSQL tests are skipped with `skipReason`.
+public enum PostgresScratch {
+    public static let url = ProcessInfo.processInfo.environment["NIMBUS_TEST_POSTGRES"].flatMap { $0.isEmpty ? nil : $0 }
+    public static var available: Bool {
+        if url == nil { FileHandle.standardError.write(Data("\n*** \(skipReason) ***\n\n".utf8)) }
+        return url != nil
+    }
+    public static let skipReason = "SKIPPING the PostgreSQL tests: NIMBUS_TEST_POSTGRES is unset. Run scripts/test (it starts PostgreSQL), or set NIMBUS_TEST_POSTGRES=postgres://USER:PASS@127.0.0.1:PORT/DB for a user with CREATEDB"
+
+    public static func admin() throws -> PostgresLocation {
+        guard let url else { throw FixtureError(skipReason) }
+        return try PostgresLocation.parse(url)
+    }
+
+    /// Creates an empty database, passes its location to `body`, and drops it afterwards (also
+    /// when `body` throws; dropping closes connections left open).
+    public static func withDatabase<T: Sendable>(_ body: @Sendable (PostgresLocation) async throws -> T) async throws -> T {
+        let admin = try admin()
+        let name = "nimbus_t_" + UUID().uuidString.lowercased().replacingOccurrences(of: "-", with: "").prefix(16)
+        try await PostgresStore.createDatabase(String(name), admin: admin)
+        do {
+            let result = try await body(admin.with(database: String(name)))
+            try await PostgresStore.dropDatabase(String(name), admin: admin)
+            return result
+        } catch {
+            try? await PostgresStore.dropDatabase(String(name), admin: admin)
+            throw error
+        }
+    }
+
+    /// An open store on a fresh database, shut down and dropped after `body`.
+    public static func withStore<T: Sendable>(_ body: @Sendable (PostgresStore) async throws -> T) async throws -> T {
+        try await withDatabase { location in
+            var quiet = Logger(label: "nimbus.test-postgres")
+            quiet.logLevel = .warning
+            let store = try await PostgresStore.open(location, logger: quiet)
+            do {
+                let result = try await body(store)
+                await store.shutdown()
+                return result
+            } catch {
+                await store.shutdown()
+                throw error
+            }
+        }
+    }
+}

@@ -1,0 +1,189 @@
+import Foundation
+import NimbusCore
+import NimbusProtocol
+import NimbusRemote
+import NimbusServer
+import NimbusTesting
+import Synchronization
+import Testing
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Several `nimbus serve` processes on one PostgreSQL database and one S3 bucket (moto), as a
+/// scaled deployment runs them. Each test gets its own database and bucket, dropped afterwards.
+@Suite(.serialized, .enabled(if: PostgresScratch.available && S3Scratch.available,
+                             "needs NIMBUS_TEST_POSTGRES and NIMBUS_TEST_S3; scripts/test starts both services"))
+struct ScaleOutTests {
+    static let container = "com.example.scale"
+
+    /// Runs `count` instances on a fresh database + bucket, with a device token per instance.
+    static func withCluster(_ count: Int, _ body: @Sendable ([ServerProcess], [String], _ database: String, _ chunks: String) async throws -> Void) async throws {
+        try await withLocatedCluster(count) { servers, tokens, _, database, chunks in try await body(servers, tokens, database, chunks) }
+    }
+
+    static func withLocatedCluster(_ count: Int, _ body: @Sendable ([ServerProcess], [String], PostgresLocation, _ database: String, _ chunks: String) async throws -> Void) async throws {
+        S3Scratch.exportEnvironment()
+        try await PostgresScratch.withDatabase { location in
+            let database = "postgres://\(location.username):\(location.password ?? "")@\(location.host):\(location.port)/\(location.database)"
+            try await S3Scratch.withBucket { _, chunks in
+                let dir = FileManager.default.temporaryDirectory.appendingPathComponent("nimbus-scale-\(UUID().uuidString)").path
+                defer { try? FileManager.default.removeItem(atPath: dir) }
+                var tokens: [String] = []
+                for i in 0..<count {
+                    let r = try await NimbusBinary.run(["admin", "add-device", "--database", database, "--account", "alice", "--device", "device-\(i)"])
+                    guard r.status == 0 else { throw FixtureError("add-device failed: \(r.stderr)") }
+                    tokens.append(r.stdout.trimmingCharacters(in: .whitespacesAndNewlines))
+                }
+                let servers = (0..<count).map { i in
+                    ServerProcess(dataDir: dir + "/\(i)", extraArgs: ["--database", database, "--chunks", chunks])
+                }
+                defer { servers.forEach { $0.stop() } }
+                for s in servers { try await s.start() }
+                try await body(servers, tokens, location, database, chunks)
+            }
+        }
+    }
+
+    final class Counter: Sendable {
+        private let count = Mutex(0)
+        func add() { count.withLock { $0 += 1 } }
+        var value: Int { count.withLock { $0 } }
+    }
+
+    static func draft(_ name: String, _ chunk: ChunkRef, t: Int64) -> ItemDraft {
+        ItemDraft(kind: .file, parent: .root, name: ItemName(trusted: name), chunks: [chunk], mode: 0o644, modified: t)
+    }
+
+    @Test func commitOnOneInstanceWakesALongPollOnTheOther() async throws {
+        try await Self.withCluster(2) { servers, tokens, _, _ in
+            let a = NimbusClient(baseURL: servers[0].url, token: tokens[0])
+            let b = NimbusClient(baseURL: servers[1].url, token: tokens[1])
+            _ = try await a.createContainer(Self.container)
+            let start = try await b.changes(Self.container, since: 0).cursor
+            for round in 0..<3 {
+                let poll = Task { try await b.changes(Self.container, since: start + Int64(round), wait: 20) }
+                try await Task.sleep(for: .milliseconds(300))  // let the poll park on instance 2
+                let committedAt = ContinuousClock.now
+                let chunk = try await a.upload(Array("round \(round)".utf8))
+                _ = try await a.commit(Self.container, CommitRequest(item: ItemID(UUID()), baseVersion: nil, state: Self.draft("r\(round).txt", chunk, t: 1)))
+                let page = try await poll.value
+                let latency = ContinuousClock.now - committedAt
+                #expect(page.changes.map(\.seq) == [start + Int64(round) + 1], "round \(round): \(page.changes.map(\.seq))")
+                // NOTIFY, not the 2 s catch-up, must have woken it.
+                #expect(latency < .milliseconds(1500), "round \(round): long-poll on instance 2 woke after \(latency)")
+                // The chunk put through instance 1 is readable through instance 2 (shared object store).
+                #expect(try await b.getChunk(chunk.hash) == Array("round \(round)".utf8))
+            }
+        }
+    }
+
+    @Test func concurrentConflictingCommitsOnTwoInstances() async throws {
+        try await Self.withCluster(2) { servers, tokens, database, chunks in
+            let clients = [NimbusClient(baseURL: servers[0].url, token: tokens[0]), NimbusClient(baseURL: servers[1].url, token: tokens[1])]
+            _ = try await clients[0].createContainer(Self.container)
+            let base = try await clients[0].upload(Array("base".utf8))
+            for i in 0..<12 {
+                let id = ItemID(UUID())
+                let v1 = try await clients[0].commit(Self.container, CommitRequest(item: id, baseVersion: nil, state: Self.draft("f\(i).txt", base, t: 1))).item.version
+                let results = try await withThrowingTaskGroup(of: CommitResponse.self) { group in
+                    for (n, c) in clients.enumerated() {
+                        group.addTask {
+                            let chunk = try await c.upload(Array("edit \(i) by \(n)".utf8))
+                            return try await c.commit(Self.container, CommitRequest(item: id, baseVersion: v1, state: Self.draft("f\(i).txt", chunk, t: Int64(10 + n))))
+                        }
+                    }
+                    return try await group.reduce(into: []) { $0.append($1) }
+                }
+                let outcomes: [String] = results.map(\.outcome.rawValue).sorted()
+                #expect(outcomes == ["applied", "conflict"], "one applies, the other conflicts: \(outcomes)")
+                let versions = try await clients[1].versions(Self.container, id)
+                #expect(versions.filter { $0.role == .current }.count == 1, "exactly one current version")
+                #expect(versions.filter { $0.role == .conflict }.count == 1, "exactly one conflict version, none lost")
+                #expect(try await clients[0].item(Self.container, id).conflicts == 1)
+            }
+            let check = try await NimbusBinary.run(["admin", "check", "--database", database, "--chunks", chunks])
+            #expect(check.status == 0 && check.stdout == "consistent\n", "\(check.stdout) \(check.stderr)")
+        }
+    }
+
+    @Test func killingOneInstanceMidBurstLeavesTheOtherServing() async throws {
+        try await Self.withCluster(2) { servers, tokens, database, chunks in
+            let clients = [NimbusClient(baseURL: servers[0].url, token: tokens[0]), NimbusClient(baseURL: servers[1].url, token: tokens[1])]
+            _ = try await clients[0].createContainer(Self.container)
+            let acked = Counter()
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                for worker in 0..<6 {
+                    let client = clients[worker % 2]
+                    group.addTask {
+                        for i in 0..<200 {
+                            do {
+                                let chunk = try await client.upload(Array("w\(worker) i\(i)".utf8))
+                                _ = try await client.commit(Self.container, CommitRequest(item: ItemID(UUID()), baseVersion: nil, state: Self.draft("w\(worker)-\(i)", chunk, t: 1)))
+                                acked.add()
+                            } catch {
+                                if worker % 2 == 0 { return }  // instance 1 is gone
+                                throw error  // instance 2 must keep serving
+                            }
+                        }
+                    }
+                }
+                group.addTask {
+                    try await Task.sleep(for: .milliseconds(1500))
+                    await servers[0].kill(SIGKILL)
+                }
+                try await group.waitForAll()
+            }
+            #expect(servers[0].exitStatus != nil, "instance 1 was killed")
+            // Instance 2 still serves reads and writes after the kill.
+            let chunk = try await clients[1].upload(Array("after".utf8))
+            let r = try await clients[1].commit(Self.container, CommitRequest(item: ItemID(UUID()), baseVersion: nil, state: Self.draft("after", chunk, t: 1)))
+            #expect(r.outcome == .applied)
+            var since: Int64 = 0, seqs: [Int64] = []
+            while true {
+                let page = try await clients[1].changes(Self.container, since: since, limit: 1000)
+                seqs += page.changes.map(\.seq)
+                since = page.cursor
+                if !page.more { break }
+            }
+            #expect(seqs == Array(1...Int64(seqs.count)), "journal without gaps")
+            #expect(seqs.count >= acked.value + 1, "every acknowledged commit is in the journal")
+            let check = try await NimbusBinary.run(["admin", "check", "--database", database, "--chunks", chunks])
+            #expect(check.status == 0 && check.stdout == "consistent\n", "\(check.stdout) \(check.stderr)")
+        }
+    }
+
+    /// The LISTEN connection of instance 2 is cut (as by a network failure or a database restart):
+    /// a commit made meanwhile still wakes its long-poll through the periodic catch-up, and once
+    /// re-subscribed, notifications wake polls promptly again.
+    @Test func lostNotificationConnectionIsCaughtUpAndResubscribed() async throws {
+        try await Self.withLocatedCluster(2) { servers, tokens, location, _, _ in
+            let a = NimbusClient(baseURL: servers[0].url, token: tokens[0])
+            let b = NimbusClient(baseURL: servers[1].url, token: tokens[1])
+            _ = try await a.createContainer(Self.container)
+            let terminated = try await PostgresStore.execute("""
+                SELECT pg_terminate_backend(pid)::text FROM pg_stat_activity
+                WHERE datname = current_database() AND query ILIKE 'LISTEN%'
+                """, on: location)
+            #expect(terminated.count == 2, "both instances were listening: \(terminated)")
+            let chunk = try await a.upload(Array("while deaf".utf8))
+            var since = try await b.changes(Self.container, since: 0).cursor
+            for round in 0..<4 {
+                let from = since
+                let poll = Task { try await b.changes(Self.container, since: from, wait: 20) }
+                try await Task.sleep(for: .milliseconds(200))
+                let t0 = ContinuousClock.now
+                _ = try await a.commit(Self.container, CommitRequest(item: ItemID(UUID()), baseVersion: nil, state: Self.draft("r\(round)", chunk, t: 1)))
+                let page = try await poll.value
+                let latency = ContinuousClock.now - t0
+                #expect(page.changes.count == 1, "round \(round)")
+                since = page.cursor
+                // Right after the cut: at most the catch-up interval (2 s) plus slack; after the
+                // reconnect (1 s), NOTIFY again.
+                #expect(latency < (round == 0 ? .seconds(4) : .milliseconds(1500)), "round \(round): woke after \(latency)")
+                if round == 0 { try await Task.sleep(for: .seconds(3)) }
+            }
+        }
+    }
+}
