@@ -38,18 +38,20 @@ public final class ContainerFS: @unchecked Sendable {
     /// Content may be missing from cache files (a sync engine provides it): reads check first.
     let lazyContent: Bool
     let observer: (any ChangeObserver)?
+    let syncStatus: (any SyncStatusSource)?
     let lock = FSLock()
     let t = Tables()
     let mountTime = WallClock.nowNanoseconds()
     let owner: (uid: UInt32, gid: UInt32)
 
     public init(store: LocalStore, options: Options = Options(), content: any ContentProvider = LocalContent(),
-                observer: (any ChangeObserver)? = nil) throws {
+                observer: (any ChangeObserver)? = nil, syncStatus: (any SyncStatusSource)? = nil) throws {
         self.store = store
         self.options = options
         self.content = content
         self.lazyContent = !(content is LocalContent)
         self.observer = observer
+        self.syncStatus = syncStatus
         self.owner = (getuid(), getgid())
         try loadTree()
     }

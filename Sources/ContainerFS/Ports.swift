@@ -38,6 +38,15 @@ public protocol ChangeObserver: Sendable {
     func localChange(_ change: LocalChange)
 }
 
+/// What a sync engine reports: per item for `user.nimbus.status`, and lines for
+/// `.nimbus/status`. Called with the filesystem lock held: answer from memory, at once.
+public protocol SyncStatusSource: Sendable {
+    /// `cloud`, `downloading`, `partial`, `uploading`, `current` or `error`.
+    func itemStatus(_ item: ItemID) -> String
+    /// `key: value` lines replacing or adding to the local ones (`connection`, queues…).
+    func statusLines() -> [(String, String)]
+}
+
 /// The kernel's caches, for changes that did not come through the kernel (remote changes).
 /// The FUSE adapter implements it; tests use a recorder.
 public protocol KernelCache: Sendable {

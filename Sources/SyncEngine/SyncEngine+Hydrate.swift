@@ -5,6 +5,7 @@ import FuseKit
 import Glibc
 import NimbusCore
 import NimbusProtocol
+import NimbusRemote
 import Synchronization
 
 // Hydration: the ContentProvider port. Called on libfuse threads: takes `state` briefly, starts
@@ -20,6 +21,7 @@ extension SyncEngine: ContentProvider {
         let waiter = Waiter(done)
         let (starts, count): ([(ChunkKey, Int64)], Int) = state.withLock { s in
             guard let b = s.bases[item] else { return ([], 0) }
+            if let until = s.offlineUntil, ContinuousClock.now < until, !b.missing(in: range).isEmpty { return ([], -1) }
             let missing = b.missing(in: range)
             waiter.expect(missing.count)
             var starts: [(ChunkKey, Int64)] = []
@@ -34,6 +36,7 @@ extension SyncEngine: ContentProvider {
             return (starts, missing.count)
         }
         if count == 0 { return done(nil) }
+        if count < 0 { return done(.EIO) }  // the server just proved unreachable
         // Each download ends by its own deadline (hydrationSeconds), so these tasks are not
         // tracked for stop(): a stopping daemon waits at most that long for them.
         for (key, offset) in starts {
@@ -67,7 +70,12 @@ extension SyncEngine: ContentProvider {
         } catch {
             failure = .EIO
             log("download of chunk \(key.index) of \(key.item) failed: \(error)")
-            state.withLock { $0.lastError = "download: \(error)" }
+            let unreachable: Bool
+            if case RemoteError.transport? = error as? RemoteError { unreachable = true } else { unreachable = false }
+            state.withLock { s in
+                s.lastError = "download: \(error)"
+                if unreachable { s.offlineUntil = ContinuousClock.now + .seconds(2) }
+            }
         }
         let waiters = state.withLock { s in s.downloads.removeValue(forKey: key) ?? [] }
         for w in waiters { w(failure) }

@@ -53,7 +53,7 @@ extension SyncEngine: ChangeObserver {
             }
             do {
                 try await push(id)
-                state.withLock { $0.inFlight = nil }
+                state.withLock { s in s.inFlight = nil; s.failed.remove(id) }
                 backoff = 1
             } catch {
                 let retry = Self.isRetryable(error)
@@ -61,6 +61,7 @@ extension SyncEngine: ChangeObserver {
                     s.inFlight = nil
                     s.lastError = "upload of \(id): \(error)"
                     if retry, s.queued.insert(id).inserted { s.queue.insert(id, at: 0) }
+                    if !retry { s.failed.insert(id) }
                 }
                 log("upload of \(id) failed: \(error)\(retry ? "; retrying in \(backoff) s" : "; dropped")")
                 if !retry { try? store.removeSyncOps(id, upTo: Int64.max) }

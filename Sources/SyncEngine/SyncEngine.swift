@@ -55,6 +55,11 @@ public final class SyncEngine: Sendable {
         var connection = "connecting"
         var lastError: String?
         var tasks: [Task<Void, Never>] = []
+        /// Items whose upload the server refused (shown as `error`).
+        var failed: Set<ItemID> = []
+        /// After a download could not reach the server, reads fail at once until then (so a
+        /// read answers EIO within one deadline, not one per kernel retry or read-ahead).
+        var offlineUntil: ContinuousClock.Instant?
     }
 
     struct ChunkKey: Hashable {
@@ -123,7 +128,7 @@ public final class SyncEngine: Sendable {
         for t in tasks { await t.value }
     }
 
-    /// Lines for `.nimbus/status`.
+    /// Lines for `.nimbus/status` (SyncStatusSource).
     public func statusLines() -> [(String, String)] {
         state.withLock { s in
             let partial = s.bases.values.filter { !$0.complete }.count
@@ -138,6 +143,7 @@ public final class SyncEngine: Sendable {
         state.withLock { s in
             s.connection = c
             if let error { s.lastError = error }
+            if c == "online" { s.offlineUntil = nil }
         }
     }
 
@@ -159,6 +165,18 @@ public final class SyncEngine: Sendable {
     func sendKernel(_ actions: [KernelAction]) {
         guard let k = state.withLock({ $0.kernel }) else { return }
         for a in actions { a.send(to: k) }
+    }
+}
+
+extension SyncEngine: SyncStatusSource {
+    public func itemStatus(_ item: ItemID) -> String {
+        state.withLock { s in
+            if s.failed.contains(item) { return "error" }
+            if s.inFlight == item || s.queued.contains(item) { return "uploading" }
+            guard let b = s.bases[item], let present = b.present else { return "current" }
+            if s.downloads.keys.contains(where: { $0.item == item }) { return "downloading" }
+            return present.contains(true) ? "partial" : "cloud"
+        }
     }
 }
 

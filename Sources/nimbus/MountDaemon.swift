@@ -41,7 +41,8 @@ struct MountDaemon {
                 throw CLIFailure(.usage, "\(error)")
             }
         }
-        let fs = try ContainerFS(store: store, options: options, content: engine ?? LocalContent(), observer: engine)
+        let fs = try ContainerFS(store: store, options: options, content: engine ?? LocalContent(), observer: engine,
+                                 syncStatus: engine)
         if let engine {
             try engine.attach(fs)
             // The first sync before mounting, so the mount shows the container at once. An

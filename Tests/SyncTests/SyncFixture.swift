@@ -47,13 +47,32 @@ func q(_ s: String) -> String { "'" + s.replacingOccurrences(of: "'", with: "'\\
 final class SyncWorld: @unchecked Sendable {
     // @unchecked: used by one test at a time.
     let base: String
-    let server: ServerProcess
+    private(set) var server: ServerProcess
     private var mountpoints: [String] = []
 
     init(_ label: String) async throws {
         base = try sh("mktemp -d /tmp/nimbus-sync-\(label)-XXXXXX").trimmingCharacters(in: .whitespacesAndNewlines)
         server = ServerProcess(dataDir: base + "/server")
         try await server.start()
+    }
+
+    /// Starts the server again on the same data and port (it was stopped).
+    func restartServer() async throws {
+        server.stop()
+        let port = String(server.url.split(separator: ":").last ?? "0")
+        server = ServerProcess(dataDir: base + "/server", extraArgs: ["--listen", "127.0.0.1:\(port)"])
+        try await server.start()
+    }
+
+    /// Mounts `device` again with its existing state and token.
+    func remount(_ device: String) throws {
+        let mp = base + "/\(device)"
+        try sh("\(q(NimbusBinary.path)) mount \(q(mp)) --state \(q(base + "/\(device)-state")) --server \(server.url) --container docs --token-file \(q(base + "/\(device).token"))")
+    }
+
+    /// kill -9 of the daemon serving `mp`, then clears the dead mount.
+    func crash(_ mp: String) throws {
+        try sh("k=0; for p in $(pgrep -f -- --daemonize-child); do [ $p = $$ ] && continue; tr '\\0' ' ' < /proc/$p/cmdline | grep -qF -- \(q(mp + " ")) && kill -9 $p && k=1; done; [ $k = 1 ] || { echo no daemon for \(q(mp)); exit 1; }; sleep 0.3; fusermount3 -uz \(q(mp))")
     }
 
     /// Mounts the container `docs` as a new device named `device`; returns the mountpoint.
@@ -69,10 +88,14 @@ final class SyncWorld: @unchecked Sendable {
         return mp
     }
 
-    /// The server's `nimbus_chunk_bytes_out_total`.
-    func chunkBytesOut() throws -> Int64 {
+    /// The server's `nimbus_chunk_bytes_out_total` (downloads).
+    func chunkBytesOut() throws -> Int64 { try metric("nimbus_chunk_bytes_out_total") }
+    /// The server's `nimbus_chunk_bytes_in_total` (uploads).
+    func chunkBytesIn() throws -> Int64 { try metric("nimbus_chunk_bytes_in_total") }
+
+    func metric(_ name: String) throws -> Int64 {
         let text = try sh("curl -s --max-time 5 \(server.url)/metrics")
-        for line in text.split(separator: "\n") where line.hasPrefix("nimbus_chunk_bytes_out_total") {
+        for line in text.split(separator: "\n") where line.hasPrefix(name) {
             if let v = line.split(separator: " ").last.flatMap({ Double($0) }) { return Int64(v) }
         }
         return 0
