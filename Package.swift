@@ -118,7 +118,7 @@ let package = Package(
             ],
             swiftSettings: strict
         ),
-        .testTarget(name: "SyncEngineTests", dependencies: ["SyncEngine", "NimbusCore", "LocalStore"], swiftSettings: strict),
+        .testTarget(name: "SyncEngineTests", dependencies: ["SyncEngine", "NimbusCore", "NimbusProtocol", "LocalStore"], swiftSettings: strict),
         // Two real mounts (the built binary) on one `nimbus serve`.
         .testTarget(name: "SyncTests", dependencies: ["NimbusCore", "NimbusTesting"], swiftSettings: strict),
         .testTarget(name: "FuseKitTests", dependencies: ["FuseKit"], swiftSettings: strict),

@@ -1,8 +1,8 @@
 import FuseKit
 import NimbusCore
 
-// The ports through which the sync engine (next issue) plugs into the filesystem. ContainerFS
-// never imports networking; it calls these protocols, and the engine implements them.
+// The ports through which the sync engine (SyncEngine target) plugs into the filesystem.
+// ContainerFS never imports networking; it calls these protocols, and the engine implements them.
 
 /// Where file content comes from. Local-only mounts use `LocalContent` (always present). The
 /// sync engine answers `.pending` for placeholders, fetches the bytes into the cache file, then
@@ -15,7 +15,7 @@ public protocol ContentProvider: Sendable {
     func hydrate(_ item: ItemID, range: Range<Int64>, done: @escaping @Sendable (Errno?) -> Void)
 }
 
-/// Everything is local (until the sync issue lands).
+/// Everything is local (a mount without `--server`).
 public struct LocalContent: ContentProvider {
     public init() {}
     public func isPresent(_ item: ItemID, range: Range<Int64>) -> Bool { true }
