@@ -44,8 +44,9 @@ public enum KernelAction: Sendable, Equatable {
 extension ContainerFS {
     /// Applies server states in any order (a listing comes by id, so children may precede their
     /// folders: those wait for a later pass). Returns the kernel invalidations to send and the
-    /// ids that could not be applied (their folder is unknown here, or their name is taken by
-    /// an item not yet uploaded — the server will rename one of them on upload).
+    /// ids that could not be applied (their folder is unknown here, their name is taken by an
+    /// item not yet uploaded — the server will rename one of them on upload — or the file is
+    /// being written here).
     public func applyRemote(_ states: [RemoteState]) -> (actions: [KernelAction], skipped: [ItemID]) {
         lock.withLock {
             var actions: [KernelAction] = []
@@ -99,6 +100,9 @@ extension ContainerFS {
         }
         guard let pnode = t.byID[s.parent], let p = t.nodes[pnode], p.isDir, p.linked else { return .waitForParent }
         if let n = existing {
+            // Written here since the last close/fsync: the writer's close queues an upload with
+            // the old base and the server keeps both; never replace bytes being written.
+            if n.rec.kind == .file && s.resetContent && n.metaDirty { return .skip }
             if n.rec.parent != s.parent || n.rec.name != s.name {
                 if let occupant = p.children[s.name], occupant != n.node { return .skip }
                 if n.isDir && isInside(p, n) { return .skip }

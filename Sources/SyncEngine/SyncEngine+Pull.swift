@@ -13,7 +13,7 @@ extension SyncEngine {
     /// Bounded by the client's deadline per page.
     public func initialSync() async throws {
         _ = try await client.createContainer(container)
-        guard state.withLock({ $0.cursor }) == 0 else { return }
+        guard !state.withLock({ $0.listed }) else { return }
         var all: [ServerItem] = []
         var after: ItemID?
         var cursor: Int64?
@@ -33,7 +33,7 @@ extension SyncEngine {
         var backoff = 1
         while !Task.isCancelled {
             do {
-                if state.withLock({ $0.cursor }) == 0 { try await initialSync() }
+                if !state.withLock({ $0.listed }) { try await initialSync() }
                 let since = state.withLock { $0.cursor }
                 let r = try await client.changes(container, since: since, wait: options.longPoll, limit: ProtocolLimits.maxPage)
                 // The last change per item is its state (docs/protocol.md "Changes").
@@ -56,7 +56,7 @@ extension SyncEngine {
     }
 
     func setCursor(_ c: Int64) throws {
-        state.withLock { $0.cursor = c }
+        state.withLock { s in s.cursor = c; s.listed = true }
         try store.setMeta("sync.cursor", "\(c)")
     }
 
@@ -67,10 +67,12 @@ extension SyncEngine {
         guard let fs = state.withLock({ $0.fs }) else { return }
         var states: [RemoteState] = []
         var newBases: [ItemID: Base?] = [:]
+        var oldBases: [ItemID: Base?] = [:]
         for item in items {
             let (old, busy) = state.withLock { s in (s.bases[item.id], s.queued.contains(item.id) || s.inFlight == item.id) }
             if let old, old.version >= item.version { continue }  // our own commit coming back, or old news
             if busy { continue }
+            oldBases[item.id] = .some(old)
             let contentChanged = old.map { $0.record.chunks != item.chunks } ?? true
             states.append(Self.remoteState(item, resetContent: item.kind == .file && contentChanged))
             if item.deleted {
@@ -83,7 +85,11 @@ extension SyncEngine {
         // Presence first, then the tree: a read that sees the new size must see "not present".
         for (id, b) in newBases { try saveBase(id, b) }
         let (actions, skipped) = fs.applyRemote(states)
-        for id in skipped { log("could not show remote item \(id) here (its folder is missing or its name is taken)") }
+        for id in skipped {
+            // Keep the old base: the item is retried on its next change or commit answer.
+            if let old = oldBases[id] { try saveBase(id, old) }
+            log("remote item \(id) not shown here yet (its folder is missing, its name is taken, or it is being written here)")
+        }
         sendKernel(actions)
     }
 

@@ -52,6 +52,8 @@ public final class SyncEngine: Sendable {
         /// Chunk downloads under way: their waiters.
         var downloads: [ChunkKey: [@Sendable (Errno?) -> Void]] = [:]
         var cursor: Int64 = 0
+        /// The first listing is done (the cursor may legitimately be 0 for an empty container).
+        var listed = false
         var connection = "connecting"
         var lastError: String?
         var tasks: [Task<Void, Never>] = []
@@ -81,7 +83,10 @@ public final class SyncEngine: Sendable {
         for (id, b) in try store.syncBases() {
             s.bases[id] = Base(record: try BaseCoding.decode(b.record), present: BaseCoding.bools(b.present))
         }
-        s.cursor = try store.meta("sync.cursor").flatMap { Int64($0) } ?? 0
+        if let c = try store.meta("sync.cursor").flatMap({ Int64($0) }) {
+            s.cursor = c
+            s.listed = true
+        }
         state = Mutex(s)
         try bind()
     }

@@ -50,12 +50,17 @@ struct MountDaemon {
             let done = DispatchSemaphore(value: 0)
             let outcome = Outcome()
             let first = Task {
-                do { try await engine.initialSync() } catch { outcome.set("\(error)") }
+                do { try await engine.initialSync() } catch {
+                    outcome.set("\(error)", fatal: ["unauthorized", "invalid_container_name"].contains((error as? RemoteError)?.code ?? ""))
+                }
                 done.signal()
             }
             if done.wait(timeout: .now() + 20) == .timedOut {
                 first.cancel()
                 log("first sync with \(remote!.server) did not finish within 20 s; continuing in the background")
+            } else if let e = outcome.get(), outcome.fatal {
+                store.close()
+                throw CLIFailure(.usage, "the server refused this mount: \(e) (check the token: nimbus admin add-device prints one)")
             } else if let e = outcome.get() {
                 log("first sync failed: \(e); serving local state and retrying in the background")
             }
@@ -120,7 +125,9 @@ final class Outcome: @unchecked Sendable {
     // @unchecked: guarded by `lock`.
     private let lock = NSLock()
     private var value: String?
-    func set(_ v: String) { lock.lock(); value = v; lock.unlock() }
+    private var isFatal = false
+    func set(_ v: String, fatal: Bool) { lock.lock(); value = v; isFatal = fatal; lock.unlock() }
+    var fatal: Bool { lock.lock(); defer { lock.unlock() }; return isFatal }
     func get() -> String? { lock.lock(); defer { lock.unlock() }; return value }
 }
 #endif

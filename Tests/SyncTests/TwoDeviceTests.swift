@@ -83,6 +83,19 @@ struct TwoDeviceTests {
         print("sync figures: a 1-byte edit in the middle of 24 MiB uploaded \(edited) bytes")
     }
 
+    @Test func aBadTokenFailsTheMountWithAMessage() async throws {
+        let w = try await SyncWorld("token")
+        defer { w.cleanup() }
+        let mp = w.base + "/x"
+        try FileManager.default.createDirectory(atPath: mp, withIntermediateDirectories: true)
+        let (status, out) = shStatus("NIMBUS_TOKEN=not-a-token \(q(NimbusBinary.path)) mount \(q(mp)) --state \(q(w.base + "/x-state")) --server \(w.server.url) --container docs")
+        #expect(status != 0)
+        #expect(out.contains("unauthorized") && out.contains("add-device"), "\(out)")
+        #expect(shStatus("grep -qF \(q(" " + mp + " ")) /proc/self/mountinfo").0 != 0, "left a mount behind")
+        let (s2, out2) = shStatus("\(q(NimbusBinary.path)) mount \(q(mp)) --state \(q(w.base + "/x-state")) --server \(w.server.url)")
+        #expect(s2 != 0 && out2.contains("--container"), "\(out2)")
+    }
+
     @Test func aReadFailsWithEIOWhenTheServerIsGone() async throws {
         let w = try await SyncWorld("offline")
         defer { w.cleanup() }
