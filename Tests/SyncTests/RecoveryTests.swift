@@ -30,6 +30,35 @@ struct RecoveryTests {
                              "curl -s -H 'Authorization: Bearer \(token)' \(w.server.url)/v1/containers/docs/items/\(id) | grep -q '\"conflicts\":1'")
     }
 
+    @Test func aRemoteEditNeverReplacesAFileBeingWrittenHere() async throws {
+        let w = try await SyncWorld("writing")
+        defer { w.cleanup() }
+        let a = try await w.mount("a"), b = try await w.mount("b")
+        try sh("printf v1 > \(q(a))/f.txt")
+        try await eventually("v1 on B", "test \"$(cat \(q(b))/f.txt)\" = v1")
+        // A keeps the file open with unsaved (not yet closed) writes while B's edit arrives.
+        let writer = Process()
+        // (Not a shell: `printf >&3` dups and closes the descriptor, which is a close to FUSE.)
+        writer.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+        writer.arguments = ["python3", "-c", "import os,sys,time; fd=os.open(sys.argv[1], os.O_RDWR); os.write(fd, b'local'); time.sleep(3); os.close(fd)",
+                            a + "/f.txt"]
+        try writer.run()
+        defer { if writer.isRunning { writer.terminate() } }
+        try await Task.sleep(for: .milliseconds(500))
+        try sh("printf remote > \(q(b))/f.txt")
+        try await Task.sleep(for: .milliseconds(1500))
+        let seen = try sh("cat \(q(a))/f.txt")
+        #expect(seen == "local", "A's open file was replaced by B's edit: \(seen) \((try? sh("cat \(q(w.base))/a-state/mount.log")) ?? "")")
+        writer.waitUntilExit()
+        // After A's close both devices agree, and the other content is a conflict version.
+        try await eventually("devices agree", seconds: 30, "test \"$(cat \(q(a))/f.txt)\" = \"$(cat \(q(b))/f.txt)\"")
+        let id = try sh("python3 -c 'import os,sys; print(os.getxattr(sys.argv[1], \"user.nimbus.itemid\").decode())' \(q(a))/f.txt")
+            .trimmingCharacters(in: .whitespacesAndNewlines)
+        let token = try String(contentsOfFile: w.base + "/a.token", encoding: .utf8).trimmingCharacters(in: .whitespacesAndNewlines)
+        try await eventually("one conflict version on the server",
+                             "curl -s -H 'Authorization: Bearer \(token)' \(w.server.url)/v1/containers/docs/items/\(id) | grep -q '\"conflicts\":1'")
+    }
+
     @Test func theUploadQueueSurvivesKill9() async throws {
         let w = try await SyncWorld("queue")
         defer { w.cleanup() }
