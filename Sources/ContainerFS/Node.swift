@@ -30,6 +30,8 @@ final class Node {
 /// The tables behind the lock.
 final class Tables {
     var nodes: [UInt64: Node] = [:]
+    /// Item id → node id of every node in `nodes` (the sync engine addresses items by id).
+    var byID: [ItemID: UInt64] = [:]
     var nextNode: UInt64 = 16
     /// Open directory listings: handle → snapshot.
     var dirs: [UInt64: DirSnapshot] = [:]
