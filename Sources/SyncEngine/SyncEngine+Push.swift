@@ -97,6 +97,9 @@ extension SyncEngine: ChangeObserver {
             return
         }
         guard let parent = local.parent, let name = try? ItemName(local.name) else { return }
+        // Mid-save (open for writing, no fsync since the last write): never upload a half-written
+        // file. The queued ops stay; the writer's close or fsync queues the item again.
+        if local.kind == .file, fs.isBeingWritten(id) { return }
         var draft = ItemDraft(kind: local.kind, parent: parent, name: name, symlinkTarget: local.target,
                               mode: local.mode & 0o7777, modified: local.mtime, extra: base?.record.extra)
         if local.kind == .file {
