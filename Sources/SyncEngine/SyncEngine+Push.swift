@@ -97,6 +97,9 @@ extension SyncEngine: ChangeObserver {
             return
         }
         guard let parent = local.parent, let name = try? ItemName(local.name) else { return }
+        // Still being written (cp in progress): uploading now would send a partial file whose
+        // tail chunk is garbage to everyone; the writer's close queues the item again.
+        if local.kind == .file && fs.isBeingWritten(id) { return }
         var draft = ItemDraft(kind: local.kind, parent: parent, name: name, symlinkTarget: local.target,
                               mode: local.mode & 0o7777, modified: local.mtime, extra: base?.record.extra)
         if local.kind == .file {

@@ -59,6 +59,21 @@ struct RecoveryTests {
                              "curl -s -H 'Authorization: Bearer \(token)' \(w.server.url)/v1/containers/docs/items/\(id) | grep -q '\"conflicts\":1'")
     }
 
+    @Test func aFolderDeletedElsewhereKeepsWorkNotYetUploadedHere() async throws {
+        let w = try await SyncWorld("folder")
+        defer { w.cleanup() }
+        let a = try await w.mount("a"), b = try await w.mount("b")
+        try sh("mkdir \(q(a))/t && printf old > \(q(a))/t/old.txt")
+        try await eventually("t on B", "test \"$(cat \(q(b))/t/old.txt)\" = old")
+        w.server.stop()
+        try sh("printf new > \(q(b))/t/new.txt")
+        try sh("rm -r \(q(a))/t")
+        try await w.restartServer()
+        // Whichever device reaches the server first, the new file and its folder survive on both.
+        try await eventually("B's new file on A", seconds: 60, "test \"$(cat \(q(a))/t/new.txt)\" = new")
+        try await eventually("B keeps its new file", "test \"$(cat \(q(b))/t/new.txt)\" = new")
+    }
+
     @Test func theUploadQueueSurvivesKill9() async throws {
         let w = try await SyncWorld("queue")
         defer { w.cleanup() }
