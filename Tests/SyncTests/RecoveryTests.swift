@@ -40,11 +40,12 @@ struct RecoveryTests {
         let writer = Process()
         // (Not a shell: `printf >&3` dups and closes the descriptor, which is a close to FUSE.)
         writer.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-        writer.arguments = ["python3", "-c", "import os,sys,time; fd=os.open(sys.argv[1], os.O_RDWR); os.write(fd, b'local'); time.sleep(3); os.close(fd)",
-                            a + "/f.txt"]
+        let marker = w.base + "/written"
+        writer.arguments = ["python3", "-c", "import os,sys,time; fd=os.open(sys.argv[1], os.O_RDWR); os.write(fd, b'local'); open(sys.argv[2], 'w').close(); time.sleep(3); os.close(fd)",
+                            a + "/f.txt", marker]
         try writer.run()
         defer { if writer.isRunning { writer.terminate() } }
-        try await Task.sleep(for: .milliseconds(500))
+        try await eventually("A's writer has written", "test -e \(q(marker))")
         try sh("printf remote > \(q(b))/f.txt")
         try await Task.sleep(for: .milliseconds(1500))
         let seen = try sh("cat \(q(a))/f.txt")
