@@ -88,6 +88,8 @@ extension ContainerFS {
                 throw Errno(-fd)
             }
             n.openHandles += 1
+            n.writers += 1
+            t.writerHandles.insert(UInt64(fd))
             t.openFiles += 1
             return (lookedUp(n), n.rec.id, fd)
         }

@@ -76,11 +76,6 @@ extension ContainerFS {
         }
     }
 
-    /// Whether the file has writes not yet settled by a close/fsync (its upload waits for that).
-    public func isBeingWritten(_ id: ItemID) -> Bool {
-        lock.withLock { t.byID[id].flatMap { t.nodes[$0] }?.metaDirty ?? false }
-    }
-
     /// The ids of every item below folder `id` here (empty for a file or an unknown id).
     public func descendants(of id: ItemID) -> [ItemID] {
         lock.withLock {

@@ -97,9 +97,9 @@ extension SyncEngine: ChangeObserver {
             return
         }
         guard let parent = local.parent, let name = try? ItemName(local.name) else { return }
-        // Still being written (cp in progress): uploading now would send a partial file whose
-        // tail chunk is garbage to everyone; the writer's close queues the item again.
-        if local.kind == .file && fs.isBeingWritten(id) { return }
+        // Mid-save (open for writing, no fsync since the last write): never upload a half-written
+        // file. The queued ops stay; the writer's close or fsync queues the item again.
+        if local.kind == .file, fs.isBeingWritten(id) { return }
         var draft = ItemDraft(kind: local.kind, parent: parent, name: name, symlinkTarget: local.target,
                               mode: local.mode & 0o7777, modified: local.mtime, extra: base?.record.extra)
         if local.kind == .file {
@@ -161,8 +161,8 @@ extension SyncEngine: ChangeObserver {
         defer { close(fd) }
         let spans = try chunker.chunks(fd: fd)
         let refs = spans.map(\.ref)
-        // A write since the check in push() stays "being written" until its close, so this
-        // catches every partial file chunked above.
+        // A writer that opened since the check in push() is mid-save until its close or fsync,
+        // so this catches every partial file chunked above.
         if fs.isBeingWritten(id) { return nil }
         if refs == known { return refs }
         let missing = Set(try await client.missingChunks(Array(Set(refs.map(\.hash)))))
