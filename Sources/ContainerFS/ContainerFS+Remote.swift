@@ -76,6 +76,23 @@ extension ContainerFS {
         }
     }
 
+    /// The ids of every item below folder `id` here (empty for a file or an unknown id).
+    public func descendants(of id: ItemID) -> [ItemID] {
+        lock.withLock {
+            guard let node = t.byID[id], let n = t.nodes[node] else { return [] }
+            var out: [ItemID] = []
+            var stack = [n]
+            while let f = stack.popLast() {
+                for (_, c) in f.children {
+                    guard let child = t.nodes[c] else { continue }
+                    out.append(child.rec.id)
+                    if child.isDir { stack.append(child) }
+                }
+            }
+            return out
+        }
+    }
+
     /// Whether a read of `range` must wait for the content provider; the item id if so.
     /// Local-only mounts never ask (no lock on the read path).
     func placeholder(node: UInt64, range: Range<Int64>) -> ItemID? {

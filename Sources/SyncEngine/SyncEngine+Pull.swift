@@ -72,6 +72,15 @@ extension SyncEngine {
             let (old, busy) = state.withLock { s in (s.bases[item.id], s.queued.contains(item.id) || s.inFlight == item.id) }
             if let old, old.version >= item.version { continue }  // our own commit coming back, or old news
             if busy { continue }
+            // A folder deleted elsewhere that holds local work not yet uploaded stays: the
+            // upload makes the server keep (or bring back) the folder, as the rules say.
+            if item.deleted && item.kind == .folder {
+                let below = Set(fs.descendants(of: item.id))
+                if !below.isEmpty && state.withLock({ s in !s.queued.isDisjoint(with: below) || s.inFlight.map(below.contains) == true }) {
+                    log("folder \(item.name.value) was deleted elsewhere but holds changes not yet uploaded here; keeping it")
+                    continue
+                }
+            }
             oldBases[item.id] = .some(old)
             let contentChanged = old.map { $0.record.chunks != item.chunks } ?? true
             states.append(Self.remoteState(item, resetContent: item.kind == .file && contentChanged))

@@ -106,7 +106,9 @@ extension SyncEngine: ChangeObserver {
             if let base, !base.complete {
                 draft.chunks = base.record.chunks  // not downloaded, so not changed here
             } else {
-                draft.chunks = try await uploadContent(id, known: base?.record.chunks)
+                // nil: a write started while chunking; its close queues the item again.
+                guard let chunks = try await uploadContent(id, known: base?.record.chunks, fs: fs) else { return }
+                draft.chunks = chunks
             }
         }
         if let base, ItemDraft(base.record) == draft.withModified(base.record.modified), !base.record.deleted {
@@ -153,12 +155,15 @@ extension SyncEngine: ChangeObserver {
     /// Chunks the cache file and uploads the chunks the server lacks. Every uploaded chunk is
     /// re-hashed as read, so a file changing underneath never uploads bytes under a wrong hash
     /// (the change queues the item again and the next push sends the new content).
-    private func uploadContent(_ id: ItemID, known: [ChunkRef]?) async throws -> [ChunkRef] {
+    private func uploadContent(_ id: ItemID, known: [ChunkRef]?, fs: ContainerFS) async throws -> [ChunkRef]? {
         let fd = Glibc.open(store.cache.path(for: id), O_RDONLY | O_CLOEXEC)
         guard fd >= 0 else { throw SyncError("cannot read the cache file of \(id): \(String(cString: strerror(errno)))") }
         defer { close(fd) }
         let spans = try chunker.chunks(fd: fd)
         let refs = spans.map(\.ref)
+        // A writer that opened since the check in push() is mid-save until its close or fsync,
+        // so this catches every partial file chunked above.
+        if fs.isBeingWritten(id) { return nil }
         if refs == known { return refs }
         let missing = Set(try await client.missingChunks(Array(Set(refs.map(\.hash)))))
         var sent = Set<ContentHash>()

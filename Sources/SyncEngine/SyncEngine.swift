@@ -20,7 +20,8 @@ import Synchronization
 /// Threads: `localChange`, `isPresent` and `hydrate` are called on libfuse threads and only take
 /// `state` briefly and start tasks; the network work runs in the engine's tasks.
 /// Lock order: ContainerFS.lock → LocalStore queue lock; `state` is a leaf (nothing else is
-/// called while it is held), so it can be taken under ContainerFS.lock or without it.
+/// called while it is held), so it can be taken under ContainerFS.lock or without it. Kernel
+/// notifications go out on `kernelQueue` only, with no lock held (see `sendKernel`).
 public final class SyncEngine: Sendable {
     public struct Options: Sendable {
         /// Longest wait of one chunk download before the read fails with EIO.
@@ -40,6 +41,8 @@ public final class SyncEngine: Sendable {
     let state: Mutex<State>
     let wake: AsyncStream<Void>.Continuation
     let wakes: AsyncStream<Void>
+    /// Kernel cache notifications (see `sendKernel`).
+    let kernelQueue = DispatchQueue(label: "nimbus.kernel-notify")
 
     struct State {
         var fs: ContainerFS?
@@ -131,6 +134,9 @@ public final class SyncEngine: Sendable {
         for t in tasks { t.cancel() }
         wake.finish()
         for t in tasks { await t.value }
+        // Let queued invalidations finish before the session goes (they are harmless after it:
+        // FuseSession answers ENOTCONN once unmounted).
+        await withCheckedContinuation { (c: CheckedContinuation<Void, Never>) in kernelQueue.async { c.resume() } }
     }
 
     /// Lines for `.nimbus/status` (SyncStatusSource).
@@ -167,9 +173,16 @@ public final class SyncEngine: Sendable {
         }
     }
 
+    /// Sends invalidations on `kernelQueue`, in order, never on a Swift task thread.
+    ///
+    /// Why: `inval_inode` waits for the page locks of the file, and a read of a placeholder holds
+    /// its page locked until our deferred reply — which needs a download task to run. Sent from
+    /// the (2-thread) cooperative pool, a blocked invalidation plus a second one waiting for the
+    /// session lock starved the pool and deadlocked a `cat` (seen in SyncTests). A serial
+    /// dispatch queue has its own thread, so the download still runs and the wait ends.
     func sendKernel(_ actions: [KernelAction]) {
-        guard let k = state.withLock({ $0.kernel }) else { return }
-        for a in actions { a.send(to: k) }
+        guard !actions.isEmpty, let k = state.withLock({ $0.kernel }) else { return }
+        kernelQueue.async { for a in actions { a.send(to: k) } }
     }
 }
 

@@ -87,7 +87,7 @@ final class Mounted: @unchecked Sendable {
 
     /// The daemon's pid (for kill -9 tests).
     func daemonPID() throws -> pid_t {
-        let out = try sh("pgrep -f -- \(q("--foreground")) | while read p; do tr '\\0' ' ' < /proc/$p/cmdline | grep -qF -- \(q(mp + " ")) && echo $p; done")
+        let out = try sh("pgrep -f -- \(q("--foreground")) | while read p; do tr '\\0' ' ' < /proc/$p/cmdline | grep -qF -- \(q(mp + " ")) && echo $p; done; true")
         guard let pid = pid_t(out.split(separator: "\n").first.map(String.init) ?? "") else {
             throw CommandFailed(description: "no daemon found for \(mp)")
         }

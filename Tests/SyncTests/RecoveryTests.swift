@@ -40,11 +40,12 @@ struct RecoveryTests {
         let writer = Process()
         // (Not a shell: `printf >&3` dups and closes the descriptor, which is a close to FUSE.)
         writer.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-        writer.arguments = ["python3", "-c", "import os,sys,time; fd=os.open(sys.argv[1], os.O_RDWR); os.write(fd, b'local'); time.sleep(3); os.close(fd)",
-                            a + "/f.txt"]
+        let marker = w.base + "/written"
+        writer.arguments = ["python3", "-c", "import os,sys,time; fd=os.open(sys.argv[1], os.O_RDWR); os.write(fd, b'local'); open(sys.argv[2], 'w').close(); time.sleep(3); os.close(fd)",
+                            a + "/f.txt", marker]
         try writer.run()
         defer { if writer.isRunning { writer.terminate() } }
-        try await Task.sleep(for: .milliseconds(500))
+        try await eventually("A's writer has written", "test -e \(q(marker))")
         try sh("printf remote > \(q(b))/f.txt")
         try await Task.sleep(for: .milliseconds(1500))
         let seen = try sh("cat \(q(a))/f.txt")
@@ -57,6 +58,21 @@ struct RecoveryTests {
         let token = try String(contentsOfFile: w.base + "/a.token", encoding: .utf8).trimmingCharacters(in: .whitespacesAndNewlines)
         try await eventually("one conflict version on the server",
                              "curl -s -H 'Authorization: Bearer \(token)' \(w.server.url)/v1/containers/docs/items/\(id) | grep -q '\"conflicts\":1'")
+    }
+
+    @Test func aFolderDeletedElsewhereKeepsWorkNotYetUploadedHere() async throws {
+        let w = try await SyncWorld("folder")
+        defer { w.cleanup() }
+        let a = try await w.mount("a"), b = try await w.mount("b")
+        try sh("mkdir \(q(a))/t && printf old > \(q(a))/t/old.txt")
+        try await eventually("t on B", "test \"$(cat \(q(b))/t/old.txt)\" = old")
+        w.server.stop()
+        try sh("printf new > \(q(b))/t/new.txt")
+        try sh("rm -r \(q(a))/t")
+        try await w.restartServer()
+        // Whichever device reaches the server first, the new file and its folder survive on both.
+        try await eventually("B's new file on A", seconds: 60, "test \"$(cat \(q(a))/t/new.txt)\" = new")
+        try await eventually("B keeps its new file", "test \"$(cat \(q(b))/t/new.txt)\" = new")
     }
 
     @Test func theUploadQueueSurvivesKill9() async throws {

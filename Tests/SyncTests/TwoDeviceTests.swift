@@ -33,6 +33,11 @@ struct TwoDeviceTests {
         try sh("rmdir \(q(a))/e")
         try await eventually("rmdir on B", "! test -e \(q(b))/e")
 
+        try sh("mkdir -p \(q(a))/t/u && printf x > \(q(a))/t/u/x && printf y > \(q(a))/t/y")
+        try await eventually("tree on B", "test \"$(cat \(q(b))/t/u/x)\" = x")
+        try sh("rm -r \(q(a))/t")
+        try await eventually("rm -r on B", "! test -e \(q(b))/t")
+
         // And back: B's edit reaches A.
         try sh("printf 'from b' > \(q(b))/d/renamed.txt")
         try await eventually("B's edit on A", "test \"$(cat \(q(a))/d/renamed.txt)\" = 'from b'")
