@@ -72,7 +72,7 @@ let package = Package(
             name: "nimbus",
             dependencies: [
                 "NimbusCore", "NimbusServer",
-                "FuseKit", "LocalStore", "ContainerFS",
+                "NimbusProtocol", "NimbusRemote", "FuseKit", "LocalStore", "ContainerFS", "SyncEngine",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
             ],
@@ -115,6 +115,19 @@ let package = Package(
             dependencies: ["NimbusCore", "LocalStore", "FuseKit", .product(name: "Logging", package: "swift-log")],
             swiftSettings: strict
         ),
+        // Placeholders, hydration, uploads and live pull (issue 4): implements ContainerFS's ports.
+        .target(
+            name: "SyncEngine",
+            dependencies: [
+                "NimbusCore", "NimbusProtocol", "NimbusRemote", "LocalStore", "ContainerFS", "FuseKit",
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            swiftSettings: strict
+        ),
+        .testTarget(name: "SyncEngineTests", dependencies: ["SyncEngine", "NimbusCore", "NimbusProtocol", "LocalStore"], swiftSettings: strict),
+        // Two real mounts (the built binary) on one `nimbus serve`.
+        .testTarget(name: "SyncTests", dependencies: ["NimbusCore", "NimbusTesting"], swiftSettings: strict),
         .testTarget(name: "FuseKitTests", dependencies: ["FuseKit"], swiftSettings: strict),
         .testTarget(name: "LocalStoreTests", dependencies: ["LocalStore", "NimbusCore"], swiftSettings: strict),
         .testTarget(name: "ContainerFSTests", dependencies: ["ContainerFS", "LocalStore", "NimbusCore"], swiftSettings: strict),
@@ -127,7 +140,7 @@ let package = Package(
 // so the server side builds and tests on its own while the mount is being changed.
 import Foundation
 if ProcessInfo.processInfo.environment["NIMBUS_SERVER_ONLY"] != nil {
-    let fuse: Set<String> = ["CFuse3", "FuseKit", "LocalStore", "ContainerFS", "FuseKitTests", "LocalStoreTests", "ContainerFSTests", "MountTests"]
+    let fuse: Set<String> = ["CFuse3", "NimbusProtocol", "NimbusRemote", "FuseKit", "LocalStore", "ContainerFS", "SyncEngine", "FuseKitTests", "LocalStoreTests", "ContainerFSTests", "MountTests", "SyncEngineTests", "SyncTests"]
     package.targets.removeAll { fuse.contains($0.name) }
     let cli = Context.packageDirectory + "/Sources/nimbus"
     let mountFiles = ((try? FileManager.default.contentsOfDirectory(atPath: cli)) ?? []).filter { $0.hasPrefix("Mount") }

@@ -65,19 +65,25 @@ extension ContainerFS {
             }
             return (t.nodes.count, files, folders, bytes, t.openFiles)
         }
+        var sync: [String: String] = [:]
+        var extra: [(String, String)] = []
+        for (k, v) in syncStatus?.statusLines() ?? [] {
+            if ["connection", "upload-queue", "download-queue"].contains(k) { sync[k] = v } else { extra.append((k, v)) }
+        }
         var s = ""
-        s += "connection: local-only\n"
+        s += "connection: \(sync["connection"] ?? "local-only")\n"
         s += "items: \(items)\n"
         s += "files: \(files)\n"
         s += "folders: \(folders)\n"
         s += "bytes: \(bytes)\n"
         s += "open-files: \(open)\n"
         s += "pending-local-writes: \(store.backlog)\n"
-        s += "upload-queue: 0\n"
-        s += "download-queue: 0\n"
+        s += "upload-queue: \(sync["upload-queue"] ?? "0")\n"
+        s += "download-queue: \(sync["download-queue"] ?? "0")\n"
         s += "conflicts: 0\n"
         s += "state-dir: \(store.directory.path)\n"
         s += "store-error: \(store.lastError ?? "none")\n"
+        for (k, v) in extra { s += "\(k): \(v)\n" }
         return s
     }
 }

@@ -39,6 +39,7 @@ extension ContainerFS {
         let n = Node(rec)
         n.parentNode = p.node
         t.nodes[node] = n
+        t.byID[rec.id] = node
         p.children[name] = node
         if kind == .folder { p.subdirs += 1 }
         p.rec.mtime = now
@@ -82,10 +83,13 @@ extension ContainerFS {
                 // Roll back the insert: the cache is unusable (disk full, permissions).
                 p.children[name] = nil
                 t.nodes[n.node] = nil
+                t.byID[n.rec.id] = nil
                 store.enqueue(.delete(n.rec.id))
                 throw Errno(-fd)
             }
             n.openHandles += 1
+            n.writers += 1
+            t.writerHandles.insert(UInt64(fd))
             t.openFiles += 1
             return (lookedUp(n), n.rec.id, fd)
         }

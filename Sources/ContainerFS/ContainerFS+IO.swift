@@ -25,6 +25,12 @@ extension ContainerFS {
             }
             throw Errno(-fd)
         }
+        if flags & O_ACCMODE != O_RDONLY {
+            lock.withLock {
+                t.writerHandles.insert(UInt64(fd))
+                t.nodes[node]?.writers += 1
+            }
+        }
         if flags & O_TRUNC != 0 {
             // Atomic O_TRUNC: the kernel leaves the truncation to us (mtime/ctime always change,
             // as on Linux's local filesystems).
@@ -59,6 +65,7 @@ extension ContainerFS {
             x.rec.ctime = now
             x.rec.dirty = true
             x.metaDirty = true
+            x.fsyncedSinceWrite = false
         }
         return n
     }
@@ -81,11 +88,26 @@ extension ContainerFS {
         if handle >= Self.controlHandleBase { return releaseControl(handle) }
         settle(node: node)
         close(Int32(handle))
-        lock.withLock {
+        let closedWriter = lock.withLock { () -> ItemID? in
             t.openFiles -= 1
-            guard let n = t.nodes[node] else { return }
+            let wasWriter = t.writerHandles.remove(handle) != nil
+            guard let n = t.nodes[node] else { return nil }
             n.openHandles -= 1
+            if wasWriter { n.writers -= 1 }
+            let id = wasWriter && n.linked ? n.rec.id : nil
             reapIfUnused(n)
+            return id
+        }
+        // A push deferred while the file was being written goes now (an unchanged file uploads nothing).
+        if let closedWriter { notify(.contentChanged(closedWriter)) }
+    }
+
+    /// Whether `item` is mid-save: open for writing with writes since the last fsync. Its content
+    /// must not be uploaded yet; the close (or fsync) announces it again.
+    public func isBeingWritten(_ item: ItemID) -> Bool {
+        lock.withLock {
+            guard let node = t.byID[item], let n = t.nodes[node] else { return false }
+            return n.writers > 0 && !n.fsyncedSinceWrite
         }
     }
 
@@ -93,6 +115,7 @@ extension ContainerFS {
     public func fsync(node: UInt64, handle: UInt64, dataOnly: Bool) throws(Errno) {
         guard handle < Self.controlHandleBase else { return }
         if (dataOnly ? fdatasync(Int32(handle)) : Glibc.fsync(Int32(handle))) != 0 { throw Errno.current }
+        lock.withLock { t.nodes[node]?.fsyncedSinceWrite = true }
         settle(node: node)
         try syncMetadata()
     }

@@ -3,8 +3,8 @@ import Glibc
 import LocalStore
 
 // Extended attributes.
-// - `user.nimbus.*` are virtual (computed, read-only for now): `status` = `current` (everything
-//   is local until the sync issue), `itemid` = the item's UUID.
+// - `user.nimbus.*` are virtual (computed, read-only): `status` = the sync state from the sync
+//   engine (`current` on a local-only mount), `itemid` = the item's UUID.
 // - Other `user.*` attributes are stored per item (database row per name) and survive remounts.
 // - `security.*`, `system.*` (ACLs) and `trusted.*` are not supported: reads answer ENODATA at
 //   once, without a lock or I/O — the kernel asks for `security.capability` before every
@@ -21,7 +21,7 @@ extension ContainerFS {
             let n = try self.node(node)
             if name.hasPrefix("user.nimbus.") {
                 switch name {
-                case "user.nimbus.status": return Array("current".utf8)
+                case "user.nimbus.status": return Array((syncStatus?.itemStatus(n.rec.id) ?? "current").utf8)
                 case "user.nimbus.itemid": return Array(n.rec.id.description.utf8)
                 default: throw .ENODATA
                 }

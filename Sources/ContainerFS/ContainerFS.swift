@@ -35,18 +35,23 @@ public final class ContainerFS: @unchecked Sendable {
     public let store: LocalStore
     public let options: Options
     let content: any ContentProvider
+    /// Content may be missing from cache files (a sync engine provides it): reads check first.
+    let lazyContent: Bool
     let observer: (any ChangeObserver)?
+    let syncStatus: (any SyncStatusSource)?
     let lock = FSLock()
     let t = Tables()
     let mountTime = WallClock.nowNanoseconds()
     let owner: (uid: UInt32, gid: UInt32)
 
     public init(store: LocalStore, options: Options = Options(), content: any ContentProvider = LocalContent(),
-                observer: (any ChangeObserver)? = nil) throws {
+                observer: (any ChangeObserver)? = nil, syncStatus: (any SyncStatusSource)? = nil) throws {
         self.store = store
         self.options = options
         self.content = content
+        self.lazyContent = !(content is LocalContent)
         self.observer = observer
+        self.syncStatus = syncStatus
         self.owner = (getuid(), getgid())
         try loadTree()
     }
@@ -69,6 +74,7 @@ public final class ContainerFS: @unchecked Sendable {
             let n = Node(rec)
             n.xattrs = snap.xattrs[rec.id] ?? [:]
             t.nodes[rec.node] = n
+            t.byID[rec.id] = rec.node
             t.nextNode = max(t.nextNode, rec.node + 1)
             live.insert(rec.id)
         }
@@ -150,6 +156,7 @@ public final class ContainerFS: @unchecked Sendable {
     func reapIfUnused(_ n: Node) {
         guard !n.linked, n.lookups == 0, n.openHandles == 0 else { return }
         t.nodes[n.node] = nil
+        if t.byID[n.rec.id] == n.node { t.byID[n.rec.id] = nil }
         if n.rec.kind == .file { store.cache.remove(n.rec.id) }
     }
 

@@ -1,5 +1,6 @@
 import FuseKit
 import Glibc
+import Synchronization
 
 /// Maps kernel requests onto `ContainerFS`: decode, call, reply. The only file that knows both.
 /// Every method answers its reply exactly once, after the filesystem call returned (so no
@@ -24,6 +25,22 @@ public final class FuseAdapter: FuseFilesystem {
     }
 
     public func setattr(node: UInt64, _ changes: FuseSetAttr, handle: UInt64?, reply: consuming FuseReply) {
+        // truncate(2) of a placeholder to a non-zero size keeps bytes: download them first.
+        if let size = changes.size, size > 0, let id = fs.placeholder(node: node, range: 0..<Int64.max) {
+            let box = ReplyBox(reply)
+            let fs = self.fs
+            fs.content.hydrate(id, range: 0..<Int64.max) { error in
+                guard let r = box.take() else { return }
+                if let error { return r.error(error) }
+                let result: Result<stat, Errno>
+                do { result = .success(try fs.setattr(node: node, changes, handle: handle)) } catch { result = .failure(error as? Errno ?? .EIO) }
+                switch result {
+                case .success(let st): r.attr(st, timeout: fs.options.attrTimeout)
+                case .failure(let e): r.error(e)
+                }
+            }
+            return
+        }
         do { reply.attr(try fs.setattr(node: node, changes, handle: handle), timeout: fs.options.attrTimeout) } catch { reply.error(error) }
     }
 
@@ -71,6 +88,23 @@ public final class FuseAdapter: FuseFilesystem {
     }
 
     public func open(node: UInt64, flags: Int32, reply: consuming FuseReply) {
+        // Writing into a placeholder: download it all first, so local bytes are never mixed
+        // with holes a later download would fill (O_TRUNC needs nothing: the bytes go anyway).
+        if flags & O_ACCMODE != O_RDONLY, flags & O_TRUNC == 0, let id = fs.placeholder(node: node, range: 0..<Int64.max) {
+            let box = ReplyBox(reply)
+            let fs = self.fs
+            fs.content.hydrate(id, range: 0..<Int64.max) { error in
+                guard let r = box.take() else { return }
+                if let error { return r.error(error) }
+                let result: Result<FuseOpen, Errno>
+                do { result = .success(try fs.open(node: node, flags: flags)) } catch { result = .failure(error as? Errno ?? .EIO) }
+                switch result {
+                case .success(let o): r.open(o)
+                case .failure(let e): r.error(e)
+                }
+            }
+            return
+        }
         do { reply.open(try fs.open(node: node, flags: flags)) } catch { reply.error(error) }
     }
 
@@ -80,7 +114,18 @@ public final class FuseAdapter: FuseFilesystem {
             do { reply.bytes(try fs.readControl(handle: handle, offset: offset, size: size)) } catch { reply.error(error) }
             return
         }
-        reply.data(fd: Int32(truncatingIfNeeded: handle), offset: offset, size: size)
+        let fd = Int32(truncatingIfNeeded: handle)
+        // A placeholder: the reply waits (deferred, off this thread) until the provider has put
+        // the covering bytes into the cache file, or fails with its errno — never hangs.
+        if let id = fs.placeholder(node: node, range: offset..<(offset + Int64(size))) {
+            let box = ReplyBox(reply)
+            fs.content.hydrate(id, range: offset..<(offset + Int64(size))) { error in
+                guard let r = box.take() else { return }
+                if let error { r.error(error) } else { r.data(fd: fd, offset: offset, size: size) }
+            }
+            return
+        }
+        reply.data(fd: fd, offset: offset, size: size)
     }
 
     public func write(node: UInt64, handle: UInt64, offset: Int64, data: UnsafeRawBufferPointer, reply: consuming FuseReply) {
@@ -156,4 +201,12 @@ public struct SessionKernelCache: KernelCache {
     public func invalidateNode(_ node: UInt64) { session.invalidateNode(node) }
     public func invalidateEntry(parent: UInt64, name: String) { session.invalidateEntry(parent: parent, name: name) }
     public func notifyDelete(parent: UInt64, child: UInt64, name: String) { session.notifyDelete(parent: parent, child: child, name: name) }
+}
+
+/// Carries a reply into a provider's completion (which may run on any thread, exactly once).
+final class ReplyBox: Sendable {
+    // The reply is taken under the mutex, so only one caller can answer it.
+    private let reply: Mutex<FuseReply?>
+    init(_ r: consuming FuseReply) { reply = Mutex(Optional(r)) }
+    func take() -> FuseReply? { reply.withLock { $0.take() } }
 }

@@ -11,6 +11,11 @@ final class Node {
     var parentNode: UInt64 = 1
     /// Open file handles (files) — an unlinked file lives on while either count is positive.
     var openHandles = 0
+    /// Handles open for writing. While positive (and no fsync since the last write) the content
+    /// is mid-save: the sync engine must not upload it (DESIGN §4 Push).
+    var writers = 0
+    /// An fsync came after the last write: the content is a state the writer asked to keep.
+    var fsyncedSinceWrite = false
     /// Folder contents: name → node id.
     var children: [String: UInt64] = [:]
     /// Number of child folders (for st_nlink = 2 + subfolders).
@@ -30,7 +35,11 @@ final class Node {
 /// The tables behind the lock.
 final class Tables {
     var nodes: [UInt64: Node] = [:]
+    /// Item id → node id of every node in `nodes` (the sync engine addresses items by id).
+    var byID: [ItemID: UInt64] = [:]
     var nextNode: UInt64 = 16
+    /// File handles open for writing (handles are the cache-file descriptors).
+    var writerHandles: Set<UInt64> = []
     /// Open directory listings: handle → snapshot.
     var dirs: [UInt64: DirSnapshot] = [:]
     var nextDirHandle: UInt64 = 1

@@ -1,8 +1,8 @@
 import FuseKit
 import NimbusCore
 
-// The ports through which the sync engine (next issue) plugs into the filesystem. ContainerFS
-// never imports networking; it calls these protocols, and the engine implements them.
+// The ports through which the sync engine (SyncEngine target) plugs into the filesystem.
+// ContainerFS never imports networking; it calls these protocols, and the engine implements them.
 
 /// Where file content comes from. Local-only mounts use `LocalContent` (always present). The
 /// sync engine answers `.pending` for placeholders, fetches the bytes into the cache file, then
@@ -15,7 +15,7 @@ public protocol ContentProvider: Sendable {
     func hydrate(_ item: ItemID, range: Range<Int64>, done: @escaping @Sendable (Errno?) -> Void)
 }
 
-/// Everything is local (until the sync issue lands).
+/// Everything is local (a mount without `--server`).
 public struct LocalContent: ContentProvider {
     public init() {}
     public func isPresent(_ item: ItemID, range: Range<Int64>) -> Bool { true }
@@ -36,6 +36,15 @@ public enum LocalChange: Sendable, Equatable {
 
 public protocol ChangeObserver: Sendable {
     func localChange(_ change: LocalChange)
+}
+
+/// What a sync engine reports: per item for `user.nimbus.status`, and lines for
+/// `.nimbus/status`. Called with the filesystem lock held: answer from memory, at once.
+public protocol SyncStatusSource: Sendable {
+    /// `cloud`, `downloading`, `partial`, `uploading`, `current` or `error`.
+    func itemStatus(_ item: ItemID) -> String
+    /// `key: value` lines replacing or adding to the local ones (`connection`, queues…).
+    func statusLines() -> [(String, String)]
 }
 
 /// The kernel's caches, for changes that did not come through the kernel (remote changes).

@@ -42,6 +42,9 @@ public enum StoreChange: Sendable {
     case delete(ItemID)
     case setXattr(ItemID, name: String, value: [UInt8])
     case removeXattr(ItemID, name: String)
+    /// An upload-queue entry for the sync engine (`sync_op`); `kind` is one of
+    /// created/content/moved/attributes/deleted. Queued after the change it records.
+    case syncOp(ItemID, kind: String)
 }
 
 /// Everything the filesystem needs at mount time.

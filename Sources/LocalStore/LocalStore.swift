@@ -38,6 +38,10 @@ public final class LocalStore: @unchecked Sendable {
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
         var config = Configuration()
         config.foreignKeysEnabled = true
+        // A store reopened right after another instance closed (remount, tests) can meet the
+        // closing connection's final WAL checkpoint: wait for it instead of failing with
+        // "database is locked".
+        config.busyMode = .timeout(10)
         config.prepareDatabase { db in
             try db.execute(sql: "PRAGMA synchronous = NORMAL")
         }
@@ -175,6 +179,8 @@ public final class LocalStore: @unchecked Sendable {
                 .execute(arguments: [id.description, name, Data(value)])
         case .removeXattr(let id, let name):
             try db.cachedStatement(sql: "DELETE FROM xattr WHERE item = ? AND name = ?").execute(arguments: [id.description, name])
+        case .syncOp(let id, let kind):
+            try db.cachedStatement(sql: "INSERT INTO sync_op (item, kind) VALUES (?, ?)").execute(arguments: [id.description, kind])
         }
     }
 }

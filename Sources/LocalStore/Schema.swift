@@ -42,6 +42,27 @@ enum Schema {
                 );
                 """)
         }
+        // The sync engine's state (issue 4). `sync_item` is the server state this device last
+        // synced per item (the base of its next commit) plus which chunks of it are in the cache
+        // file; no foreign key to `item`: a locally deleted item keeps its base until the delete
+        // is committed. `sync_op` is the upload queue, written in the same transactions as the
+        // item changes that caused it, so it survives kill -9 together with them.
+        m.registerMigration("v2-sync") { db in
+            try db.execute(sql: """
+                CREATE TABLE sync_item (
+                    id      TEXT PRIMARY KEY NOT NULL,
+                    version INTEGER NOT NULL CHECK (version > 0),
+                    record  BLOB NOT NULL,
+                    present BLOB
+                ) WITHOUT ROWID;
+                CREATE TABLE sync_op (
+                    seq  INTEGER PRIMARY KEY AUTOINCREMENT,
+                    item TEXT NOT NULL,
+                    kind TEXT NOT NULL CHECK (kind IN ('created', 'content', 'moved', 'attributes', 'deleted'))
+                );
+                CREATE INDEX sync_op_item ON sync_op(item);
+                """)
+        }
         return m
     }
 

@@ -1,5 +1,6 @@
 import Crypto
 import Foundation
+import GRDB
 import HTTPTypes
 import Hummingbird
 import Logging
@@ -44,6 +45,20 @@ struct ErrorMiddleware: RouterMiddleware {
             }
         case is DecodingError:
             return APIError(.invalidJSON, "the body is not valid JSON for this request: \(describe(error))")
+        case let e as DatabaseError:
+            // The metadata database refused: say what the operator can do; nothing was applied.
+            switch e.resultCode {
+            case .SQLITE_FULL:
+                logger.error("metadata database full: \(e)")
+                return APIError(.storageFull, "the server's metadata disk is full; nothing was applied — free space on the server and retry")
+            case .SQLITE_BUSY, .SQLITE_LOCKED:
+                logger.warning("metadata database busy: \(e)")
+                return APIError(.unavailable, "the server's database is busy; nothing was applied — retry in a moment")
+            case .SQLITE_IOERR, .SQLITE_CANTOPEN, .SQLITE_READONLY:
+                logger.error("metadata database I/O error: \(e)")
+                return APIError(.unavailable, "the server cannot write its database right now; nothing was applied — retry later")
+            default: break
+            }
         default: break
         }
         let id = UUID().uuidString.prefix(8)

@@ -1,7 +1,9 @@
 import ArgumentParser
 import Foundation
+import NimbusProtocol
 
-/// `nimbus mount MOUNTPOINT --state DIR [--foreground]` (DESIGN §6, docs/mount.md).
+/// `nimbus mount MOUNTPOINT --state DIR [--server URL --container NAME [--token-file FILE]]
+/// [--foreground]` (DESIGN §6, docs/mount.md, docs/sync.md).
 ///
 /// Without `--foreground` it starts itself again as a background daemon (new session, output
 /// to `STATE/mount.log`) and returns once the mount answers, or fails with the daemon's error.
@@ -16,6 +18,15 @@ struct Mount: ParsableCommand {
     @Option(help: "The client state directory (local database and content cache).")
     var state: String
 
+    @Option(help: "Sync with this server (http://host:port). Without it the mount is local-only.")
+    var server: String?
+
+    @Option(help: "The server container to sync (created if new); needed with --server.")
+    var container: String?
+
+    @Option(help: "A file holding the device token (else $NIMBUS_TOKEN). Never put the token on the command line.")
+    var tokenFile: String?
+
     @Flag(help: "Serve in this process until unmounted or interrupted (logs to stderr).")
     var foreground = false
 
@@ -28,15 +39,41 @@ struct Mount: ParsableCommand {
     @Option(help: "Kernel cache timeout for names and attributes, in seconds.")
     var cacheTimeout: Double = 1
 
+    func validate() throws {
+        if server != nil && container == nil { throw ValidationError("--server needs --container NAME (the container to sync)") }
+        if server == nil && (container != nil || tokenFile != nil) { throw ValidationError("--container and --token-file need --server URL") }
+        if let c = container, let problem = ContainerName.problem(c) { throw ValidationError("--container: \(problem)") }
+    }
+
+    /// The sync settings, with the token read now (so a bad token file fails before daemonizing).
+    func remote() throws -> RemoteConfig? {
+        guard let server, let container else { return nil }
+        let token: String
+        if let tokenFile {
+            guard let text = try? String(contentsOfFile: tokenFile, encoding: .utf8) else {
+                throw CLIFailure(.usage, "cannot read the token file \(tokenFile)")
+            }
+            token = text.trimmingCharacters(in: .whitespacesAndNewlines)
+        } else if let env = ProcessInfo.processInfo.environment["NIMBUS_TOKEN"] {
+            token = env.trimmingCharacters(in: .whitespacesAndNewlines)
+        } else {
+            throw CLIFailure(.usage, "--server needs a device token: --token-file FILE or NIMBUS_TOKEN (nimbus admin add-device prints one)")
+        }
+        if token.isEmpty { throw CLIFailure(.usage, "the device token is empty") }
+        return RemoteConfig(server: server, container: container, token: token, tokenFile: tokenFile)
+    }
+
     func run() throws {
         let mp = URL(fileURLWithPath: mountpoint).standardizedFileURL.path
         let stateDir = URL(fileURLWithPath: state).standardizedFileURL.path
         #if canImport(ContainerFS)
         try MountSupport.clearDeadMount(mp)
         if foreground {
-            try MountDaemon(mountpoint: mp, state: stateDir, cacheTimeout: cacheTimeout, newSession: daemonizeChild).serve()
+            try MountDaemon(mountpoint: mp, state: stateDir, cacheTimeout: cacheTimeout, newSession: daemonizeChild,
+                            remote: try remote()).serve()
         } else {
-            try MountSupport.startDaemon(mountpoint: mp, state: stateDir, cacheTimeout: cacheTimeout, timeout: timeout)
+            try MountSupport.startDaemon(mountpoint: mp, state: stateDir, cacheTimeout: cacheTimeout, timeout: timeout,
+                                         remote: try remote())
         }
         #else
         throw CLIFailure(.usage, "this nimbus was built without FUSE support")
@@ -61,5 +98,18 @@ struct Unmount: ParsableCommand {
         #else
         throw CLIFailure(.usage, "this nimbus was built without FUSE support")
         #endif
+    }
+}
+
+/// What `--server/--container/--token-file` (or NIMBUS_TOKEN) asked for.
+struct RemoteConfig {
+    var server: String
+    var container: String
+    var token: String
+    var tokenFile: String?
+
+    /// Arguments for the daemon child; the token itself travels in the environment, never argv.
+    var arguments: [String] {
+        ["--server", server, "--container", container] + (tokenFile.map { ["--token-file", $0] } ?? [])
     }
 }

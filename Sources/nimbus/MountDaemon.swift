@@ -4,6 +4,8 @@ import Foundation
 import FuseKit
 import Glibc
 import LocalStore
+import NimbusRemote
+import SyncEngine
 
 /// One mounted container, served in this process until unmounted or signalled.
 struct MountDaemon {
@@ -12,6 +14,8 @@ struct MountDaemon {
     let cacheTimeout: Double
     /// Started by `nimbus mount` in the background: leave the caller's session and terminal.
     let newSession: Bool
+    /// Sync with a server; nil = local-only.
+    let remote: RemoteConfig?
 
     func serve() throws {
         if newSession { setsid() }
@@ -27,7 +31,40 @@ struct MountDaemon {
         options.entryTimeout = cacheTimeout
         options.attrTimeout = cacheTimeout
         options.negativeTimeout = cacheTimeout
-        let fs = try ContainerFS(store: store, options: options)
+        var engine: SyncEngine?
+        if let remote {
+            do {
+                engine = try SyncEngine(store: store, client: NimbusClient(baseURL: remote.server, token: remote.token),
+                                        container: remote.container)
+            } catch {
+                store.close()
+                throw CLIFailure(.usage, "\(error)")
+            }
+        }
+        let fs = try ContainerFS(store: store, options: options, content: engine ?? LocalContent(), observer: engine,
+                                 syncStatus: engine)
+        if let engine {
+            try engine.attach(fs)
+            // The first sync before mounting, so the mount shows the container at once. An
+            // unreachable server is not fatal: the mount serves what it has and retries.
+            let done = DispatchSemaphore(value: 0)
+            let outcome = Outcome()
+            let first = Task {
+                do { try await engine.initialSync() } catch {
+                    outcome.set("\(error)", fatal: ["unauthorized", "invalid_container_name"].contains((error as? RemoteError)?.code ?? ""))
+                }
+                done.signal()
+            }
+            if done.wait(timeout: .now() + 20) == .timedOut {
+                first.cancel()
+                log("first sync with \(remote!.server) did not finish within 20 s; continuing in the background")
+            } else if let e = outcome.get(), outcome.fatal {
+                store.close()
+                throw CLIFailure(.usage, "the server refused this mount: \(e) (check the token: nimbus admin add-device prints one)")
+            } else if let e = outcome.get() {
+                log("first sync failed: \(e); serving local state and retrying in the background")
+            }
+        }
 
         var mountOptions = FuseMountOptions()
         // As root, let every user in (pjdfstest switches users); the kernel checks permissions.
@@ -39,9 +76,18 @@ struct MountDaemon {
             throw CLIFailure(.storage, "\(error)")
         }
         let signals = session.exitOnSignals()
-        log("mounted \(mountpoint) (state \(state), pid \(getpid()))")
+        if let engine {
+            engine.setKernel(SessionKernelCache(session))
+            engine.start()
+        }
+        log("mounted \(mountpoint) (state \(state), pid \(getpid())\(remote.map { ", syncing \($0.container) on \($0.server)" } ?? ""))")
         let rc = session.run()
         _ = signals
+        if let engine {
+            let stopped = DispatchSemaphore(value: 0)
+            Task { await engine.stop(); stopped.signal() }
+            _ = stopped.wait(timeout: .now() + 10)
+        }
         store.close()
         log("unmounted \(mountpoint) (loop result \(rc))")
     }
@@ -72,5 +118,16 @@ struct MountDaemon {
             setrlimit(Int32(RLIMIT_NOFILE.rawValue), &r)
         }
     }
+}
+
+/// A result handed from a task to the waiting main thread.
+final class Outcome: @unchecked Sendable {
+    // @unchecked: guarded by `lock`.
+    private let lock = NSLock()
+    private var value: String?
+    private var isFatal = false
+    func set(_ v: String, fatal: Bool) { lock.lock(); value = v; isFatal = fatal; lock.unlock() }
+    var fatal: Bool { lock.lock(); defer { lock.unlock() }; return isFatal }
+    func get() -> String? { lock.lock(); defer { lock.unlock() }; return value }
 }
 #endif

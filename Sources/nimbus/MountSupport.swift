@@ -34,7 +34,7 @@ enum MountSupport {
     }
 
     /// Starts `nimbus mount --foreground` as a background daemon and waits until the mount answers.
-    static func startDaemon(mountpoint mp: String, state: String, cacheTimeout: Double, timeout: Double) throws {
+    static func startDaemon(mountpoint mp: String, state: String, cacheTimeout: Double, timeout: Double, remote: RemoteConfig?) throws {
         try FileManager.default.createDirectory(atPath: state, withIntermediateDirectories: true)
         let logPath = state + "/mount.log"
         FileManager.default.createFile(atPath: logPath, contents: nil)
@@ -44,6 +44,12 @@ enum MountSupport {
         let p = Process()
         p.executableURL = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath()
         p.arguments = ["mount", mp, "--state", state, "--foreground", "--daemonize-child", "--cache-timeout", "\(cacheTimeout)"]
+            + (remote?.arguments ?? [])
+        if let remote, remote.tokenFile == nil {
+            var env = ProcessInfo.processInfo.environment
+            env["NIMBUS_TOKEN"] = remote.token
+            p.environment = env
+        }
         p.standardInput = FileHandle.nullDevice
         p.standardOutput = log
         p.standardError = log

@@ -87,9 +87,7 @@ final class Mounted: @unchecked Sendable {
 
     /// The daemon's pid (for kill -9 tests).
     func daemonPID() throws -> pid_t {
-        // `|| true`: other mounts on the machine (other checkouts' tests) match pgrep too; the
-        // loop's status must not be that of the last, unrelated, process.
-        let out = try sh("pgrep -f -- \(q("--foreground")) | while read p; do tr '\\0' ' ' < /proc/$p/cmdline 2>/dev/null | grep -qF -- \(q(mp + " ")) && echo $p || true; done")
+        let out = try sh("pgrep -f -- \(q("--foreground")) | while read p; do tr '\\0' ' ' < /proc/$p/cmdline | grep -qF -- \(q(mp + " ")) && echo $p; done; true")
         guard let pid = pid_t(out.split(separator: "\n").first.map(String.init) ?? "") else {
             throw CommandFailed(description: "no daemon found for \(mp)")
         }

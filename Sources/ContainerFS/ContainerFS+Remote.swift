@@ -1,0 +1,196 @@
+import FuseKit
+import Glibc
+import LocalStore
+import NimbusCore
+
+/// A server state to show on this device (the sync engine's pull).
+public struct RemoteState: Sendable {
+    public var id: ItemID
+    public var parent: ItemID
+    public var name: String
+    public var kind: ItemKind
+    /// Permission bits (≤ 0o7777).
+    public var perm: UInt32
+    public var size: Int64
+    public var mtime: Int64
+    public var target: String?
+    public var deleted: Bool
+    /// The content differs from the cache file's: the cache file becomes an empty sparse file
+    /// of `size` (a placeholder) whose bytes the content provider fetches on read.
+    public var resetContent: Bool
+    public init(id: ItemID, parent: ItemID, name: String, kind: ItemKind, perm: UInt32, size: Int64, mtime: Int64,
+                target: String?, deleted: Bool, resetContent: Bool) {
+        self.id = id; self.parent = parent; self.name = name; self.kind = kind; self.perm = perm; self.size = size
+        self.mtime = mtime; self.target = target; self.deleted = deleted; self.resetContent = resetContent
+    }
+}
+
+/// A kernel cache invalidation owed after a remote change (sent through `KernelCache`, never
+/// while `lock` is held — FUSE-NOTES: notifications under the node lock deadlock).
+public enum KernelAction: Sendable, Equatable {
+    case node(UInt64)
+    case entry(parent: UInt64, name: String)
+    case delete(parent: UInt64, child: UInt64, name: String)
+
+    public func send(to k: any KernelCache) {
+        switch self {
+        case .node(let n): k.invalidateNode(n)
+        case .entry(let p, let name): k.invalidateEntry(parent: p, name: name)
+        case .delete(let p, let c, let name): k.notifyDelete(parent: p, child: c, name: name)
+        }
+    }
+}
+
+extension ContainerFS {
+    /// Applies server states in any order (a listing comes by id, so children may precede their
+    /// folders: those wait for a later pass). Returns the kernel invalidations to send and the
+    /// ids that could not be applied (their folder is unknown here, their name is taken by an
+    /// item not yet uploaded — the server will rename one of them on upload — or the file is
+    /// being written here).
+    public func applyRemote(_ states: [RemoteState]) -> (actions: [KernelAction], skipped: [ItemID]) {
+        lock.withLock {
+            var actions: [KernelAction] = []
+            var pending = states
+            var skipped: [ItemID] = []
+            while !pending.isEmpty {
+                var rest: [RemoteState] = []
+                for s in pending {
+                    switch applyOne(s, &actions) {
+                    case .done: break
+                    case .waitForParent: rest.append(s)
+                    case .skip: skipped.append(s.id)
+                    }
+                }
+                if rest.count == pending.count { skipped += rest.map(\.id); break }
+                pending = rest
+            }
+            return (actions, skipped)
+        }
+    }
+
+    /// The item's current local state, `nil` when it is gone (deleted here).
+    public func localState(_ id: ItemID) -> ItemRecord? {
+        lock.withLock {
+            guard let node = t.byID[id], let n = t.nodes[node], n.linked else { return nil }
+            return n.rec
+        }
+    }
+
+    /// The ids of every item below folder `id` here (empty for a file or an unknown id).
+    public func descendants(of id: ItemID) -> [ItemID] {
+        lock.withLock {
+            guard let node = t.byID[id], let n = t.nodes[node] else { return [] }
+            var out: [ItemID] = []
+            var stack = [n]
+            while let f = stack.popLast() {
+                for (_, c) in f.children {
+                    guard let child = t.nodes[c] else { continue }
+                    out.append(child.rec.id)
+                    if child.isDir { stack.append(child) }
+                }
+            }
+            return out
+        }
+    }
+
+    /// Whether a read of `range` must wait for the content provider; the item id if so.
+    /// Local-only mounts never ask (no lock on the read path).
+    func placeholder(node: UInt64, range: Range<Int64>) -> ItemID? {
+        guard lazyContent, node >= 16 else { return nil }
+        let id = lock.withLock { () -> ItemID? in
+            guard let n = t.nodes[node], n.rec.kind == .file else { return nil }
+            return n.rec.id
+        }
+        guard let id, !content.isPresent(id, range: range) else { return nil }
+        return id
+    }
+
+    private enum ApplyResult { case done, waitForParent, skip }
+
+    /// One state (lock held).
+    private func applyOne(_ s: RemoteState, _ actions: inout [KernelAction]) -> ApplyResult {
+        let now = WallClock.nowNanoseconds()
+        let existing = t.byID[s.id].flatMap { t.nodes[$0] }.flatMap { $0.linked ? $0 : nil }
+        if s.deleted {
+            if let n = existing, let p = t.nodes[n.parentNode] { removeRemote(n, from: p, now: now, &actions) }
+            return .done
+        }
+        guard let pnode = t.byID[s.parent], let p = t.nodes[pnode], p.isDir, p.linked else { return .waitForParent }
+        if let n = existing {
+            // Written here since the last close/fsync: the writer's close queues an upload with
+            // the old base and the server keeps both; never replace bytes being written.
+            if n.rec.kind == .file && s.resetContent && n.metaDirty { return .skip }
+            if n.rec.parent != s.parent || n.rec.name != s.name {
+                if let occupant = p.children[s.name], occupant != n.node { return .skip }
+                if n.isDir && isInside(p, n) { return .skip }
+                if let old = t.nodes[n.parentNode] {
+                    old.children[n.rec.name] = nil
+                    if n.isDir { old.subdirs -= 1 }
+                    actions.append(.entry(parent: old.node, name: n.rec.name))
+                }
+                p.children[s.name] = n.node
+                if n.isDir { p.subdirs += 1 }
+                n.parentNode = p.node
+                n.rec.parent = s.parent
+                n.rec.name = s.name
+                actions.append(.entry(parent: p.node, name: s.name))
+            }
+            n.rec.mode = (n.rec.mode & UInt32(S_IFMT)) | (s.perm & 0o7777)
+            n.rec.mtime = s.mtime
+            n.rec.ctime = now
+            if n.rec.kind == .symlink, let target = s.target {
+                n.rec.target = target
+                n.rec.size = Int64(target.utf8.count)
+            }
+            if n.rec.kind == .file && s.resetContent {
+                resetCacheFile(s.id, size: s.size)
+                n.rec.size = s.size
+            }
+            persist(n)
+            actions.append(.node(n.node))
+            return .done
+        }
+        if p.children[s.name] != nil { return .skip }
+        let type: UInt32 = switch s.kind {
+        case .file: UInt32(S_IFREG)
+        case .folder: UInt32(S_IFDIR)
+        case .symlink: UInt32(S_IFLNK)
+        }
+        let node = t.nextNode
+        t.nextNode += 1
+        // Remote items belong to the user running the mount (the server has no uids).
+        var rec = ItemRecord(id: s.id, node: node, parent: s.parent, name: s.name, kind: s.kind,
+                             mode: type | (s.kind == .symlink ? 0o777 : s.perm & 0o7777), uid: owner.uid, gid: owner.gid,
+                             size: s.kind == .file ? s.size : Int64(s.target?.utf8.count ?? 0), time: s.mtime, target: s.target)
+        rec.ctime = now
+        rec.dirty = false
+        if s.kind == .file { resetCacheFile(s.id, size: s.size) }
+        let n = Node(rec)
+        n.parentNode = p.node
+        t.nodes[node] = n
+        t.byID[s.id] = node
+        p.children[s.name] = node
+        if s.kind == .folder { p.subdirs += 1 }
+        store.enqueue(.upsert(rec))
+        actions.append(.entry(parent: p.node, name: s.name))
+        actions.append(.node(p.node))
+        return .done
+    }
+
+    /// Removes a remotely deleted item and, for a folder, what is still in it here (lock held).
+    private func removeRemote(_ n: Node, from p: Node, now: Int64, _ actions: inout [KernelAction]) {
+        for (_, c) in n.children { if let child = t.nodes[c] { removeRemote(child, from: n, now: now, &actions) } }
+        let name = n.rec.name
+        detach(n, from: p, now: now)
+        actions.append(.delete(parent: p.node, child: n.node, name: name))
+        actions.append(.node(p.node))
+    }
+
+    /// The cache file becomes `size` bytes of holes: nothing is downloaded until read.
+    private func resetCacheFile(_ id: ItemID, size: Int64) {
+        let fd = store.cache.open(id, create: true, truncate: true)
+        guard fd >= 0 else { return }
+        ftruncate(fd, off_t(size))
+        close(fd)
+    }
+}

@@ -1,0 +1,4 @@
+import NimbusProtocol
+
+// See Aliases.swift: this file imports only NimbusProtocol.
+typealias ServerItem = ItemRecord

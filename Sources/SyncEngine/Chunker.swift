@@ -1,0 +1,140 @@
+import Crypto
+import Glibc
+import NimbusCore
+
+/// Content-defined chunking (a Gear rolling hash with FastCDC's normalized cut masks).
+///
+/// Why content-defined: an edit in the middle of a big file must change only the chunks around
+/// the edit, so the upload after an edit is about one chunk and the server deduplicates the rest.
+/// Cut points depend only on the bytes of the last 64 positions, so after an insertion the cuts
+/// re-align with the old ones within a chunk or two.
+///
+/// Every device must cut identically (otherwise equal files would not share chunks), so the gear
+/// table is generated from a fixed seed and the parameters are constants of the format.
+public struct Chunker: Sendable {
+    public let minSize: Int
+    public let avgSize: Int
+    public let maxSize: Int
+    /// Stricter mask (more bits) before `avgSize`, looser after: chunk sizes cluster near avg.
+    let maskSmall: UInt64
+    let maskLarge: UInt64
+
+    /// min 256 KiB / avg 1 MiB / max 4 MiB (docs/sync.md).
+    public static let standard = Chunker(minSize: 256 << 10, avgSize: 1 << 20, maxSize: 4 << 20)
+
+    /// `avgSize` must be a power of two; `minSize < avgSize < maxSize`.
+    public init(minSize: Int, avgSize: Int, maxSize: Int) {
+        precondition(minSize > 0 && minSize < avgSize && avgSize < maxSize && avgSize & (avgSize - 1) == 0)
+        self.minSize = minSize
+        self.avgSize = avgSize
+        self.maxSize = maxSize
+        let bits = avgSize.trailingZeroBitCount
+        // Masks on the top bits: those mix in all of the last 64 bytes.
+        maskSmall = ~UInt64(0) << UInt64(64 - (bits + 2))
+        maskLarge = ~UInt64(0) << UInt64(64 - (bits - 2))
+    }
+
+    /// 256 pseudo-random words from splitmix64 with a fixed seed (part of the chunk format).
+    static let gear: [UInt64] = {
+        var s: UInt64 = 0x6e696d6275732d31  // "nimbus-1"
+        return (0..<256).map { _ in
+            s &+= 0x9e3779b97f4a7c15
+            var z = s
+            z = (z ^ (z >> 30)) &* 0xbf58476d1ce4e5b9
+            z = (z ^ (z >> 27)) &* 0x94d049bb133111eb
+            return z ^ (z >> 31)
+        }
+    }()
+
+    /// Length of the chunk that starts at `bytes[0]`. `bytes` holds at least `maxSize` bytes unless
+    /// it is the end of the data; the result is in 1...min(bytes.count, maxSize).
+    public func cut(_ bytes: UnsafeRawBufferPointer) -> Int {
+        let n = bytes.count
+        if n <= minSize { return n }
+        let end = min(n, maxSize)
+        let normal = min(end, avgSize)
+        var h: UInt64 = 0
+        var i = minSize
+        Self.gear.withUnsafeBufferPointer { g in
+            while i < normal {
+                h = (h << 1) &+ g[Int(bytes[i])]
+                if h & maskSmall == 0 { return }
+                i += 1
+            }
+            while i < end {
+                h = (h << 1) &+ g[Int(bytes[i])]
+                if h & maskLarge == 0 { return }
+                i += 1
+            }
+        }
+        return i < end ? i + 1 : end
+    }
+
+    /// The chunks of `bytes` (whole data in memory; tests and small files).
+    public func chunks(of bytes: [UInt8]) -> [ChunkSpan] {
+        var out: [ChunkSpan] = []
+        bytes.withUnsafeBytes { all in
+            var off = 0
+            while off < all.count {
+                let rest = UnsafeRawBufferPointer(rebasing: all[off...])
+                let len = cut(rest)
+                let digest = SHA256.hash(data: UnsafeRawBufferPointer(rebasing: rest[..<len]))
+                out.append(ChunkSpan(offset: Int64(off), ref: ChunkRef(hash: ContentHash(digest: digest), size: Int64(len))))
+                off += len
+            }
+        }
+        return out
+    }
+
+    /// The chunks of the file open at `fd`, read front to back through a window of 2 × maxSize
+    /// (each byte is read once). Throws the errno of a failed read.
+    public func chunks(fd: Int32) throws(ChunkReadError) -> [ChunkSpan] {
+        var out: [ChunkSpan] = []
+        var buf = [UInt8](repeating: 0, count: 2 * maxSize)
+        var filled = 0, start = 0
+        var fileOffset: Int64 = 0, consumed: Int64 = 0
+        var eof = false
+        while true {
+            // Refill: keep at least maxSize bytes ahead of `start` unless at the end of the file.
+            if !eof && filled - start < maxSize {
+                if start > 0 {
+                    buf.withUnsafeMutableBytes { b in
+                        _ = memmove(b.baseAddress!, b.baseAddress! + start, filled - start)
+                    }
+                    filled -= start
+                    start = 0
+                }
+                while filled < buf.count {
+                    let r = buf.withUnsafeMutableBytes { b in pread(fd, b.baseAddress! + filled, b.count - filled, off_t(fileOffset)) }
+                    if r < 0 { if errno == EINTR { continue }; throw ChunkReadError(errno: errno) }
+                    if r == 0 { eof = true; break }
+                    filled += r
+                    fileOffset += Int64(r)
+                }
+            }
+            if start == filled { break }
+            let span: ChunkSpan = buf.withUnsafeBytes { b in
+                let rest = UnsafeRawBufferPointer(rebasing: b[start..<filled])
+                let len = cut(rest)
+                let digest = SHA256.hash(data: UnsafeRawBufferPointer(rebasing: rest[..<len]))
+                return ChunkSpan(offset: consumed, ref: ChunkRef(hash: ContentHash(digest: digest), size: Int64(len)))
+            }
+            out.append(span)
+            start += Int(span.ref.size)
+            consumed += span.ref.size
+        }
+        return out
+    }
+}
+
+/// One chunk of a file: where it starts and its reference (hash + size).
+public struct ChunkSpan: Sendable, Hashable {
+    public var offset: Int64
+    public var ref: ChunkRef
+    public var range: Range<Int64> { offset..<(offset + ref.size) }
+}
+
+public struct ChunkReadError: Error, CustomStringConvertible {
+    public let errno: Int32
+    public var description: String { "cannot read the file to chunk it: \(String(cString: strerror(errno)))" }
+}

@@ -1,0 +1,64 @@
+import Foundation
+import NimbusCore
+import NimbusProtocol
+
+/// What this device knows of an item on the server, in memory: the state it last synced (the
+/// base of its next commit) and which chunks of it are in the cache file.
+struct Base: Sendable {
+    var record: ServerItem
+    /// Start offset of each chunk of `record`, plus the total size at the end.
+    var offsets: [Int64]
+    /// Per chunk: in the cache file. `nil`: the whole file is present.
+    var present: [Bool]?
+
+    init(record: ServerItem, present: [Bool]?) {
+        self.record = record
+        var o: [Int64] = [0]
+        o.reserveCapacity(record.chunks.count + 1)
+        for c in record.chunks { o.append(o[o.count - 1] + c.size) }
+        offsets = o
+        self.present = present.flatMap { $0.count == record.chunks.count && !$0.allSatisfy({ $0 }) ? $0 : nil }
+    }
+
+    /// A fresh placeholder: nothing present (an empty file is trivially complete).
+    static func placeholder(_ r: ServerItem) -> Base {
+        Base(record: r, present: r.chunks.isEmpty ? nil : [Bool](repeating: false, count: r.chunks.count))
+    }
+
+    var version: Int64 { record.version }
+    var complete: Bool { present == nil }
+
+    /// Indices of the chunks overlapping `range` (clamped to the file).
+    func chunks(covering range: Range<Int64>) -> Range<Int> {
+        let size = offsets[offsets.count - 1]
+        let lo = max(0, range.lowerBound), hi = min(size, range.upperBound)
+        guard lo < hi else { return 0..<0 }
+        // First chunk whose end is past `lo`, last whose start is before `hi` (binary search).
+        let first = upperBound(lo) - 1
+        let last = upperBound(hi - 1) - 1
+        return first..<(last + 1)
+    }
+
+    /// Index of the first offset greater than `x`.
+    private func upperBound(_ x: Int64) -> Int {
+        var a = 0, b = offsets.count
+        while a < b {
+            let m = (a + b) / 2
+            if offsets[m] <= x { a = m + 1 } else { b = m }
+        }
+        return a
+    }
+
+    func missing(in range: Range<Int64>) -> [Int] {
+        guard let present else { return [] }
+        return chunks(covering: range).filter { !present[$0] }
+    }
+}
+
+/// Encoding of bases for LocalStore's `sync_item` table.
+enum BaseCoding {
+    static func encode(_ r: ServerItem) throws -> Data { try JSONEncoder().encode(r) }
+    static func decode(_ d: Data) throws -> ServerItem { try JSONDecoder().decode(ServerItem.self, from: d) }
+    static func bytes(_ p: [Bool]?) -> [UInt8]? { p.map { $0.map { $0 ? 1 : 0 } } }
+    static func bools(_ p: [UInt8]?) -> [Bool]? { p.map { $0.map { $0 != 0 } } }
+}

@@ -1,0 +1,188 @@
+import ContainerFS
+import Crypto
+import Foundation
+import Glibc
+import LocalStore
+import NimbusCore
+import NimbusProtocol
+import NimbusRemote
+
+// Push: the ChangeObserver port and the upload loop. One item is pushed at a time, in the order
+// of its first queued change, so a folder's create is committed before its children's.
+
+extension SyncEngine: ChangeObserver {
+    /// Called on a libfuse thread after the change is in memory: queue durably (in the same
+    /// write-behind transaction as the change), remember it in memory, wake the push loop.
+    public func localChange(_ change: LocalChange) {
+        let (id, kind): (ItemID, String) = switch change {
+        case .created(let i): (i, "created")
+        case .contentChanged(let i): (i, "content")
+        case .moved(let i): (i, "moved")
+        case .attributesChanged(let i): (i, "attributes")
+        case .deleted(let i): (i, "deleted")
+        }
+        store.enqueue(.syncOp(id, kind: kind))
+        state.withLock { s in
+            // Content is written only into fully present files (open for writing downloads
+            // first) or after O_TRUNC: either way the whole file is here now.
+            if case .contentChanged = change, var b = s.bases[id], !b.complete {
+                b.present = nil
+                s.bases[id] = b
+            }
+            if s.queued.insert(id).inserted { s.queue.append(id) }
+        }
+        wake.yield()
+    }
+
+    func pushLoop() async {
+        var backoff = 1
+        var wakeups = wakes.makeAsyncIterator()
+        while !Task.isCancelled {
+            let next: ItemID? = state.withLock { s in
+                guard !s.queue.isEmpty else { return nil }
+                let id = s.queue.removeFirst()
+                s.queued.remove(id)
+                s.inFlight = id
+                return id
+            }
+            guard let id = next else {
+                // Nothing queued: sleep until a change wakes us (a yield while busy is buffered,
+                // so none is lost); `stop()` finishes the stream.
+                if await wakeups.next() == nil { return }
+                continue
+            }
+            do {
+                try await push(id)
+                state.withLock { s in s.inFlight = nil; s.failed.remove(id) }
+                backoff = 1
+            } catch {
+                let retry = Self.isRetryable(error)
+                state.withLock { s in
+                    s.inFlight = nil
+                    s.lastError = "upload of \(id): \(error)"
+                    if retry, s.queued.insert(id).inserted { s.queue.insert(id, at: 0) }
+                    if !retry { s.failed.insert(id) }
+                }
+                log("upload of \(id) failed: \(error)\(retry ? "; retrying in \(backoff) s" : "; dropped")")
+                if !retry { try? store.removeSyncOps(id, upTo: Int64.max) }
+                if retry {
+                    try? await Task.sleep(for: .seconds(backoff))
+                    backoff = min(backoff * 2, 30)
+                }
+            }
+        }
+    }
+
+    /// Transport failures and ordering races are retried; a request the server rejects for what
+    /// it is (a bad name, a kind change) would fail forever, so it is dropped and logged.
+    static func isRetryable(_ e: any Error) -> Bool {
+        guard let r = e as? RemoteError else { return !(e is ChunkReadError) }
+        switch r {
+        case .transport: return true
+        case .unexpected(let status, _): return status >= 500
+        case .server(let status, let code, _, _):
+            return status >= 500 || ["missing_chunks", "parent_not_found", "item_not_found", "unavailable"].contains(code)
+        }
+    }
+
+    /// Commits the item's whole current state against its base.
+    func push(_ id: ItemID) async throws {
+        _ = store.sync()  // the queue entries of this item are in the table now
+        let upTo = try store.lastSyncOpSeq(id) ?? 0
+        let (fs, base, cursor) = state.withLock { s in (s.fs, s.bases[id], s.cursor) }
+        guard let fs else { return }
+        guard let local = fs.localState(id) else {
+            try await pushDelete(id, base: base, cursor: cursor)
+            try store.removeSyncOps(id, upTo: upTo)
+            return
+        }
+        guard let parent = local.parent, let name = try? ItemName(local.name) else { return }
+        // Mid-save (open for writing, no fsync since the last write): never upload a half-written
+        // file. The queued ops stay; the writer's close or fsync queues the item again.
+        if local.kind == .file, fs.isBeingWritten(id) { return }
+        var draft = ItemDraft(kind: local.kind, parent: parent, name: name, symlinkTarget: local.target,
+                              mode: local.mode & 0o7777, modified: local.mtime, extra: base?.record.extra)
+        if local.kind == .file {
+            if let base, !base.complete {
+                draft.chunks = base.record.chunks  // not downloaded, so not changed here
+            } else {
+                // nil: a write started while chunking; its close queues the item again.
+                guard let chunks = try await uploadContent(id, known: base?.record.chunks, fs: fs) else { return }
+                draft.chunks = chunks
+            }
+        }
+        if let base, ItemDraft(base.record) == draft.withModified(base.record.modified), !base.record.deleted {
+            try store.removeSyncOps(id, upTo: upTo)  // nothing the server does not have
+            return
+        }
+        let r = try await client.commit(container, CommitRequest(item: id, baseVersion: base?.version, state: draft, seenCursor: cursor))
+        try settle(id, sent: draft, response: r, previous: base)
+        try store.removeSyncOps(id, upTo: upTo)
+    }
+
+    private func pushDelete(_ id: ItemID, base: Base?, cursor: Int64) async throws {
+        guard let base, !base.record.deleted else { return }  // never uploaded: nothing to delete
+        var d = ItemDraft(base.record)
+        d.deleted = true
+        let r = try await client.commit(container, CommitRequest(item: id, baseVersion: base.version, state: d, seenCursor: cursor))
+        if r.item.deleted {
+            try saveBase(id, nil)
+        } else {
+            // delete_ignored: edited elsewhere meanwhile; it comes back here as a placeholder.
+            try saveBase(id, nil)
+            try apply([r.item])
+        }
+    }
+
+    /// Records the commit's answer as the new base. When the server's state differs from what
+    /// was sent (a merge, a rename for a taken name, or our edit kept as a conflict version),
+    /// the server's state is shown here.
+    private func settle(_ id: ItemID, sent: ItemDraft, response r: CommitResponse, previous: Base?) throws {
+        let item = r.item
+        let sameContent = item.chunks == sent.chunks
+        let present: [Bool]? = sameContent ? (previous.flatMap { $0.record.chunks == sent.chunks ? $0.present : nil }) : nil
+        let base = sameContent ? Base(record: item, present: present) : Base.placeholder(item)
+        try saveBase(id, base)
+        let shown = ItemDraft(item).withModified(sent.modified)
+        if !sameContent || shown.parent != sent.parent || shown.name != sent.name || shown.mode != sent.mode {
+            guard let fs = state.withLock({ $0.fs }) else { return }
+            let (actions, _) = fs.applyRemote([Self.remoteState(item, resetContent: item.kind == .file && !sameContent)])
+            sendKernel(actions)
+        }
+        if r.outcome == .conflict { log("conflict on \(item.name.value): the server kept both (yours: \(r.yours ?? "?"))") }
+    }
+
+    /// Chunks the cache file and uploads the chunks the server lacks. Every uploaded chunk is
+    /// re-hashed as read, so a file changing underneath never uploads bytes under a wrong hash
+    /// (the change queues the item again and the next push sends the new content).
+    private func uploadContent(_ id: ItemID, known: [ChunkRef]?, fs: ContainerFS) async throws -> [ChunkRef]? {
+        let fd = Glibc.open(store.cache.path(for: id), O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else { throw SyncError("cannot read the cache file of \(id): \(String(cString: strerror(errno)))") }
+        defer { close(fd) }
+        let spans = try chunker.chunks(fd: fd)
+        let refs = spans.map(\.ref)
+        // A writer that opened since the check in push() is mid-save until its close or fsync,
+        // so this catches every partial file chunked above.
+        if fs.isBeingWritten(id) { return nil }
+        if refs == known { return refs }
+        let missing = Set(try await client.missingChunks(Array(Set(refs.map(\.hash)))))
+        var sent = Set<ContentHash>()
+        for s in spans where missing.contains(s.ref.hash) && sent.insert(s.ref.hash).inserted {
+            var bytes = [UInt8](repeating: 0, count: Int(s.ref.size))
+            let n = bytes.withUnsafeMutableBytes { pread(fd, $0.baseAddress!, $0.count, off_t(s.offset)) }
+            guard n == bytes.count, ContentHash(digest: SHA256.hash(data: bytes)) == s.ref.hash else {
+                throw SyncError("the file changed while uploading; it is uploaded again after the change")
+            }
+            try await client.putChunk(s.ref.hash, bytes)
+        }
+        return refs
+    }
+}
+
+extension ItemDraft {
+    func withModified(_ m: Int64) -> ItemDraft {
+        var d = self
+        d.modified = m
+        return d
+    }
+}

@@ -1,0 +1,204 @@
+import ContainerFS
+import Foundation
+import FuseKit
+import LocalStore
+import NimbusCore
+import NimbusProtocol
+import NimbusRemote
+import Synchronization
+
+/// Keeps one mounted container in sync with one server container (docs/sync.md).
+///
+/// - Pull: the first sync lists the container and shows every item as a placeholder (size,
+///   mtime and mode right, no bytes); then one long-poll loop applies the journal and sends
+///   exactly the kernel invalidations each change needs.
+/// - Hydration (`ContentProvider`): a read of missing bytes downloads the chunks covering it into
+///   the sparse cache file and answers the read afterwards; readers of one chunk share a download.
+/// - Push (`ChangeObserver`): local changes queue the item (durably, in `sync_op`); one loop
+///   commits each queued item's whole state with the base version it was edited from.
+///
+/// Threads: `localChange`, `isPresent` and `hydrate` are called on libfuse threads and only take
+/// `state` briefly and start tasks; the network work runs in the engine's tasks.
+/// Lock order: ContainerFS.lock → LocalStore queue lock; `state` is a leaf (nothing else is
+/// called while it is held), so it can be taken under ContainerFS.lock or without it. Kernel
+/// notifications go out on `kernelQueue` only, with no lock held (see `sendKernel`).
+public final class SyncEngine: Sendable {
+    public struct Options: Sendable {
+        /// Longest wait of one chunk download before the read fails with EIO.
+        public var hydrationSeconds: Int64 = 5
+        /// Seconds the server may hold a changes request open.
+        public var longPoll = 25
+        public init() {}
+    }
+
+    let store: LocalStore
+    let client: NimbusClient
+    /// Same server, short deadline: a read never waits longer than `hydrationTimeout`.
+    let fetchClient: NimbusClient
+    let container: String
+    let options: Options
+    let chunker = Chunker.standard
+    let state: Mutex<State>
+    let wake: AsyncStream<Void>.Continuation
+    let wakes: AsyncStream<Void>
+    /// Kernel cache notifications (see `sendKernel`).
+    let kernelQueue = DispatchQueue(label: "nimbus.kernel-notify")
+
+    struct State {
+        var fs: ContainerFS?
+        var kernel: (any KernelCache)?
+        var bases: [ItemID: Base] = [:]
+        /// Items waiting to be pushed, in order, without repeats.
+        var queue: [ItemID] = []
+        var queued: Set<ItemID> = []
+        var inFlight: ItemID?
+        /// Chunk downloads under way: their waiters.
+        var downloads: [ChunkKey: [@Sendable (Errno?) -> Void]] = [:]
+        var cursor: Int64 = 0
+        /// The first listing is done (the cursor may legitimately be 0 for an empty container).
+        var listed = false
+        var connection = "connecting"
+        var lastError: String?
+        var tasks: [Task<Void, Never>] = []
+        /// Items whose upload the server refused (shown as `error`).
+        var failed: Set<ItemID> = []
+        /// After a download could not reach the server, reads fail at once until then (so a
+        /// read answers EIO within one deadline, not one per kernel retry or read-ahead).
+        var offlineUntil: ContinuousClock.Instant?
+    }
+
+    struct ChunkKey: Hashable {
+        var item: ItemID
+        var index: Int
+        var hash: ContentHash
+    }
+
+    public init(store: LocalStore, client: NimbusClient, container: String, options: Options = Options()) throws {
+        self.store = store
+        self.client = client
+        var fc = client
+        fc.timeout = .seconds(options.hydrationSeconds)
+        self.fetchClient = fc
+        self.container = container
+        self.options = options
+        (wakes, wake) = AsyncStream.makeStream(of: Void.self, bufferingPolicy: .bufferingNewest(1))
+        var s = State()
+        for (id, b) in try store.syncBases() {
+            s.bases[id] = Base(record: try BaseCoding.decode(b.record), present: BaseCoding.bools(b.present))
+        }
+        if let c = try store.meta("sync.cursor").flatMap({ Int64($0) }) {
+            s.cursor = c
+            s.listed = true
+        }
+        state = Mutex(s)
+        try bind()
+    }
+
+    /// One state directory syncs one container of one server: refuse to mix them.
+    private func bind() throws {
+        let want = "\(client.baseURL) \(container)"
+        if let have = try store.meta("sync.binding") {
+            if have != want {
+                throw SyncError("the state directory syncs \(have), not \(want); use another --state directory")
+            }
+        } else {
+            try store.setMeta("sync.binding", want)
+        }
+    }
+
+    /// Connects the filesystem and re-queues what was not pushed before the last stop.
+    public func attach(_ fs: ContainerFS) throws {
+        _ = store.sync()
+        var ids: [ItemID] = []
+        for op in try store.syncOps() where !ids.contains(op.item) { ids.append(op.item) }
+        for id in try store.unsyncedItems() where !ids.contains(id) { ids.append(id) }
+        state.withLock { s in
+            s.fs = fs
+            for id in ids where s.queued.insert(id).inserted { s.queue.append(id) }
+        }
+    }
+
+    public func setKernel(_ k: any KernelCache) { state.withLock { $0.kernel = k } }
+
+    /// Starts the pull and push loops. `stop()` ends them.
+    public func start() {
+        let pull = Task { await self.pullLoop() }
+        let push = Task { await self.pushLoop() }
+        state.withLock { $0.tasks += [pull, push] }
+        wake.yield()
+    }
+
+    /// Cancels the loops and downloads and waits for them (bounded by their own deadlines).
+    public func stop() async {
+        let tasks = state.withLock { s in let t = s.tasks; s.tasks = []; return t }
+        for t in tasks { t.cancel() }
+        wake.finish()
+        for t in tasks { await t.value }
+        // Let queued invalidations finish before the session goes (they are harmless after it:
+        // FuseSession answers ENOTCONN once unmounted).
+        await withCheckedContinuation { (c: CheckedContinuation<Void, Never>) in kernelQueue.async { c.resume() } }
+    }
+
+    /// Lines for `.nimbus/status` (SyncStatusSource).
+    public func statusLines() -> [(String, String)] {
+        state.withLock { s in
+            let partial = s.bases.values.filter { !$0.complete }.count
+            return [("connection", s.connection), ("server", client.baseURL), ("container", container),
+                    ("cursor", "\(s.cursor)"), ("upload-queue", "\(s.queue.count + (s.inFlight == nil ? 0 : 1))"),
+                    ("download-queue", "\(s.downloads.count)"), ("placeholders", "\(partial)"),
+                    ("sync-error", s.lastError ?? "none")]
+        }
+    }
+
+    func setConnection(_ c: String, error: String? = nil) {
+        state.withLock { s in
+            s.connection = c
+            if let error { s.lastError = error }
+            if c == "online" { s.offlineUntil = nil }
+        }
+    }
+
+    func log(_ s: String) {
+        FileHandle.standardError.write(Data("\(ISO8601DateFormatter().string(from: Date())) nimbus sync: \(s)\n".utf8))
+    }
+
+    /// Saves `b` as the item's base, in memory and on disk.
+    func saveBase(_ id: ItemID, _ b: Base?) throws {
+        state.withLock { $0.bases[id] = b }
+        if let b {
+            try store.saveSyncBase(SyncBase(id: id, version: b.version, record: try BaseCoding.encode(b.record),
+                                            present: BaseCoding.bytes(b.present)))
+        } else {
+            try store.removeSyncBase(id)
+        }
+    }
+
+    /// Sends invalidations on `kernelQueue`, in order, never on a Swift task thread.
+    ///
+    /// Why: `inval_inode` waits for the page locks of the file, and a read of a placeholder holds
+    /// its page locked until our deferred reply — which needs a download task to run. Sent from
+    /// the (2-thread) cooperative pool, a blocked invalidation plus a second one waiting for the
+    /// session lock starved the pool and deadlocked a `cat` (seen in SyncTests). A serial
+    /// dispatch queue has its own thread, so the download still runs and the wait ends.
+    func sendKernel(_ actions: [KernelAction]) {
+        guard !actions.isEmpty, let k = state.withLock({ $0.kernel }) else { return }
+        kernelQueue.async { for a in actions { a.send(to: k) } }
+    }
+}
+
+extension SyncEngine: SyncStatusSource {
+    public func itemStatus(_ item: ItemID) -> String {
+        state.withLock { s in
+            if s.failed.contains(item) { return "error" }
+            if s.inFlight == item || s.queued.contains(item) { return "uploading" }
+            guard let b = s.bases[item], let present = b.present else { return "current" }
+            if s.downloads.keys.contains(where: { $0.item == item }) { return "downloading" }
+            return present.contains(true) ? "partial" : "cloud"
+        }
+    }
+}
+
+public struct SyncError: Error, CustomStringConvertible {
+    public let description: String
+    public init(_ d: String) { description = d }
+}
