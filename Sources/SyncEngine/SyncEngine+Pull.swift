@@ -29,6 +29,22 @@ extension SyncEngine {
         log("first sync: \(all.count) items, cursor \(cursor ?? 0)")
     }
 
+    /// Lists the whole container again and shows what is missing here (items already current
+    /// are skipped by `apply`). The cursor is left alone: the journal still covers what follows.
+    func relist() async throws {
+        var all: [ServerItem] = []
+        var after: ItemID?
+        repeat {
+            let page = try await client.items(container, after: after, limit: ProtocolLimits.maxPage)
+            all += page.items
+            after = page.next
+        } while after != nil
+        // Whatever is still skipped after this is recorded again by `apply`.
+        state.withLock { $0.minSkipped = nil }
+        try apply(all)
+        log("relisted \(all.count) items after a folder came back")
+    }
+
     func pullLoop() async {
         var backoff = 1
         while !Task.isCancelled {
@@ -94,6 +110,10 @@ extension SyncEngine {
         // Presence first, then the tree: a read that sees the new size must see "not present".
         for (id, b) in newBases { try saveBase(id, b) }
         let (actions, skipped) = fs.applyRemote(states)
+        let versions = Dictionary(items.map { ($0.id, $0.version) }, uniquingKeysWith: max)
+        if let low = skipped.compactMap({ versions[$0] }).min() {
+            state.withLock { s in s.minSkipped = min(s.minSkipped ?? low, low) }
+        }
         for id in skipped {
             // Keep the old base: the item is retried on its next change or commit answer.
             if let old = oldBases[id] { try saveBase(id, old) }

@@ -92,7 +92,9 @@ extension SyncEngine: ChangeObserver {
         let (fs, base, cursor) = state.withLock { s in (s.fs, s.bases[id], s.cursor) }
         guard let fs else { return }
         guard let local = fs.localState(id) else {
-            try await pushDelete(id, base: base, cursor: cursor)
+            // Never tell the server we saw items we skipped: it would delete them with the folder.
+            let seen = state.withLock { s in s.minSkipped.map { min(cursor, $0 - 1) } ?? cursor }
+            try await pushDelete(id, base: base, cursor: seen)
             try store.removeSyncOps(id, upTo: upTo)
             return
         }
@@ -130,7 +132,12 @@ extension SyncEngine: ChangeObserver {
         } else {
             // delete_ignored: edited elsewhere meanwhile; it comes back here as a placeholder.
             try saveBase(id, nil)
+            // The push of this item is over: let `apply` show it (it skips items in flight).
+            state.withLock { s in if s.inFlight == id { s.inFlight = nil } }
             try apply([r.item])
+            // A folder that came back may hold items this device skipped while the folder was
+            // gone here (the journal has moved past them): list the container again to show them.
+            if r.item.kind == .folder { try await relist() }
         }
     }
 

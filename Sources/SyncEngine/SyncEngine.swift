@@ -55,6 +55,9 @@ public final class SyncEngine: Sendable {
         /// Chunk downloads under way: their waiters.
         var downloads: [ChunkKey: [@Sendable (Errno?) -> Void]] = [:]
         var cursor: Int64 = 0
+        /// The lowest version among remote items skipped here (not shown yet). A folder delete
+        /// must not claim to have seen them: its `seenCursor` stays below this.
+        var minSkipped: Int64?
         /// The first listing is done (the cursor may legitimately be 0 for an empty container).
         var listed = false
         var connection = "connecting"

@@ -107,7 +107,7 @@ final class SyncWorld: @unchecked Sendable {
             if shStatus("grep -qF \(q(" " + mp + " ")) /proc/self/mountinfo").0 == 0 { _ = shStatus("fusermount3 -uz \(q(mp))") }
         }
         server.stop()
-        _ = shStatus("rm -rf \(q(base))")
+        if ProcessInfo.processInfo.environment["NIMBUS_KEEP_TEST_DIRS"] == nil { _ = shStatus("rm -rf \(q(base))") }
     }
 }
 
