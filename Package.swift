@@ -132,7 +132,7 @@ let package = Package(
         .testTarget(name: "LocalStoreTests", dependencies: ["LocalStore", "NimbusCore"], swiftSettings: strict),
         .testTarget(name: "ContainerFSTests", dependencies: ["ContainerFS", "LocalStore", "NimbusCore"], swiftSettings: strict),
         // Real mounts driven by real tools; runs the built `nimbus` binary as a subprocess.
-        .testTarget(name: "MountTests", dependencies: ["NimbusCore"], swiftSettings: strict),
+        .testTarget(name: "MountTests", dependencies: ["NimbusCore", "NimbusTesting"], swiftSettings: strict),
     ]
 )
 

@@ -30,12 +30,7 @@ struct PostgresTransaction: StoreTransaction {
 
     private var cid: Int64 { container.id }
 
-    private func encode(_ state: ItemState) throws -> String {
-        if let hit = encoded.value, hit.0 == state { return hit.1 }
-        let text = try Codec.encode(state)
-        encoded.value = (state, text)
-        return text
-    }
+    private func encode(_ state: ItemState) throws -> String { try encoded.encode(state) }
 
     func loadItem(_ id: ItemID) throws -> StoredItem? {
         try db.rows("SELECT id, version, conflicts, state FROM items WHERE container_id = \(cid) AND id = \(id.description)")

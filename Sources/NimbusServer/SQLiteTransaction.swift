@@ -9,12 +9,7 @@ struct SQLiteTransaction: StoreTransaction {
     /// The last state encoded: a commit stores the same state in the item row and its version row.
     private let encoded = EncodedStateCache()
 
-    private func encode(_ state: ItemState) throws -> String {
-        if let hit = encoded.value, hit.0 == state { return hit.1 }
-        let text = try Codec.encode(state)
-        encoded.value = (state, text)
-        return text
-    }
+    private func encode(_ state: ItemState) throws -> String { try encoded.encode(state) }
 
     func loadItem(_ id: ItemID) throws -> StoredItem? {
         try Row.fetchOne(db, sql: "SELECT id, version, conflicts, state FROM items WHERE container_id = ? AND id = ?",
@@ -99,5 +94,13 @@ struct SQLiteTransaction: StoreTransaction {
 
 /// One-entry memo of `SQLiteTransaction.encode`; lives for one commit on the writer thread.
 final class EncodedStateCache {
-    var value: (ItemState, String)?
+    private var value: (ItemState, String)?
+
+    /// The JSON of `state`, reusing the last encoding when the state is the same.
+    func encode(_ state: ItemState) throws -> String {
+        if let hit = value, hit.0 == state { return hit.1 }
+        let text = try Codec.encode(state)
+        value = (state, text)
+        return text
+    }
 }

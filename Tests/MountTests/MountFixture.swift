@@ -1,4 +1,5 @@
 import Foundation
+import NimbusTesting
 import Glibc
 import Testing
 
@@ -6,15 +7,8 @@ import Testing
 /// process must not serve its own mount from the Swift task pool), one mountpoint per test,
 /// always unmounted — lazily if busy — even when the test fails.
 enum MountEnv {
-    /// Why mounting cannot work here, or nil.
-    static let problem: String? = {
-        if access("/dev/fuse", R_OK | W_OK) != 0 { return "/dev/fuse is not usable here (\(String(cString: strerror(errno))))" }
-        if !FileManager.default.isExecutableFile(atPath: "/usr/bin/fusermount3") && !FileManager.default.isExecutableFile(atPath: "/bin/fusermount3") {
-            return "fusermount3 is not installed (apt-get install fuse3)"
-        }
-        return nil
-    }()
-    static var usable: Bool { problem == nil }
+    static var problem: String? { FuseEnvironment.problem }
+    static var usable: Bool { FuseEnvironment.usable }
 
     /// The `nimbus` executable built beside this test bundle.
     static let binary: String = {

@@ -7,16 +7,7 @@ import Testing
 // binary (FUSE-NOTES: never read a mount served from this process's task pool). `cleanup()`
 // unmounts everything — lazily if busy — and stops the server, also when a test fails.
 
-enum SyncEnv {
-    static let problem: String? = {
-        if access("/dev/fuse", R_OK | W_OK) != 0 { return "/dev/fuse is not usable here" }
-        if !FileManager.default.isExecutableFile(atPath: "/usr/bin/fusermount3") && !FileManager.default.isExecutableFile(atPath: "/bin/fusermount3") {
-            return "fusermount3 is not installed (apt-get install fuse3)"
-        }
-        return nil
-    }()
-    static var usable: Bool { problem == nil }
-}
+typealias SyncEnv = FuseEnvironment
 
 struct ShellFailed: Error, CustomStringConvertible { let description: String }
 
