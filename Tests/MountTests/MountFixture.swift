@@ -39,18 +39,7 @@ func sh(_ script: String, cwd: String? = nil, allowFailure: Bool = false) throws
 }
 
 func shStatus(_ script: String, cwd: String? = nil) -> (Int32, String) {
-    let p = Process()
-    p.executableURL = URL(fileURLWithPath: "/bin/sh")
-    p.arguments = ["-c", script]
-    if let cwd { p.currentDirectoryURL = URL(fileURLWithPath: cwd) }
-    let pipe = Pipe()
-    p.standardOutput = pipe
-    p.standardError = pipe
-    p.standardInput = FileHandle.nullDevice
-    do { try p.run() } catch { return (127, "\(error)") }
-    let data = pipe.fileHandleForReading.readDataToEndOfFile()
-    p.waitUntilExit()
-    return (p.terminationStatus, String(decoding: data, as: UTF8.self))
+    shellStatus(script, cwd: cwd)
 }
 
 /// Shell-quotes a path.

@@ -13,17 +13,7 @@ struct ShellFailed: Error, CustomStringConvertible { let description: String }
 
 /// Runs `/bin/sh -c script`; returns (status, stdout+stderr).
 func shStatus(_ script: String) -> (Int32, String) {
-    let p = Process()
-    p.executableURL = URL(fileURLWithPath: "/bin/sh")
-    p.arguments = ["-c", script]
-    let pipe = Pipe()
-    p.standardOutput = pipe
-    p.standardError = pipe
-    p.standardInput = FileHandle.nullDevice
-    do { try p.run() } catch { return (127, "\(error)") }
-    let data = pipe.fileHandleForReading.readDataToEndOfFile()
-    p.waitUntilExit()
-    return (p.terminationStatus, String(decoding: data, as: UTF8.self))
+    shellStatus(script)
 }
 
 @discardableResult
