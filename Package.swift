@@ -127,7 +127,7 @@ let package = Package(
         ),
         .testTarget(name: "SyncEngineTests", dependencies: ["SyncEngine", "NimbusCore", "NimbusProtocol", "LocalStore"], swiftSettings: strict),
         // Two real mounts (the built binary) on one `nimbus serve`.
-        .testTarget(name: "SyncTests", dependencies: ["NimbusCore", "NimbusTesting"], swiftSettings: strict),
+        .testTarget(name: "SyncTests", dependencies: ["NimbusCore", "NimbusServer", "NimbusTesting"], swiftSettings: strict),
         .testTarget(name: "FuseKitTests", dependencies: ["FuseKit"], swiftSettings: strict),
         .testTarget(name: "LocalStoreTests", dependencies: ["LocalStore", "NimbusCore"], swiftSettings: strict),
         .testTarget(name: "ContainerFSTests", dependencies: ["ContainerFS", "LocalStore", "NimbusCore"], swiftSettings: strict),

@@ -9,7 +9,7 @@ import NimbusRemote
 /// server (scripts/bench-server starts one). Figures only; nothing here asserts a threshold.
 @main
 struct Bench: AsyncParsableCommand {
-    static let configuration = CommandConfiguration(commandName: "nimbus-bench", subcommands: [ServerBench.self])
+    static let configuration = CommandConfiguration(commandName: "nimbus-bench", subcommands: [ServerBench.self, PopulateBench.self])
 }
 
 struct ServerBench: AsyncParsableCommand {
@@ -87,5 +87,60 @@ struct ServerBench: AsyncParsableCommand {
         func pct(_ p: Double) -> Double { latencies[min(latencies.count - 1, Int(Double(latencies.count) * p))] }
         print(String(format: "server  long-poll wake-up         p50 %.2f ms  p99 %.2f ms  (%d wake-ups, commit sent → poll answered",
                      pct(0.5), pct(0.99), latencies.count) + (urlB == nil ? ")" : ", poll on the other instance)"))
+    }
+}
+
+/// `nimbus-bench populate`: fills a container with many small items through the API (folders of
+/// empty files), for first-sync figures (scripts/bench-sync). Prints how long it took.
+struct PopulateBench: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(commandName: "populate")
+
+    @Option var url: String
+    @Option var token: String
+    @Option var container: String
+    @Option(help: "Files in all (spread over --folders folders).") var items = 100_000
+    @Option var folders = 100
+    @Option var concurrency = 32
+
+    func run() async throws {
+        var config = HTTPClient.Configuration()
+        config.connectionPool = .init(idleTimeout: .seconds(60), concurrentHTTP1ConnectionsPerHostSoftLimit: concurrency + 2)
+        let http = HTTPClient(eventLoopGroup: HTTPClient.defaultEventLoopGroup, configuration: config)
+        do { try await fill(NimbusClient(baseURL: url, token: token, http: http)) } catch {
+            try? await http.shutdown()
+            throw error
+        }
+        try await http.shutdown()
+    }
+
+    func fill(_ c: NimbusClient) async throws {
+        _ = try await c.createContainer(container)
+        let start = ContinuousClock.now
+        var parents: [ItemID] = []
+        for f in 0..<max(1, folders) {
+            let id = ItemID(UUID())
+            _ = try await c.commit(container, CommitRequest(item: id, baseVersion: nil, state: ItemDraft(
+                kind: .folder, parent: .root, name: ItemName(trusted: "folder-\(f)"), mode: 0o755, modified: 1)))
+            parents.append(id)
+        }
+        let workers = max(1, concurrency)
+        let parentList = parents
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            for w in 0..<workers {
+                group.addTask {
+                    var i = w
+                    while i < items {
+                        _ = try await c.commit(container, CommitRequest(item: ItemID(UUID()), baseVersion: nil, state: ItemDraft(
+                            kind: .file, parent: parentList[i % parentList.count], name: ItemName(trusted: "file-\(i).txt"),
+                            mode: 0o644, modified: Int64(i))))
+                        i += workers
+                    }
+                }
+            }
+            try await group.waitForAll()
+        }
+        let d = ContinuousClock.now - start
+        let seconds = Double(d.components.seconds) + Double(d.components.attoseconds) / 1e18
+        print(String(format: "populate: %d files in %d folders in %.1f s", items, parentList.count, seconds))
     }
 }

@@ -18,18 +18,34 @@ public enum PostgresScratch {
         return try PostgresLocation.parse(url)
     }
 
-    /// Creates an empty database, passes its location to `body`, and drops it afterwards (also
-    /// when `body` throws; dropping closes connections left open).
-    public static func withDatabase<T: Sendable>(_ body: @Sendable (PostgresLocation) async throws -> T) async throws -> T {
+    /// Creates an empty database with a fresh name and returns its location; `drop` removes it.
+    public static func create() async throws -> PostgresLocation {
         let admin = try admin()
         let name = "nimbus_t_" + UUID().uuidString.lowercased().replacingOccurrences(of: "-", with: "").prefix(16)
         try await PostgresStore.createDatabase(String(name), admin: admin)
+        return admin.with(database: String(name))
+    }
+
+    /// Drops a database made by `create` (closing connections left open).
+    public static func drop(_ location: PostgresLocation) async throws {
+        try await PostgresStore.dropDatabase(location.database, admin: try admin())
+    }
+
+    /// The `postgres://` URL `nimbus serve --database` takes for `location`.
+    public static func url(of location: PostgresLocation) -> String {
+        "postgres://\(location.username):\(location.password ?? "")@\(location.host):\(location.port)/\(location.database)"
+    }
+
+    /// Creates an empty database, passes its location to `body`, and drops it afterwards (also
+    /// when `body` throws).
+    public static func withDatabase<T: Sendable>(_ body: @Sendable (PostgresLocation) async throws -> T) async throws -> T {
+        let location = try await create()
         do {
-            let result = try await body(admin.with(database: String(name)))
-            try await PostgresStore.dropDatabase(String(name), admin: admin)
+            let result = try await body(location)
+            try await drop(location)
             return result
         } catch {
-            try? await PostgresStore.dropDatabase(String(name), admin: admin)
+            try? await drop(location)
             throw error
         }
     }

@@ -24,13 +24,20 @@ public enum S3Scratch {
         for (k, v) in environment { setenv(k, v, 1) }
     }
 
-    /// A new bucket as `s3://BUCKET/chunks`, with its store; the bucket and its objects are deleted
-    /// afterwards, also when `body` throws.
-    public static func withBucket<T: Sendable>(_ body: @Sendable (S3ChunkStore, String) async throws -> T) async throws -> T {
+    /// Creates a new bucket; returns its store and its `s3://BUCKET/chunks` URL. Delete it with
+    /// the store's `deleteBucket()`.
+    public static func makeBucket() async throws -> (S3ChunkStore, String) {
         guard endpoint != nil else { throw FixtureError(skipReason) }
         let url = "s3://nimbus-t-\(UUID().uuidString.lowercased().prefix(13))/chunks"
         let store = try S3ChunkStore(url: url, environment: environment)
         try await store.createBucket()
+        return (store, url)
+    }
+
+    /// A new bucket as `s3://BUCKET/chunks`, with its store; the bucket and its objects are deleted
+    /// afterwards, also when `body` throws.
+    public static func withBucket<T: Sendable>(_ body: @Sendable (S3ChunkStore, String) async throws -> T) async throws -> T {
+        let (store, url) = try await makeBucket()
         do {
             let result = try await body(store, url)
             try await store.deleteBucket()

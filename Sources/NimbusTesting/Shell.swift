@@ -1,18 +1,56 @@
 import Foundation
 
+#if canImport(Glibc)
+import Glibc
+#endif
+
 /// Runs `/bin/sh -c script` (stdin from /dev/null) and returns its exit status and its stdout and
 /// stderr together. Used by the tests that drive real mounts with real tools.
+///
+/// Spawned with posix_spawn and an empty signal mask and default dispositions: Foundation's
+/// `Process` hands the child the spawning thread's mask, where the Swift runtime blocks nearly
+/// every signal, and a shell with SIGCHLD blocked hangs forever in `wait` (seen: `cmd & wait`).
 public func shellStatus(_ script: String, cwd: String? = nil) -> (Int32, String) {
-    let p = Process()
-    p.executableURL = URL(fileURLWithPath: "/bin/sh")
-    p.arguments = ["-c", script]
-    if let cwd { p.currentDirectoryURL = URL(fileURLWithPath: cwd) }
-    let pipe = Pipe()
-    p.standardOutput = pipe
-    p.standardError = pipe
-    p.standardInput = FileHandle.nullDevice
-    do { try p.run() } catch { return (127, "\(error)") }
-    let data = pipe.fileHandleForReading.readDataToEndOfFile()
-    p.waitUntilExit()
-    return (p.terminationStatus, String(decoding: data, as: UTF8.self))
+    var pipeFDs: [Int32] = [0, 0]
+    guard pipe(&pipeFDs) == 0 else { return (127, "pipe: \(String(cString: strerror(errno)))") }
+    for fd in pipeFDs { _ = fcntl(fd, F_SETFD, FD_CLOEXEC) }
+    var actions = posix_spawn_file_actions_t()
+    posix_spawn_file_actions_init(&actions)
+    defer { posix_spawn_file_actions_destroy(&actions) }
+    posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0)
+    posix_spawn_file_actions_adddup2(&actions, pipeFDs[1], 1)
+    posix_spawn_file_actions_adddup2(&actions, pipeFDs[1], 2)
+    var attr = posix_spawnattr_t()
+    posix_spawnattr_init(&attr)
+    defer { posix_spawnattr_destroy(&attr) }
+    var empty = sigset_t(), all = sigset_t()
+    sigemptyset(&empty)
+    sigfillset(&all)
+    posix_spawnattr_setsigmask(&attr, &empty)
+    posix_spawnattr_setsigdefault(&attr, &all)
+    posix_spawnattr_setflags(&attr, Int16(POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF))
+    let command = cwd.map { "cd '\($0.replacingOccurrences(of: "'", with: "'\\''"))' && " + script } ?? script
+    var pid: pid_t = 0
+    let argv: [UnsafeMutablePointer<CChar>?] = [strdup("/bin/sh"), strdup("-c"), strdup(command), nil]
+    defer { for a in argv { free(a) } }
+    let rc = posix_spawn(&pid, "/bin/sh", &actions, &attr, argv, environ)
+    close(pipeFDs[1])
+    guard rc == 0 else {
+        close(pipeFDs[0])
+        return (127, "posix_spawn /bin/sh: \(String(cString: strerror(rc)))")
+    }
+    var out: [UInt8] = []
+    var buffer = [UInt8](repeating: 0, count: 65536)
+    while true {
+        let n = read(pipeFDs[0], &buffer, buffer.count)
+        if n > 0 { out += buffer[0..<n]; continue }
+        if n < 0 && errno == EINTR { continue }
+        break
+    }
+    close(pipeFDs[0])
+    var status: Int32 = 0
+    while waitpid(pid, &status, 0) < 0 && errno == EINTR {}
+    // WIFEXITED / WEXITSTATUS / WTERMSIG spelled out (the C macros are not imported).
+    let code = (status & 0x7f) == 0 ? (status >> 8) & 0xff : 128 + (status & 0x7f)
+    return (code, String(decoding: out, as: UTF8.self))
 }

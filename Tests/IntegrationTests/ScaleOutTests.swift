@@ -26,7 +26,7 @@ struct ScaleOutTests {
     static func withLocatedCluster(_ count: Int, _ body: @Sendable ([ServerProcess], [String], PostgresLocation, _ database: String, _ chunks: String) async throws -> Void) async throws {
         S3Scratch.exportEnvironment()
         try await PostgresScratch.withDatabase { location in
-            let database = "postgres://\(location.username):\(location.password ?? "")@\(location.host):\(location.port)/\(location.database)"
+            let database = PostgresScratch.url(of: location)
             try await S3Scratch.withBucket { _, chunks in
                 let dir = FileManager.default.temporaryDirectory.appendingPathComponent("nimbus-scale-\(UUID().uuidString)").path
                 defer { try? FileManager.default.removeItem(atPath: dir) }

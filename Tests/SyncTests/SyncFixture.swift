@@ -1,5 +1,6 @@
 import Foundation
 import Glibc
+import NimbusServer
 import NimbusTesting
 import Testing
 
@@ -25,30 +26,113 @@ func sh(_ script: String) throws -> String {
 
 func q(_ s: String) -> String { "'" + s.replacingOccurrences(of: "'", with: "'\\''") + "'" }
 
+/// Where the server of a SyncWorld keeps its data.
+enum SyncBackend: String, Sendable, CustomTestStringConvertible {
+    /// One `nimbus serve` with its embedded SQLite database and chunk directory (the default).
+    case embedded
+    /// Two `nimbus serve` instances on one fresh PostgreSQL database and one S3 bucket (moto);
+    /// device A talks to instance 1, device B to instance 2 (docs/deploy.md "scaled").
+    case postgresS3
+
+    var testDescription: String { rawValue }
+
+    /// The backends this run can test: PostgreSQL + S3 only when scripts/test started them
+    /// (otherwise a loud SKIPPING line, from `available`).
+    static var all: [SyncBackend] {
+        PostgresScratch.available && S3Scratch.available ? [.embedded, .postgresS3] : [.embedded]
+    }
+}
+
 final class SyncWorld: @unchecked Sendable {
     // @unchecked: used by one test at a time.
     let base: String
-    private(set) var server: ServerProcess
+    let backend: SyncBackend
+    /// The instances; device number i talks to `servers[i % count]`.
+    private(set) var servers: [ServerProcess] = []
+    /// The first instance (the only one on the embedded backend).
+    var server: ServerProcess { servers[0] }
     private var mountpoints: [String] = []
+    /// device name → index of its instance.
+    private var instanceOf: [String: Int] = [:]
+    private var database: PostgresLocation?
+    private var bucket: S3ChunkStore?
+    private var storageArgs: [String] = []
 
-    init(_ label: String) async throws {
+    /// Starts the server(s). On `.postgresS3` a fresh database and bucket, removed by `dropStorage()`
+    /// (`SyncWorld.run` calls it).
+    init(_ label: String, backend: SyncBackend = .embedded) async throws {
+        self.backend = backend
         base = try sh("mktemp -d /tmp/nimbus-sync-\(label)-XXXXXX").trimmingCharacters(in: .whitespacesAndNewlines)
-        server = ServerProcess(dataDir: base + "/server")
-        try await server.start()
+        do {
+            switch backend {
+            case .embedded:
+                servers = [ServerProcess(dataDir: base + "/server")]
+            case .postgresS3:
+                S3Scratch.exportEnvironment()
+                let db = try await PostgresScratch.create()
+                database = db
+                let (store, url) = try await S3Scratch.makeBucket()
+                bucket = store
+                storageArgs = ["--database", PostgresScratch.url(of: db), "--chunks", url]
+                servers = (0..<2).map { ServerProcess(dataDir: base + "/server-\($0)", extraArgs: storageArgs) }
+            }
+            for s in servers { try await s.start() }
+        } catch {
+            cleanup()
+            await dropStorage()
+            throw error
+        }
     }
 
-    /// Starts the server again on the same data and port (it was stopped).
+    /// Runs `body` in a new world and always cleans up: mounts, servers, database and bucket.
+    static func run(_ label: String, _ backend: SyncBackend = .embedded, _ body: (SyncWorld) async throws -> Void) async throws {
+        let w = try await SyncWorld(label, backend: backend)
+        do { try await body(w) } catch {
+            w.cleanup()
+            await w.dropStorage()
+            throw error
+        }
+        w.cleanup()
+        await w.dropStorage()
+    }
+
+    /// Deletes the PostgreSQL database and the S3 bucket (servers must be stopped first).
+    func dropStorage() async {
+        if let database { try? await PostgresScratch.drop(database) }
+        if let bucket { try? await bucket.deleteBucket() }
+        database = nil
+        bucket = nil
+    }
+
+    /// Starts the server(s) again on the same data and ports (they were stopped).
     func restartServer() async throws {
-        server.stop()
-        let port = String(server.url.split(separator: ":").last ?? "0")
-        server = ServerProcess(dataDir: base + "/server", extraArgs: ["--listen", "127.0.0.1:\(port)"])
-        try await server.start()
+        var again: [ServerProcess] = []
+        for (i, old) in servers.enumerated() {
+            old.stop()
+            let port = String(old.url.split(separator: ":").last ?? "0")
+            let dir = backend == .embedded ? base + "/server" : base + "/server-\(i)"
+            again.append(ServerProcess(dataDir: dir, extraArgs: storageArgs + ["--listen", "127.0.0.1:\(port)"]))
+        }
+        servers = again
+        for s in servers { try await s.start() }
+    }
+
+    /// Stops every instance (the server is gone for the devices).
+    func stopServer() { servers.forEach { $0.stop() } }
+
+    /// The `nimbus admin` options naming this world's storage.
+    private var adminStorage: [String] {
+        backend == .embedded ? ["--data", base + "/server"] : Array(storageArgs.prefix(2))
+    }
+
+    private func mountCommand(_ device: String) -> String {
+        let url = servers[instanceOf[device] ?? 0].url
+        return "\(q(NimbusBinary.path)) mount \(q(base + "/\(device)")) --state \(q(base + "/\(device)-state")) --server \(url) --container docs --token-file \(q(base + "/\(device).token"))"
     }
 
     /// Mounts `device` again with its existing state and token.
     func remount(_ device: String) throws {
-        let mp = base + "/\(device)"
-        try sh("\(q(NimbusBinary.path)) mount \(q(mp)) --state \(q(base + "/\(device)-state")) --server \(server.url) --container docs --token-file \(q(base + "/\(device).token"))")
+        try sh(mountCommand(device))
     }
 
     /// kill -9 of the daemon serving `mp`, then clears the dead mount.
@@ -58,36 +142,42 @@ final class SyncWorld: @unchecked Sendable {
 
     /// Mounts the container `docs` as a new device named `device`; returns the mountpoint.
     func mount(_ device: String) async throws -> String {
-        let r = try await NimbusBinary.run(["admin", "add-device", "--data", base + "/server", "--account", "alice", "--device", device])
+        let r = try await NimbusBinary.run(["admin", "add-device"] + adminStorage + ["--account", "alice", "--device", device])
         guard r.status == 0 else { throw ShellFailed(description: "add-device failed: \(r.stderr)") }
-        let tokenFile = base + "/\(device).token"
-        try r.stdout.write(toFile: tokenFile, atomically: true, encoding: .utf8)
+        try r.stdout.write(toFile: base + "/\(device).token", atomically: true, encoding: .utf8)
         let mp = base + "/\(device)"
         try FileManager.default.createDirectory(atPath: mp, withIntermediateDirectories: true)
+        instanceOf[device] = instanceOf.count % servers.count
         mountpoints.append(mp)
-        try sh("\(q(NimbusBinary.path)) mount \(q(mp)) --state \(q(base + "/\(device)-state")) --server \(server.url) --container docs --token-file \(q(tokenFile))")
+        try sh(mountCommand(device))
         return mp
     }
 
-    /// The server's `nimbus_chunk_bytes_out_total` (downloads).
+    /// The servers' `nimbus_chunk_bytes_out_total` (downloads), summed over instances.
     func chunkBytesOut() throws -> Int64 { try metric("nimbus_chunk_bytes_out_total") }
-    /// The server's `nimbus_chunk_bytes_in_total` (uploads).
+    /// The servers' `nimbus_chunk_bytes_in_total` (uploads), summed over instances.
     func chunkBytesIn() throws -> Int64 { try metric("nimbus_chunk_bytes_in_total") }
 
     func metric(_ name: String) throws -> Int64 {
-        let text = try sh("curl -s --max-time 5 \(server.url)/metrics")
-        for line in text.split(separator: "\n") where line.hasPrefix(name) {
-            if let v = line.split(separator: " ").last.flatMap({ Double($0) }) { return Int64(v) }
+        var total: Int64 = 0
+        for s in servers {
+            let text = try sh("curl -s --max-time 5 \(s.url)/metrics")
+            for line in text.split(separator: "\n") where line.hasPrefix(name) {
+                if let v = line.split(separator: " ").last.flatMap({ Double($0) }) { total += Int64(v) }
+            }
         }
-        return 0
+        return total
     }
 
+    /// Unmounts every device (lazily if busy) and stops the servers; removes the temporary
+    /// folder unless NIMBUS_KEEP_TEST_DIRS is set. Safe to call twice.
     func cleanup() {
         for mp in mountpoints {
             _ = shStatus("\(q(NimbusBinary.path)) unmount \(q(mp)) 2>/dev/null || fusermount3 -uz \(q(mp)) 2>/dev/null")
             if shStatus("grep -qF \(q(" " + mp + " ")) /proc/self/mountinfo").0 == 0 { _ = shStatus("fusermount3 -uz \(q(mp))") }
         }
-        server.stop()
+        mountpoints = []
+        stopServer()
         if ProcessInfo.processInfo.environment["NIMBUS_KEEP_TEST_DIRS"] == nil { _ = shStatus("rm -rf \(q(base))") }
     }
 }

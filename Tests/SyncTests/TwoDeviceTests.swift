@@ -7,85 +7,130 @@ import Testing
 /// the same bytes and metadata, without remounting (docs/sync.md).
 @Suite(.serialized, .enabled(if: SyncEnv.usable, "needs FUSE"))
 struct TwoDeviceTests {
-    @Test func everyKindOfChangeOnAAppearsOnB() async throws {
-        let w = try await SyncWorld("ops")
-        defer { w.cleanup() }
-        let a = try await w.mount("a"), b = try await w.mount("b")
+    @Test(arguments: SyncBackend.all) func everyKindOfChangeOnAAppearsOnB(_ backend: SyncBackend) async throws {
+        try await SyncWorld.run("ops", backend) { w in
+            let a = try await w.mount("a"), b = try await w.mount("b")
 
-        try sh("cd \(q(a)) && printf 'hello\\n' > f.txt && mkdir d && printf abc > d/g && ln -s f.txt link && chmod 600 f.txt")
-        try await eventually("file on B", "test \"$(cat \(q(b))/f.txt)\" = hello")
-        try await eventually("nested file on B", "test \"$(cat \(q(b))/d/g)\" = abc")
-        try await eventually("symlink on B", "test \"$(readlink \(q(b))/link)\" = f.txt")
-        try await eventually("mode on B", "test \"$(stat -c %a \(q(b))/f.txt)\" = 600")
-        // Same mtime (to the second as stat prints it) on both devices.
-        try await eventually("mtime on B", "test \"$(stat -c %Y \(q(a))/f.txt)\" = \"$(stat -c %Y \(q(b))/f.txt)\"")
+            try sh("cd \(q(a)) && printf 'hello\\n' > f.txt && mkdir d && printf abc > d/g && ln -s f.txt link && chmod 600 f.txt")
+            try await eventually("file on B", "test \"$(cat \(q(b))/f.txt)\" = hello")
+            try await eventually("nested file on B", "test \"$(cat \(q(b))/d/g)\" = abc")
+            try await eventually("symlink on B", "test \"$(readlink \(q(b))/link)\" = f.txt")
+            try await eventually("mode on B", "test \"$(stat -c %a \(q(b))/f.txt)\" = 600")
+            // Same mtime (to the second as stat prints it) on both devices.
+            try await eventually("mtime on B", "test \"$(stat -c %Y \(q(a))/f.txt)\" = \"$(stat -c %Y \(q(b))/f.txt)\"")
 
-        try sh("printf 'more\\n' >> \(q(a))/f.txt")
-        try await eventually("append on B", "printf 'hello\\nmore\\n' | cmp - \(q(b))/f.txt")
-        try sh("truncate -s 3 \(q(a))/f.txt")
-        try await eventually("truncate on B", "test \"$(cat \(q(b))/f.txt)\" = hel")
-        try sh("mv \(q(a))/f.txt \(q(a))/d/h.txt")
-        try await eventually("move on B", "test \"$(cat \(q(b))/d/h.txt)\" = hel && ! test -e \(q(b))/f.txt")
-        try sh("mv \(q(a))/d/h.txt \(q(a))/d/renamed.txt")
-        try await eventually("rename on B", "test -f \(q(b))/d/renamed.txt && ! test -e \(q(b))/d/h.txt")
-        try sh("rm \(q(a))/d/g && mkdir \(q(a))/e")
-        try await eventually("delete and mkdir on B", "! test -e \(q(b))/d/g && test -d \(q(b))/e")
-        try sh("rmdir \(q(a))/e")
-        try await eventually("rmdir on B", "! test -e \(q(b))/e")
+            try sh("printf 'more\\n' >> \(q(a))/f.txt")
+            try await eventually("append on B", "printf 'hello\\nmore\\n' | cmp - \(q(b))/f.txt")
+            try sh("truncate -s 3 \(q(a))/f.txt")
+            try await eventually("truncate on B", "test \"$(cat \(q(b))/f.txt)\" = hel")
+            try sh("mv \(q(a))/f.txt \(q(a))/d/h.txt")
+            try await eventually("move on B", "test \"$(cat \(q(b))/d/h.txt)\" = hel && ! test -e \(q(b))/f.txt")
+            try sh("mv \(q(a))/d/h.txt \(q(a))/d/renamed.txt")
+            try await eventually("rename on B", "test -f \(q(b))/d/renamed.txt && ! test -e \(q(b))/d/h.txt")
+            try sh("rm \(q(a))/d/g && mkdir \(q(a))/e")
+            try await eventually("delete and mkdir on B", "! test -e \(q(b))/d/g && test -d \(q(b))/e")
+            try sh("rmdir \(q(a))/e")
+            try await eventually("rmdir on B", "! test -e \(q(b))/e")
 
-        try sh("mkdir -p \(q(a))/t/u && printf x > \(q(a))/t/u/x && printf y > \(q(a))/t/y")
-        try await eventually("tree on B", "test \"$(cat \(q(b))/t/u/x)\" = x")
-        try sh("rm -r \(q(a))/t")
-        try await eventually("rm -r on B", "! test -e \(q(b))/t")
+            try sh("mkdir -p \(q(a))/t/u && printf x > \(q(a))/t/u/x && printf y > \(q(a))/t/y")
+            try await eventually("tree on B", "test \"$(cat \(q(b))/t/u/x)\" = x")
+            try sh("rm -r \(q(a))/t")
+            try await eventually("rm -r on B", "! test -e \(q(b))/t")
 
-        // And back: B's edit reaches A.
-        try sh("printf 'from b' > \(q(b))/d/renamed.txt")
-        try await eventually("B's edit on A", "test \"$(cat \(q(a))/d/renamed.txt)\" = 'from b'")
-        try sh("ls -la \(q(a)) \(q(b)) > /dev/null")
+            // And back: B's edit reaches A.
+            try sh("printf 'from b' > \(q(b))/d/renamed.txt")
+            try await eventually("B's edit on A", "test \"$(cat \(q(a))/d/renamed.txt)\" = 'from b'")
+            try sh("ls -la \(q(a)) \(q(b)) > /dev/null")
+        }
     }
 
-    @Test func placeholdersHaveRealSizesAndAReadDownloadsAboutOneChunk() async throws {
-        let w = try await SyncWorld("big")
-        defer { w.cleanup() }
-        let a = try await w.mount("a"), b = try await w.mount("b")
-        let size = 24 << 20
-        try sh("head -c \(size) /dev/urandom > \(q(a))/big.bin")
-        try await eventually("big file listed on B", seconds: 60, "test \"$(stat -c %s \(q(b))/big.bin)\" = \(size)")
+    @Test(arguments: SyncBackend.all) func placeholdersHaveRealSizesAndAReadDownloadsAboutOneChunk(_ backend: SyncBackend) async throws {
+        try await SyncWorld.run("big", backend) { w in
+            let a = try await w.mount("a"), b = try await w.mount("b")
+            let size = 24 << 20
+            try sh("head -c \(size) /dev/urandom > \(q(a))/big.bin")
+            try await eventually("big file listed on B", seconds: 60, "test \"$(stat -c %s \(q(b))/big.bin)\" = \(size)")
 
-        let status = "python3 -c 'import os,sys; print(os.getxattr(sys.argv[1], \"user.nimbus.status\").decode())' \(q(b))/big.bin"
-        #expect(try sh(status) == "cloud\n")
-        let control = try sh("cat \(q(b))/.nimbus/status")
-        #expect(control.contains("connection: online") && control.contains("container: docs"), "\(control)")
+            let status = "python3 -c 'import os,sys; print(os.getxattr(sys.argv[1], \"user.nimbus.status\").decode())' \(q(b))/big.bin"
+            #expect(try sh(status) == "cloud\n")
+            let control = try sh("cat \(q(b))/.nimbus/status")
+            #expect(control.contains("connection: online") && control.contains("container: docs"), "\(control)")
 
-        // ls/stat/find on B download nothing.
-        let before = try w.chunkBytesOut()
-        try sh("ls -l \(q(b)) > /dev/null && find \(q(b)) > /dev/null && stat \(q(b))/big.bin > /dev/null")
-        #expect(try w.chunkBytesOut() == before)
+            // ls/stat/find on B download nothing.
+            let before = try w.chunkBytesOut()
+            try sh("ls -l \(q(b)) > /dev/null && find \(q(b)) > /dev/null && stat \(q(b))/big.bin > /dev/null")
+            #expect(try w.chunkBytesOut() == before)
 
-        // 4 KiB from the middle: about one chunk (≤ 4 MiB; kernel read-ahead may touch a second).
-        let middle = try sh("dd if=\(q(b))/big.bin bs=4096 skip=2560 count=1 2>/dev/null | md5sum")
-        let expected = try sh("dd if=\(q(a))/big.bin bs=4096 skip=2560 count=1 2>/dev/null | md5sum")
-        #expect(middle == expected)
-        let fetched = try w.chunkBytesOut() - before
-        #expect(fetched > 0 && fetched <= 8 << 20, "a 4 KiB read downloaded \(fetched) bytes")
-        print("sync figures: 4 KiB read of a 24 MiB placeholder downloaded \(fetched) bytes")
-        #expect(try sh(status) == "partial\n")
+            // 4 KiB from the middle: about one chunk (≤ 4 MiB; kernel read-ahead may touch a second).
+            let middle = try sh("dd if=\(q(b))/big.bin bs=4096 skip=2560 count=1 2>/dev/null | md5sum")
+            let expected = try sh("dd if=\(q(a))/big.bin bs=4096 skip=2560 count=1 2>/dev/null | md5sum")
+            #expect(middle == expected)
+            let fetched = try w.chunkBytesOut() - before
+            #expect(fetched > 0 && fetched <= 8 << 20, "a 4 KiB read downloaded \(fetched) bytes")
+            print("sync figures: 4 KiB read of a 24 MiB placeholder downloaded \(fetched) bytes")
+            #expect(try sh(status) == "partial\n")
 
-        // The whole file, byte for byte.
-        try sh("cmp \(q(a))/big.bin \(q(b))/big.bin")
+            // The whole file, byte for byte.
+            try sh("cmp \(q(a))/big.bin \(q(b))/big.bin")
 
-        // A copy uploads nothing (every chunk is on the server already).
-        let inBefore = try w.chunkBytesIn()
-        try sh("cp \(q(a))/big.bin \(q(a))/copy.bin")
-        try await eventually("copy on B", seconds: 60, "test \"$(stat -c %s \(q(b))/copy.bin)\" = \(size)")
-        #expect(try w.chunkBytesIn() == inBefore)
+            // A copy uploads nothing (every chunk is on the server already).
+            let inBefore = try w.chunkBytesIn()
+            try sh("cp \(q(a))/big.bin \(q(a))/copy.bin")
+            try await eventually("copy on B", seconds: 60, "test \"$(stat -c %s \(q(b))/copy.bin)\" = \(size)")
+            #expect(try w.chunkBytesIn() == inBefore)
 
-        // One byte changed in the middle uploads about one chunk, and B sees the new bytes.
-        try sh("printf Z | dd of=\(q(a))/big.bin bs=1 seek=\(12 << 20) conv=notrunc 2>/dev/null")
-        try await eventually("edit on B", seconds: 60, "cmp \(q(a))/big.bin \(q(b))/big.bin")
-        let edited = try w.chunkBytesIn() - inBefore
-        #expect(edited > 0 && edited <= 8 << 20, "a 1-byte edit uploaded \(edited) bytes")
-        print("sync figures: a 1-byte edit in the middle of 24 MiB uploaded \(edited) bytes")
+            // One byte changed in the middle uploads about one chunk, and B sees the new bytes.
+            try sh("printf Z | dd of=\(q(a))/big.bin bs=1 seek=\(12 << 20) conv=notrunc 2>/dev/null")
+            try await eventually("edit on B", seconds: 60, "cmp \(q(a))/big.bin \(q(b))/big.bin")
+            let edited = try w.chunkBytesIn() - inBefore
+            #expect(edited > 0 && edited <= 8 << 20, "a 1-byte edit uploaded \(edited) bytes")
+            print("sync figures: a 1-byte edit in the middle of 24 MiB uploaded \(edited) bytes")
+        }
+    }
+
+    /// A 1 GiB file (sparse, with random regions) made on A: on B, 1 MiB read at 512 MiB moves
+    /// about one chunk, not the file, and two programs reading one region at once share one
+    /// download. (Zero runs share one chunk hash on the server, so A uploads little; B still
+    /// downloads per chunk position.)
+    @Test func aGigabytePlaceholderReadsOnlyWhatItNeeds() async throws {
+        try await SyncWorld.run("gig", .embedded) { w in
+            let a = try await w.mount("a"), b = try await w.mount("b")
+            let gib = 1 << 30, mib = 1 << 20
+            // Random MiBs at 0, 512 MiB and 700 MiB, zeros elsewhere; written in one go, closed.
+            try sh("""
+                python3 -c 'import os,sys
+                fd = os.open(sys.argv[1], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+                for off in (0, 512 << 20, 700 << 20): os.pwrite(fd, os.urandom(1 << 20), off)
+                os.ftruncate(fd, 1 << 30); os.close(fd)' \(q(a))/huge.bin
+                """)
+            try await eventually("1 GiB placeholder on B", seconds: 120, "test \"$(stat -c %s \(q(b))/huge.bin)\" = \(gib)")
+            let before = try w.chunkBytesOut()
+            let read = "dd if=\(q(b))/huge.bin bs=\(mib) skip=512 count=1 2>/dev/null | md5sum"
+            let want = "dd if=\(q(a))/huge.bin bs=\(mib) skip=512 count=1 2>/dev/null | md5sum"
+            #expect(try sh(read) == (try sh(want)))
+            let one = try w.chunkBytesOut() - before
+            // One chunk is at most 4 MiB; the 1 MiB may straddle two, and read-ahead may touch a third.
+            #expect(one > 0 && one <= 12 * mib, "1 MiB at 512 MiB of a 1 GiB placeholder downloaded \(one) bytes")
+            print("sync figures: 1 MiB read at 512 MiB of a 1 GiB placeholder downloaded \(one) bytes")
+
+            // Two readers of the same fresh region at the same moment: one download.
+            let before2 = try w.chunkBytesOut()
+            // (Two dd processes started by python: `&` + `wait` in sh hangs under Foundation's Process.)
+            let region = "dd if=\(q(b))/huge.bin bs=\(mib) skip=700 count=1 2>/dev/null | md5sum"
+            try sh("""
+                python3 -c 'import subprocess,sys
+                ps = [subprocess.Popen(sys.argv[1], shell=True, stdout=subprocess.PIPE) for _ in range(2)]
+                outs = [p.communicate()[0] for p in ps]
+                sys.exit(0 if outs[0] == outs[1] and all(p.returncode == 0 for p in ps) else 1)' \(q(region))
+                test "$(\(region))" = "$(dd if=\(q(a))/huge.bin bs=\(mib) skip=700 count=1 2>/dev/null | md5sum)"
+                """)
+            let two = try w.chunkBytesOut() - before2
+            #expect(two > 0 && two <= 12 * mib, "two concurrent 1 MiB reads downloaded \(two) bytes")
+            print("sync figures: two concurrent readers of one 1 MiB region downloaded \(two) bytes")
+            // The sparse cache file holds what was read, not a gigabyte.
+            let kib = Int(try sh("du -sk \(q(w.base))/b-state/cache | cut -f1").trimmingCharacters(in: .whitespacesAndNewlines)) ?? -1
+            #expect(kib >= 0 && kib < 64 << 10, "B's cache holds \(kib) KiB after two 1 MiB reads")
+        }
     }
 
     @Test func aBadTokenFailsTheMountWithAMessage() async throws {
@@ -101,19 +146,19 @@ struct TwoDeviceTests {
         #expect(s2 != 0 && out2.contains("--container"), "\(out2)")
     }
 
-    @Test func aReadFailsWithEIOWhenTheServerIsGone() async throws {
-        let w = try await SyncWorld("offline")
-        defer { w.cleanup() }
-        let a = try await w.mount("a"), b = try await w.mount("b")
-        try sh("head -c \(8 << 20) /dev/urandom > \(q(a))/x.bin")
-        try await eventually("file listed on B", seconds: 30, "test \"$(stat -c %s \(q(b))/x.bin)\" = \(8 << 20)")
-        w.server.stop()
-        let start = Date()
-        let (status, out) = shStatus("dd if=\(q(b))/x.bin bs=4096 count=1 of=/dev/null 2>&1")
-        let took = Date().timeIntervalSince(start)
-        #expect(status != 0, "the read succeeded without a server: \(out)")
-        #expect(out.contains("Input/output error"), "\(out)")
-        #expect(took < 7, "the read took \(took) s (the bound is 5 s)")
-        print("sync figures: read of a placeholder with the server down failed after \(took) s")
+    @Test(arguments: SyncBackend.all) func aReadFailsWithEIOWhenTheServerIsGone(_ backend: SyncBackend) async throws {
+        try await SyncWorld.run("offline", backend) { w in
+            let a = try await w.mount("a"), b = try await w.mount("b")
+            try sh("head -c \(8 << 20) /dev/urandom > \(q(a))/x.bin")
+            try await eventually("file listed on B", seconds: 30, "test \"$(stat -c %s \(q(b))/x.bin)\" = \(8 << 20)")
+            w.stopServer()
+            let start = Date()
+            let (status, out) = shStatus("dd if=\(q(b))/x.bin bs=4096 count=1 of=/dev/null 2>&1")
+            let took = Date().timeIntervalSince(start)
+            #expect(status != 0, "the read succeeded without a server: \(out)")
+            #expect(out.contains("Input/output error"), "\(out)")
+            #expect(took < 7, "the read took \(took) s (the bound is 5 s)")
+            print("sync figures: read of a placeholder with the server down failed after \(took) s")
+        }
     }
 }
