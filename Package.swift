@@ -50,6 +50,9 @@ let package = Package(
             ],
             swiftSettings: strict
         ),
+        // Coordination: the claim/lock state machine (pure) shared by the mount and the sync engine.
+        .target(name: "Coordination", dependencies: ["NimbusCore"], swiftSettings: strict),
+        .testTarget(name: "CoordinationTests", dependencies: ["Coordination"], swiftSettings: strict),
         // The HTTP client of the protocol.
         .target(
             name: "NimbusRemote",
