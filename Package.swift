@@ -115,7 +115,7 @@ let package = Package(
         // The filesystem over LocalStore; declares the ports the sync engine will implement.
         .target(
             name: "ContainerFS",
-            dependencies: ["NimbusCore", "LocalStore", "FuseKit", .product(name: "Logging", package: "swift-log")],
+            dependencies: ["NimbusCore", "LocalStore", "FuseKit", "Coordination", .product(name: "Logging", package: "swift-log")],
             swiftSettings: strict
         ),
         // Placeholders, hydration, uploads and live pull (issue 4): implements ContainerFS's ports.

@@ -53,7 +53,7 @@ static inline ssize_t cfuse_write_buf_to_fd(struct fuse_bufvec *in, int fd, off_
 }
 
 static inline void cfuse_conn_tune(struct fuse_conn_info *conn, unsigned max_background,
-        unsigned congestion, int want_splice) {
+        unsigned congestion, int want_splice, int want_locks) {
     conn->max_background = max_background;
     conn->congestion_threshold = congestion;
     if (conn->capable & FUSE_CAP_EXPORT_SUPPORT) conn->want |= FUSE_CAP_EXPORT_SUPPORT;
@@ -66,9 +66,12 @@ static inline void cfuse_conn_tune(struct fuse_conn_info *conn, unsigned max_bac
     if (conn->capable & FUSE_CAP_READDIRPLUS_AUTO) conn->want &= ~FUSE_CAP_READDIRPLUS_AUTO;
     if (conn->capable & FUSE_CAP_PARALLEL_DIROPS) conn->want |= FUSE_CAP_PARALLEL_DIROPS;
     if (conn->capable & FUSE_CAP_ASYNC_READ) conn->want |= FUSE_CAP_ASYNC_READ;
-    // flock/fcntl locks stay local to the kernel for now (the coordinator will claim them later).
-    conn->want &= ~FUSE_CAP_FLOCK_LOCKS;
-    conn->want &= ~FUSE_CAP_POSIX_LOCKS;
+    // flock/fcntl locks come to the filesystem when it coordinates them (ContainerFS: they are
+    // claims); otherwise the kernel keeps them local.
+    if (want_locks && (conn->capable & FUSE_CAP_POSIX_LOCKS)) conn->want |= FUSE_CAP_POSIX_LOCKS;
+    else conn->want &= ~FUSE_CAP_POSIX_LOCKS;
+    if (want_locks && (conn->capable & FUSE_CAP_FLOCK_LOCKS)) conn->want |= FUSE_CAP_FLOCK_LOCKS;
+    else conn->want &= ~FUSE_CAP_FLOCK_LOCKS;
     // The kernel clears set-user/group-ID bits on write/truncate/chown (it sends the mode change).
     conn->want &= ~FUSE_CAP_HANDLE_KILLPRIV;
     // open(O_TRUNC) arrives as one open with O_TRUNC (ContainerFS truncates), not open + setattr.
@@ -78,6 +81,12 @@ static inline void cfuse_conn_tune(struct fuse_conn_info *conn, unsigned max_bac
 }
 
 static inline int cfuse_errno(void) { return errno; }
+
+/// Calls back into Swift when the kernel interrupts `req` (a signal reached the waiting caller).
+void cfuse_interrupted(fuse_req_t req, void *token);
+static inline void cfuse_watch_interrupt(fuse_req_t req, uint64_t token) {
+    fuse_req_interrupt_func(req, cfuse_interrupted, (void *)(uintptr_t)token);
+}
 
 static inline void cfuse_noop_handler(int sig) { (void)sig; }
 /// Installs a no-op SIGUSR2 handler (without SA_RESTART) and unblocks SIGUSR2 on the calling

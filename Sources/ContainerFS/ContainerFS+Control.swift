@@ -33,7 +33,7 @@ extension ContainerFS {
     }
 
     func openControl(_ node: UInt64) -> FuseOpen {
-        let bytes = Array(statusText().utf8)
+        let bytes = Array((node == Self.controlClaimsNode ? claimsText() : statusText()).utf8)
         let h = lock.withLock { () -> UInt64 in
             let h = Self.controlHandleBase + t.nextControlHandle
             t.nextControlHandle += 1

@@ -16,7 +16,7 @@ extension ContainerFS {
     /// never listed in the root; it lists its own files.
     func snapshot(_ node: UInt64) throws(Errno) -> DirSnapshot {
         if node == Self.controlDirNode {
-            return DirSnapshot(node: node, entries: [(".", node), ("..", Self.rootNode), ("status", Self.controlStatusNode)])
+            return DirSnapshot(node: node, entries: [(".", node), ("..", Self.rootNode)] + Self.controlFiles.map { ($0.name, $0.node) })
         }
         let n = try self.node(node)
         guard n.isDir else { throw .ENOTDIR }

@@ -9,7 +9,7 @@ import NimbusCore
 
 extension ContainerFS {
     public func open(node: UInt64, flags: Int32) throws(Errno) -> FuseOpen {
-        if node == Self.controlStatusNode { return openControl(node) }
+        if Self.isControlFile(node) { return openControl(node) }
         if node == Self.controlDirNode { throw .EISDIR }
         let id = try lock.withLock { () throws(Errno) -> ItemID in
             let n = try self.node(node)

@@ -1,3 +1,4 @@
+import Coordination
 import FuseKit
 import Glibc
 import LocalStore
@@ -28,6 +29,10 @@ public final class ContainerFS: @unchecked Sendable {
     /// Reserved node ids for the control folder (item nodes start at 16).
     static let controlDirNode: UInt64 = 2
     static let controlStatusNode: UInt64 = 3
+    static let controlClaimsNode: UInt64 = 4
+    /// The files of `.nimbus/`, by name (generated at open; see ContainerFS+Control.swift).
+    static let controlFiles: [(name: String, node: UInt64)] = [("status", controlStatusNode), ("claims", controlClaimsNode)]
+    static func isControlFile(_ node: UInt64) -> Bool { controlFiles.contains { $0.node == node } }
     public static let controlName = ".nimbus"
     /// Handles ≥ this are control-file handles; file handles are file descriptors (< 2^31).
     static let controlHandleBase: UInt64 = 1 << 62
@@ -43,6 +48,8 @@ public final class ContainerFS: @unchecked Sendable {
     let t = Tables()
     let mountTime = WallClock.nowNanoseconds()
     let owner: (uid: UInt32, gid: UInt32)
+    /// Program locks (fcntl, flock) and the sync engine's claims (ContainerFS+Locks.swift).
+    public let coordinator = Coordinator()
 
     public init(store: LocalStore, options: Options = Options(), content: any ContentProvider = LocalContent(),
                 observer: (any ChangeObserver)? = nil, syncStatus: (any SyncStatusSource)? = nil) throws {
@@ -166,7 +173,7 @@ public final class ContainerFS: @unchecked Sendable {
         if name.utf8.count > ItemName.maxBytes { throw .ENAMETOOLONG }
         if parent == Self.rootNode && name == Self.controlName { return controlEntry(Self.controlDirNode) }
         if parent == Self.controlDirNode {
-            if name == "status" { return controlEntry(Self.controlStatusNode) }
+            if let f = Self.controlFiles.first(where: { $0.name == name }) { return controlEntry(f.node) }
             throw .ENOENT
         }
         return try lock.withLock { () throws(Errno) -> FuseEntry in
@@ -187,7 +194,7 @@ public final class ContainerFS: @unchecked Sendable {
     }
 
     public func getattr(node: UInt64) throws(Errno) -> stat {
-        if node == Self.controlDirNode || node == Self.controlStatusNode { return controlAttr(node) }
+        if node == Self.controlDirNode || Self.isControlFile(node) { return controlAttr(node) }
         return try lock.withLock { () throws(Errno) -> stat in attr(try self.node(node)) }
     }
 

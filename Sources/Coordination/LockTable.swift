@@ -31,10 +31,13 @@ public struct LockOwner: Hashable, Sendable, CustomStringConvertible {
     public var kind: Kind
     /// What a person reads in `nimbus debug claims`: "pid 4242 (sqlite3)", "sync: upload".
     public var label: String
+    /// The process, for F_GETLK's `l_pid` (0 for the daemon's claims).
+    public var pid: Int32
 
-    public init(_ kind: Kind, label: String) {
+    public init(_ kind: Kind, label: String, pid: Int32 = 0) {
         self.kind = kind
         self.label = label
+        self.pid = pid
     }
 
     public static func == (a: Self, b: Self) -> Bool { a.kind == b.kind }
@@ -127,6 +130,9 @@ public struct LockTable<Key: Hashable & Sendable>: Sendable {
 
     /// The locks in force on `item`.
     public func locks(on item: Key) -> [HeldLock] { held[item] ?? [] }
+
+    /// Every lock in force, by item.
+    public var allLocks: [Key: [HeldLock]] { held }
 
     /// Requests waiting, in arrival order.
     public var waiting: [Waiter] { waiters }

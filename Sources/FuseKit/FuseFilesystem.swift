@@ -27,6 +27,18 @@ public struct RenameFlags: OptionSet, Sendable {
     public static let whiteout = RenameFlags(rawValue: 4)
 }
 
+/// A byte-range lock as fcntl(2) describes it (`struct flock`): `type` is F_RDLCK, F_WRLCK or
+/// F_UNLCK; `length` 0 means "to the end of the file".
+public struct FuseLock: Sendable, Equatable {
+    public var type: Int16
+    public var start: UInt64
+    public var length: UInt64
+    public var pid: Int32
+    public init(type: Int16, start: UInt64, length: UInt64, pid: Int32) {
+        self.type = type; self.start = start; self.length = length; self.pid = pid
+    }
+}
+
 /// One kernel directory listing chunk: fills libfuse's dirent format into a buffer of the size
 /// the kernel asked for. `add` returns false when the entry does not fit (stop there; the kernel
 /// will ask again from that entry's offset).
@@ -101,6 +113,21 @@ public protocol FuseFilesystem: AnyObject, Sendable {
     func getxattr(node: UInt64, name: String, size: Int, reply: consuming FuseReply)
     func listxattr(node: UInt64, size: Int, reply: consuming FuseReply)
     func removexattr(node: UInt64, name: String, reply: consuming FuseReply)
+
+    /// Whether the kernel should send fcntl and flock locks here (else it keeps them itself).
+    var handlesLocks: Bool { get }
+    /// F_GETLK: answer `reply.lock` with the first conflicting lock, or the request with F_UNLCK.
+    func getlk(node: UInt64, handle: UInt64, owner: UInt64, lock: FuseLock, reply: consuming FuseReply)
+    /// F_SETLK / F_SETLKW (`wait`): answer ok, EAGAIN, EDEADLK or EINTR (see `FuseReply.watchInterrupt`).
+    func setlk(node: UInt64, handle: UInt64, owner: UInt64, lock: FuseLock, wait: Bool, reply: consuming FuseReply)
+    /// flock(2): `operation` is LOCK_SH, LOCK_EX or LOCK_UN, with LOCK_NB when not waiting.
+    func flock(node: UInt64, handle: UInt64, owner: UInt64, operation: Int32, reply: consuming FuseReply)
+    /// The locks of `owner` on `node` end: its POSIX locks at a close (`flush`), or its flock
+    /// lock when the last descriptor of an open file description goes (`flock: true`). Called
+    /// before `flush` / `release`.
+    func releaseLocks(node: UInt64, owner: UInt64, flock: Bool)
+    /// A request registered with `FuseReply.watchInterrupt(token)` was interrupted by a signal.
+    func interrupted(token: UInt64)
 }
 
 extension FuseFilesystem {
@@ -135,4 +162,10 @@ extension FuseFilesystem {
     public func getxattr(node: UInt64, name: String, size: Int, reply: consuming FuseReply) { reply.error(.ENODATA) }
     public func listxattr(node: UInt64, size: Int, reply: consuming FuseReply) { reply.xattrSize(0) }
     public func removexattr(node: UInt64, name: String, reply: consuming FuseReply) { reply.error(.ENODATA) }
+    public var handlesLocks: Bool { false }
+    public func getlk(node: UInt64, handle: UInt64, owner: UInt64, lock: FuseLock, reply: consuming FuseReply) { reply.error(.ENOSYS) }
+    public func setlk(node: UInt64, handle: UInt64, owner: UInt64, lock: FuseLock, wait: Bool, reply: consuming FuseReply) { reply.error(.ENOSYS) }
+    public func flock(node: UInt64, handle: UInt64, owner: UInt64, operation: Int32, reply: consuming FuseReply) { reply.error(.ENOSYS) }
+    public func releaseLocks(node: UInt64, owner: UInt64, flock: Bool) {}
+    public func interrupted(token: UInt64) {}
 }

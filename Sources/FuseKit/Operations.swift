@@ -34,8 +34,8 @@ func makeOperations() -> fuse_lowlevel_ops {
     o.`init` = { userdata, conn in
         guard let conn else { return }
         // A large max_background so deferred replies do not complete in batches (FUSE-NOTES).
-        cfuse_conn_tune(conn, 256, 192, 1)
         let s = Unmanaged<FuseSession>.fromOpaque(userdata!).takeUnretainedValue()
+        cfuse_conn_tune(conn, 256, 192, 1, s.filesystem.handlesLocks ? 1 : 0)
         s.filesystem.initialize(capabilities: conn.pointee.capable)
     }
     o.destroy = { userdata in
@@ -113,8 +113,32 @@ func makeOperations() -> fuse_lowlevel_ops {
         fs(req).write(node: node, handle: fi!.pointee.fh, offset: Int64(off),
                       data: UnsafeRawBufferPointer(start: buf, count: size), reply: FuseReply(req!))
     }
-    o.flush = { req, node, fi in fs(req).flush(node: node, handle: fi!.pointee.fh, reply: FuseReply(req!)) }
-    o.release = { req, node, fi in fs(req).release(node: node, handle: fi!.pointee.fh, reply: FuseReply(req!)) }
+    o.flush = { req, node, fi in
+        let f = fs(req)
+        // A close: the closing process's POSIX locks on this file end (fcntl semantics).
+        if f.handlesLocks { f.releaseLocks(node: node, owner: fi!.pointee.lock_owner, flock: false) }
+        f.flush(node: node, handle: fi!.pointee.fh, reply: FuseReply(req!))
+    }
+    o.release = { req, node, fi in
+        let f = fs(req)
+        if f.handlesLocks && fi!.pointee.flock_release != 0 { f.releaseLocks(node: node, owner: fi!.pointee.lock_owner, flock: true) }
+        f.release(node: node, handle: fi!.pointee.fh, reply: FuseReply(req!))
+    }
+    o.getlk = { req, node, fi, lock in
+        let l = lock!.pointee
+        fs(req).getlk(node: node, handle: fi!.pointee.fh, owner: fi!.pointee.lock_owner,
+                      lock: FuseLock(type: l.l_type, start: UInt64(max(0, l.l_start)), length: UInt64(max(0, l.l_len)), pid: l.l_pid),
+                      reply: FuseReply(req!))
+    }
+    o.setlk = { req, node, fi, lock, sleep in
+        let l = lock!.pointee
+        fs(req).setlk(node: node, handle: fi!.pointee.fh, owner: fi!.pointee.lock_owner,
+                      lock: FuseLock(type: l.l_type, start: UInt64(max(0, l.l_start)), length: UInt64(max(0, l.l_len)), pid: l.l_pid),
+                      wait: sleep != 0, reply: FuseReply(req!))
+    }
+    o.flock = { req, node, fi, op in
+        fs(req).flock(node: node, handle: fi!.pointee.fh, owner: fi!.pointee.lock_owner, operation: op, reply: FuseReply(req!))
+    }
     o.fsync = { req, node, datasync, fi in
         fs(req).fsync(node: node, handle: fi!.pointee.fh, dataOnly: datasync != 0, reply: FuseReply(req!))
     }
@@ -153,4 +177,10 @@ private func readdir(_ req: fuse_req_t, _ node: UInt64, _ size: Int, _ off: off_
         return r.error(e)
     }
     r.buffer(buf.bytes)
+}
+
+/// libfuse's interrupt callback (registered by `FuseReply.watchInterrupt`).
+@_cdecl("cfuse_interrupted")
+func cfuseInterrupted(_ req: fuse_req_t?, _ token: UnsafeMutableRawPointer?) {
+    fs(req).interrupted(token: UInt64(UInt(bitPattern: token)))
 }

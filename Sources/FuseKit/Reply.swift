@@ -17,6 +17,7 @@ public struct Errno: Error, Equatable, Hashable, Sendable, CustomStringConvertib
     public static let EOPNOTSUPP = Errno(Glibc.EOPNOTSUPP), EFBIG = Errno(Glibc.EFBIG), EMLINK = Errno(Glibc.EMLINK)
     public static let ENOTSUP = Errno(Glibc.ENOTSUP), EAGAIN = Errno(Glibc.EAGAIN), ELOOP = Errno(Glibc.ELOOP)
     public static let ENOTCONN = Errno(Glibc.ENOTCONN)
+    public static let EDEADLK = Errno(Glibc.EDEADLK), EINTR = Errno(Glibc.EINTR)
 
     /// The current thread's errno (after a failed libc call).
     public static var current: Errno { Errno(cfuse_errno()) }
@@ -89,6 +90,24 @@ public struct FuseReply: ~Copyable, @unchecked Sendable {
     public var context: FuseContext {
         let c = fuse_req_ctx(req)!.pointee
         return FuseContext(uid: c.uid, gid: c.gid, pid: c.pid, umask: c.umask)
+    }
+
+    /// Asks for `FuseFilesystem.interrupted(token:)` if the caller is interrupted while this
+    /// request waits (it may be called at once, on this thread, if it already was).
+    public func watchInterrupt(token: UInt64) {
+        cfuse_watch_interrupt(req, token)
+    }
+
+    /// F_GETLK's answer.
+    public consuming func lock(_ l: FuseLock) {
+        let r = req; discard self
+        var f = flock()
+        f.l_type = l.type
+        f.l_whence = Int16(SEEK_SET)
+        f.l_start = off_t(clamping: l.start)
+        f.l_len = off_t(clamping: l.length)
+        f.l_pid = l.pid
+        fuse_reply_lock(r, &f)
     }
 
     public consuming func error(_ e: Errno) {

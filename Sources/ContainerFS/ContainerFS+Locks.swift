@@ -1,0 +1,55 @@
+import Coordination
+import FuseKit
+import Glibc
+import NimbusCore
+
+// Program locks and claims (DESIGN §4 "Coordination", docs/coordination.md). fcntl and flock locks
+// taken on the mount come here (FuseAdapter+Locks.swift) and live in `coordinator` beside the sync
+// engine's claims, so the engine sees what programs hold: it neither uploads a file a program
+// holds exclusively (mid-save) nor replaces one any program holds.
+
+extension ContainerFS {
+    /// The item of a regular file that locks may be taken on.
+    func lockableItem(_ node: UInt64) throws(Errno) -> ItemID {
+        if node < 16 { throw .EINVAL }
+        return try lock.withLock { () throws(Errno) -> ItemID in
+            let n = try self.node(node)
+            guard n.rec.kind == .file else { throw .EINVAL }
+            return n.rec.id
+        }
+    }
+
+    /// The item's path from the mount root ("(gone) ID" for an item no longer here).
+    public func path(of id: ItemID) -> String {
+        lock.withLock {
+            guard var node = t.byID[id].flatMap({ t.nodes[$0] }), node.linked else { return "(gone) \(id)" }
+            var parts: [String] = []
+            while node.node != Self.rootNode {
+                parts.append(node.rec.name)
+                guard let p = t.nodes[node.parentNode] else { break }
+                node = p
+            }
+            return "/" + parts.reversed().joined(separator: "/")
+        }
+    }
+
+    /// The text of `.nimbus/claims`: every held and waiting lock or claim with its owner.
+    public func claimsText() -> String {
+        let lines = coordinator.dump { self.path(of: $0) }
+        return lines.isEmpty ? "no claims\n" : lines.map { Self.describeOwners(in: $0) + "\n" }.joined()
+    }
+
+    /// "pid 42" → "pid 42 (vim)" from /proc, when the process is still there.
+    static func describeOwners(in line: String) -> String {
+        guard let r = line.range(of: #"pid [0-9]+"#, options: .regularExpression),
+              let pid = Int32(line[r].dropFirst(4)) else { return line }
+        let fd = Glibc.open("/proc/\(pid)/comm", O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else { return line }
+        defer { close(fd) }
+        var buf = [UInt8](repeating: 0, count: 64)
+        let n = read(fd, &buf, buf.count)
+        guard n > 0 else { return line }
+        let comm = String(decoding: buf[0..<n], as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
+        return line.replacingCharacters(in: r, with: "pid \(pid) (\(comm))")
+    }
+}

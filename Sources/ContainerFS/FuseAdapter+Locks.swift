@@ -1,0 +1,83 @@
+import Coordination
+import FuseKit
+import Glibc
+import NimbusCore
+
+// fcntl and flock locks on the mount (ContainerFS+Locks.swift): decoded here, decided by the
+// coordinator. A blocking request (F_SETLKW, flock without LOCK_NB) is answered later, when the
+// coordinator grants or refuses it; a signal to the waiting program interrupts it (EINTR).
+
+extension FuseAdapter {
+    public var handlesLocks: Bool { true }
+
+    static func posixOwner(_ owner: UInt64, pid: Int32) -> LockOwner { LockOwner(.posix(owner), label: "pid \(pid)", pid: pid) }
+    static func flockOwner(_ owner: UInt64, pid: Int32) -> LockOwner { LockOwner(.flock(owner), label: "pid \(pid)", pid: pid) }
+
+    public func getlk(node: UInt64, handle: UInt64, owner: UInt64, lock: FuseLock, reply: consuming FuseReply) {
+        let id: ItemID
+        do { id = try fs.lockableItem(node) } catch { return reply.error(error) }
+        var answer = lock
+        answer.type = Int16(F_UNLCK)
+        if lock.type != Int16(F_UNLCK),
+           let c = fs.coordinator.conflict(item: id, owner: Self.posixOwner(owner, pid: reply.context.pid),
+                                           range: ByteRange(start: lock.start, length: lock.length),
+                                           mode: lock.type == Int16(F_WRLCK) ? .exclusive : .shared) {
+            answer = FuseLock(type: Int16(c.mode == .exclusive ? F_WRLCK : F_RDLCK), start: c.range.start,
+                              length: c.range.end == .max ? 0 : c.range.end - c.range.start, pid: c.owner.pid)
+        }
+        reply.lock(answer)
+    }
+
+    public func setlk(node: UInt64, handle: UInt64, owner: UInt64, lock: FuseLock, wait: Bool, reply: consuming FuseReply) {
+        let id: ItemID
+        do { id = try fs.lockableItem(node) } catch { return reply.error(error) }
+        let who = Self.posixOwner(owner, pid: reply.context.pid)
+        let range = ByteRange(start: lock.start, length: lock.length)
+        switch Int32(lock.type) {
+        case F_UNLCK:
+            fs.coordinator.unlock(item: id, owner: who, range: range)
+            reply.ok()
+        case F_RDLCK, F_WRLCK:
+            take(id, who, range, lock.type == Int16(F_WRLCK) ? .exclusive : .shared, wait: wait, reply: reply)
+        default:
+            reply.error(.EINVAL)
+        }
+    }
+
+    public func flock(node: UInt64, handle: UInt64, owner: UInt64, operation: Int32, reply: consuming FuseReply) {
+        let id: ItemID
+        do { id = try fs.lockableItem(node) } catch { return reply.error(error) }
+        let who = Self.flockOwner(owner, pid: reply.context.pid)
+        let wait = operation & LOCK_NB == 0
+        switch operation & ~LOCK_NB {
+        case LOCK_UN:
+            fs.coordinator.unlock(item: id, owner: who)
+            reply.ok()
+        case LOCK_SH: take(id, who, .whole, .shared, wait: wait, reply: reply)
+        case LOCK_EX: take(id, who, .whole, .exclusive, wait: wait, reply: reply)
+        default: reply.error(.EINVAL)
+        }
+    }
+
+    public func releaseLocks(node: UInt64, owner: UInt64, flock: Bool) {
+        guard let id = try? fs.lockableItem(node) else { return }
+        fs.coordinator.releaseAll(owner: LockOwner(flock ? .flock(owner) : .posix(owner), label: ""), item: id)
+    }
+
+    public func interrupted(token: UInt64) { fs.coordinator.cancel(token) }
+
+    private func take(_ id: ItemID, _ who: LockOwner, _ range: ByteRange, _ mode: LockMode, wait: Bool, reply: consuming FuseReply) {
+        let request = fs.coordinator.newRequest()
+        if wait { reply.watchInterrupt(token: request) }
+        let box = ReplyBox(reply)
+        fs.coordinator.lock(request, item: id, owner: who, range: range, mode: mode, wait: wait) { result in
+            guard let r = box.take() else { return }
+            switch result {
+            case .success: r.ok()
+            case .failure(.wouldBlock), .failure(.timedOut): r.error(.EAGAIN)
+            case .failure(.deadlock): r.error(.EDEADLK)
+            case .failure(.cancelled): r.error(.EINTR)
+            }
+        }
+    }
+}
