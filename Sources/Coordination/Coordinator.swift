@@ -104,6 +104,19 @@ public final class Coordinator: Sendable {
         return result.map { Claim(coordinator: self, item: item, owner: owner) }
     }
 
+    /// A claim taken only if nothing conflicting is held now (no waiting); nil otherwise.
+    public func tryClaim(_ item: ItemID, _ mode: LockMode, label: String) -> Claim? {
+        let (request, owner) = state.withLock { s in
+            defer { s.nextRequest += 1; s.nextClaimOwner += 1 }
+            return (s.nextRequest, LockOwner(.claim(s.nextClaimOwner), label: label))
+        }
+        let granted = Mutex(false)
+        lock(request, item: item, owner: owner, range: .whole, mode: mode, wait: false) { r in
+            if case .success = r { granted.withLock { $0 = true } }
+        }
+        return granted.withLock { $0 } ? Claim(coordinator: self, item: item, owner: owner) : nil
+    }
+
     /// Every held and waiting lock, one line each (`nimbus debug claims`).
     public func dump(path: (ItemID) -> String) -> [String] {
         let (held, waiting) = state.withLock { s in

@@ -54,3 +54,38 @@ public func shellStatus(_ script: String, cwd: String? = nil) -> (Int32, String)
     let code = (status & 0x7f) == 0 ? (status >> 8) & 0xff : 128 + (status & 0x7f)
     return (code, String(decoding: out, as: UTF8.self))
 }
+
+/// A shell command running in the background; `stop()` kills it if it still runs.
+public final class Background: @unchecked Sendable {
+    // @unchecked: used by one test at a time; output guarded by its lock.
+    private let process = Process()
+    private let buffer = NSLock()
+    private var data = Data()
+
+    public init(_ script: String) throws {
+        process.executableURL = URL(fileURLWithPath: "/bin/sh")
+        process.arguments = ["-c", script]
+        let pipe = Pipe()
+        process.standardOutput = pipe
+        process.standardError = pipe
+        pipe.fileHandleForReading.readabilityHandler = { [weak self] h in
+            let d = h.availableData
+            guard let self else { return }
+            self.buffer.lock(); self.data.append(d); self.buffer.unlock()
+        }
+        try process.run()
+    }
+
+    public var output: String { buffer.lock(); defer { buffer.unlock() }; return String(decoding: data, as: UTF8.self) }
+
+    /// Waits for the end (at most 20 s, then kills it).
+    public func wait() {
+        let deadline = Date().addingTimeInterval(20)
+        while process.isRunning && Date() < deadline { usleep(10_000) }
+        stop()
+    }
+
+    public func stop() {
+        if process.isRunning { kill(process.processIdentifier, SIGKILL); process.waitUntilExit() }
+    }
+}

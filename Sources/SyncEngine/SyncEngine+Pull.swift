@@ -1,3 +1,4 @@
+import Coordination
 import ContainerFS
 import Foundation
 import NimbusCore
@@ -50,6 +51,11 @@ extension SyncEngine {
         while !Task.isCancelled {
             do {
                 if !state.withLock({ $0.listed }) { try await initialSync() }
+                // Versions held back for a program's lock when the daemon last stopped.
+                if try store.meta("sync.relist") == "1" {
+                    try await relist()
+                    try store.setMeta("sync.relist", "0")
+                }
                 let since = state.withLock { $0.cursor }
                 let r = try await client.changes(container, since: since, wait: options.longPoll, limit: ProtocolLimits.maxPage)
                 // The last change per item is its state (docs/protocol.md "Changes").
@@ -81,6 +87,8 @@ extension SyncEngine {
     /// applied then (a remote change never overwrites unsynced local bytes).
     func apply(_ items: [ServerItem]) throws {
         guard let fs = state.withLock({ $0.fs }) else { return }
+        var claims: [Claim] = []
+        defer { for c in claims { c.release() } }
         var states: [RemoteState] = []
         var newBases: [ItemID: Base?] = [:]
         var oldBases: [ItemID: Base?] = [:]
@@ -88,6 +96,12 @@ extension SyncEngine {
             let (old, busy) = state.withLock { s in (s.bases[item.id], s.queued.contains(item.id) || s.inFlight == item.id) }
             if let old, old.version >= item.version { continue }  // our own commit coming back, or old news
             if busy { continue }
+            // New content is applied under a write claim; while a program holds the file (a
+            // lock) the new version waits until it lets go (SyncEngine+Claims.swift).
+            if let old, item.kind == .file, !item.deleted, old.record.chunks != item.chunks {
+                guard let claim = applyClaim(item, fs: fs) else { continue }
+                claims.append(claim)
+            }
             // A folder deleted elsewhere that holds local work not yet uploaded stays: the
             // upload makes the server keep (or bring back) the folder, as the rules say.
             if item.deleted && item.kind == .folder {

@@ -102,6 +102,8 @@ extension SyncEngine: ChangeObserver {
         // Mid-save (open for writing, no fsync since the last write): never upload a half-written
         // file. The queued ops stay; the writer's close or fsync queues the item again.
         if local.kind == .file, fs.isBeingWritten(id) { return }
+        // A program holds the file exclusively (mid-save): its unlock queues the item again.
+        if local.kind == .file, holdForLock(id, fs: fs) { return }
         var draft = ItemDraft(kind: local.kind, parent: parent, name: name, symlinkTarget: local.target,
                               mode: local.mode & 0o7777, modified: local.mtime, extra: base?.record.extra)
         if local.kind == .file {
@@ -166,7 +168,15 @@ extension SyncEngine: ChangeObserver {
         let fd = Glibc.open(store.cache.path(for: id), O_RDONLY | O_CLOEXEC)
         guard fd >= 0 else { throw SyncError("cannot read the cache file of \(id): \(String(cString: strerror(errno)))") }
         defer { close(fd) }
-        let spans = try chunker.chunks(fd: fd)
+        // Chunked under a read claim: the chunk list is the file's content at one instant, not
+        // a mix of before and after a program's locked save. (Uploads re-hash what they send.)
+        guard let claim = fs.coordinator.tryClaim(id, .shared, label: "sync: upload") else {
+            state.withLock { _ = $0.heldForLock.insert(id) }
+            return nil
+        }
+        let spans: [ChunkSpan]
+        do { spans = try chunker.chunks(fd: fd) } catch { claim.release(); throw error }
+        claim.release()
         let refs = spans.map(\.ref)
         // A writer that opened since the check in push() is mid-save until its close or fsync,
         // so this catches every partial file chunked above.

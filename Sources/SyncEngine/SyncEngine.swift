@@ -68,6 +68,10 @@ public final class SyncEngine: Sendable {
         /// After a download could not reach the server, reads fail at once until then (so a
         /// read answers EIO within one deadline, not one per kernel retry or read-ahead).
         var offlineUntil: ContinuousClock.Instant?
+        /// Uploads waiting for a program's exclusive lock to go (SyncEngine+Claims.swift).
+        var heldForLock: Set<ItemID> = []
+        /// Remote versions not applied because a program holds a lock on the file.
+        var pendingRemote: [ItemID: ServerItem] = [:]
     }
 
     struct ChunkKey: Hashable {
@@ -119,6 +123,7 @@ public final class SyncEngine: Sendable {
             s.fs = fs
             for id in ids where s.queued.insert(id).inserted { s.queue.append(id) }
         }
+        fs.coordinator.setReleaseHandler { [weak self] id in self?.locksReleased(id) }
     }
 
     public func setKernel(_ k: any KernelCache) { state.withLock { $0.kernel = k } }
@@ -194,6 +199,7 @@ extension SyncEngine: SyncStatusSource {
         state.withLock { s in
             if s.failed.contains(item) { return "error" }
             if s.inFlight == item || s.queued.contains(item) { return "uploading" }
+            if s.pendingRemote[item] != nil { return "downloaded" }  // a newer version waits for a lock
             guard let b = s.bases[item], let present = b.present else { return "current" }
             if s.downloads.keys.contains(where: { $0.item == item }) { return "downloading" }
             return present.contains(true) ? "partial" : "cloud"

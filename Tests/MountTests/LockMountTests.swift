@@ -160,38 +160,3 @@ struct LockMountTests {
         }
     }
 }
-
-/// A shell command running in the background; `stop()` kills it if it still runs.
-final class Background: @unchecked Sendable {
-    // @unchecked: used by one test at a time; output guarded by its lock.
-    private let process = Process()
-    private let buffer = NSLock()
-    private var data = Data()
-
-    init(_ script: String) throws {
-        process.executableURL = URL(fileURLWithPath: "/bin/sh")
-        process.arguments = ["-c", script]
-        let pipe = Pipe()
-        process.standardOutput = pipe
-        process.standardError = pipe
-        pipe.fileHandleForReading.readabilityHandler = { [weak self] h in
-            let d = h.availableData
-            guard let self else { return }
-            self.buffer.lock(); self.data.append(d); self.buffer.unlock()
-        }
-        try process.run()
-    }
-
-    var output: String { buffer.lock(); defer { buffer.unlock() }; return String(decoding: data, as: UTF8.self) }
-
-    /// Waits for the end (at most 20 s, then kills it).
-    func wait() {
-        let deadline = Date().addingTimeInterval(20)
-        while process.isRunning && Date() < deadline { usleep(10_000) }
-        stop()
-    }
-
-    func stop() {
-        if process.isRunning { kill(process.processIdentifier, SIGKILL); process.waitUntilExit() }
-    }
-}

@@ -1,0 +1,57 @@
+import Coordination
+import ContainerFS
+import Foundation
+import NimbusCore
+import NimbusProtocol
+
+// The engine and programs' locks (docs/coordination.md). Programs' fcntl/flock locks on the mount
+// are claims in the mount's Coordinator:
+// - no upload while a program holds a file exclusively (it is mid-save); chunking takes a read
+//   claim, so the chunk list is the file's content at one instant;
+// - no remote replacement while any program holds a lock on the file: the new version waits
+//   (status `downloaded`) and is applied, under a write claim, once the last lock goes. It is
+//   never dropped: after a restart the container is listed again.
+
+extension SyncEngine {
+    /// True (and remembered) when a program's exclusive lock must delay the upload of `id`.
+    func holdForLock(_ id: ItemID, fs: ContainerFS) -> Bool {
+        guard fs.coordinator.programLock(on: id) == .exclusive else { return false }
+        state.withLock { _ = $0.heldForLock.insert(id) }
+        return true
+    }
+
+    /// The write claim for applying `item`'s new content, or nil when a program holds the file:
+    /// then the version waits in `pendingRemote` until `locksReleased`.
+    func applyClaim(_ item: ServerItem, fs: ContainerFS) -> Claim? {
+        if let c = fs.coordinator.tryClaim(item.id, .exclusive, label: "sync: apply version \(item.version)") {
+            state.withLock { _ = $0.pendingRemote.removeValue(forKey: item.id) }
+            return c
+        }
+        let first = state.withLock { s in s.pendingRemote.updateValue(item, forKey: item.id) == nil }
+        if first {
+            try? store.setMeta("sync.relist", "1")
+            log("\(item.name.value) is locked by a program here: version \(item.version) waits until it is unlocked")
+        }
+        return nil
+    }
+
+    /// The coordinator's release handler: locks on `id` went (called on the releasing thread).
+    func locksReleased(_ id: ItemID) {
+        let (requeue, pending) = state.withLock { s -> (Bool, ServerItem?) in
+            let held = s.heldForLock.remove(id) != nil
+            if held, s.queued.insert(id).inserted { s.queue.append(id) }
+            return (held, s.pendingRemote[id])
+        }
+        if requeue { wake.yield() }
+        guard let pending else { return }
+        // Not on the releasing (libfuse) thread: apply takes the filesystem lock.
+        DispatchQueue.global().async {
+            do {
+                try self.apply([pending])
+                if self.state.withLock({ $0.pendingRemote.isEmpty }) { try self.store.setMeta("sync.relist", "0") }
+            } catch {
+                self.log("applying the held version of \(pending.name.value) failed: \(error)")
+            }
+        }
+    }
+}
