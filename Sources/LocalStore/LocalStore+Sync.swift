@@ -51,6 +51,22 @@ extension LocalStore {
         }
     }
 
+    /// Saves and removes many bases in one transaction (a first sync writes one per item).
+    public func saveSyncBases(_ bases: [SyncBase], removing gone: [ItemID] = []) throws {
+        guard !bases.isEmpty || !gone.isEmpty else { return }
+        try pool.write { db in
+            let upsert = try db.cachedStatement(sql: """
+                INSERT INTO sync_item (id, version, record, present) VALUES (?, ?, ?, ?)
+                ON CONFLICT(id) DO UPDATE SET version = excluded.version, record = excluded.record, present = excluded.present
+                """)
+            for b in bases {
+                try upsert.execute(arguments: [b.id.description, b.version, b.record, b.present.map { Data($0) }])
+            }
+            let delete = try db.cachedStatement(sql: "DELETE FROM sync_item WHERE id = ?")
+            for id in gone { try delete.execute(arguments: [id.description]) }
+        }
+    }
+
     public func removeSyncBase(_ id: ItemID) throws {
         try pool.write { try $0.execute(sql: "DELETE FROM sync_item WHERE id = ?", arguments: [id.description]) }
     }

@@ -122,7 +122,7 @@ extension SyncEngine {
         }
         guard !states.isEmpty else { return }
         // Presence first, then the tree: a read that sees the new size must see "not present".
-        for (id, b) in newBases { try saveBase(id, b) }
+        try saveBases(newBases)
         let (actions, skipped) = fs.applyRemote(states)
         let versions = Dictionary(items.map { ($0.id, $0.version) }, uniquingKeysWith: max)
         if let low = skipped.compactMap({ versions[$0] }).min() {

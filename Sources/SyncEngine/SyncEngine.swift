@@ -181,6 +181,24 @@ public final class SyncEngine: Sendable {
         }
     }
 
+    /// Saves many bases (nil: removed), in memory and in one transaction on disk.
+    func saveBases(_ bases: [ItemID: Base?]) throws {
+        guard !bases.isEmpty else { return }
+        let encoder = JSONEncoder()
+        var rows: [SyncBase] = []
+        var gone: [ItemID] = []
+        rows.reserveCapacity(bases.count)
+        for (id, b) in bases {
+            if let b {
+                rows.append(SyncBase(id: id, version: b.version, record: try encoder.encode(b.record), present: BaseCoding.bytes(b.present)))
+            } else {
+                gone.append(id)
+            }
+        }
+        state.withLock { s in for (id, b) in bases { s.bases[id] = b } }
+        try store.saveSyncBases(rows, removing: gone)
+    }
+
     /// Sends invalidations on `kernelQueue`, in order, never on a Swift task thread.
     ///
     /// Why: `inval_inode` waits for the page locks of the file, and a read of a placeholder holds
