@@ -14,6 +14,14 @@
 #include <signal.h>
 #include <pthread.h>
 #include <string.h>
+#include <unistd.h>
+#include <sys/syscall.h>
+
+/// Turns bytes of a file into holes, keeping its size (FALLOC_FL_PUNCH_HOLE | KEEP_SIZE);
+/// fallocate(2) needs _GNU_SOURCE, so through syscall(2). 0 or -1 with errno.
+static inline int cfuse_punch_hole(int fd, long long offset, long long length) {
+    return (int)syscall(SYS_fallocate, fd, 0x02 | 0x01, (off_t)offset, (off_t)length);
+}
 
 /// `fuse_session_new` is a macro in libfuse 3.17+; one stable spelling for Swift.
 static inline struct fuse_session *cfuse_session_new(struct fuse_args *args,

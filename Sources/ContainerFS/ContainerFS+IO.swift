@@ -58,16 +58,69 @@ extension ContainerFS {
         let n = pwrite(Int32(handle), data.baseAddress, data.count, off_t(offset))
         if n < 0 { throw Errno.current }
         let now = WallClock.nowNanoseconds()
-        lock.withLock {
-            guard let x = t.nodes[node] else { return }
+        let mono = Self.monotonicNow()
+        let first = lock.withLock { () -> ItemID? in
+            guard let x = t.nodes[node] else { return nil }
             x.rec.size = max(x.rec.size, offset + Int64(n))
             x.rec.mtime = now
             x.rec.ctime = now
             x.rec.dirty = true
+            let wasClean = !x.metaDirty
             x.metaDirty = true
             x.fsyncedSinceWrite = false
+            x.writeGen &+= 1
+            x.lastWrite = mono
+            return wasClean && x.linked ? x.rec.id : nil
         }
+        if let first { notify(.writing(first)) }
         return n
+    }
+
+    static func monotonicNow() -> UInt64 {
+        var ts = timespec()
+        clock_gettime(CLOCK_MONOTONIC, &ts)
+        return UInt64(ts.tv_sec) * 1_000_000_000 + UInt64(ts.tv_nsec)
+    }
+
+    /// How a file is being written: open writers, writes since the last fsync, the write
+    /// counter and nanoseconds since the last write (for quiet-period uploads).
+    public struct WriteState: Sendable, Equatable {
+        public var writers: Int
+        public var unsynced: Bool
+        public var generation: UInt64
+        public var idleNanoseconds: UInt64
+    }
+
+    public func writeState(_ item: ItemID) -> WriteState? {
+        let now = Self.monotonicNow()
+        return lock.withLock {
+            guard let node = t.byID[item], let n = t.nodes[node] else { return nil }
+            return WriteState(writers: n.writers, unsynced: n.writers > 0 && !n.fsyncedSinceWrite, generation: n.writeGen,
+                              idleNanoseconds: now &- n.lastWrite)
+        }
+    }
+
+    /// Drops the cached bytes of a file that nobody has open and that has no unsaved writes:
+    /// `decide` (called with the lock held, so no open can race) says whether the engine lets it
+    /// go and marks it not present; then the cache file becomes holes of the same size. Throws
+    /// EBUSY when the file is open or mid-save, or `decide` refuses.
+    public func evictContent(_ item: ItemID, decide: () -> Bool) throws(Errno) -> UInt64 {
+        try lock.withLock { () throws(Errno) -> UInt64 in
+            guard let node = t.byID[item], let n = t.nodes[node], n.linked else { throw .ENOENT }
+            guard n.rec.kind == .file else { throw .EISDIR }
+            guard n.openHandles == 0, !n.metaDirty, decide() else { throw .EBUSY }
+            let fd = store.cache.open(item, create: false)
+            if fd >= 0 {
+                // Punching keeps the size; a file system without hole punching gets truncated
+                // and re-extended (the same result: a sparse file of holes).
+                if !punchHole(fd, offset: 0, length: n.rec.size) {
+                    ftruncate(fd, 0)
+                    ftruncate(fd, off_t(n.rec.size))
+                }
+                close(fd)
+            }
+            return n.node
+        }
     }
 
     /// Queues the size/times a handle's writes changed; tells the sync engine the content changed.

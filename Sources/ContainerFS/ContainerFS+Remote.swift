@@ -76,6 +76,18 @@ extension ContainerFS {
         }
     }
 
+    /// The ids of the folders above `id`, nearest first, ending with the root (empty when unknown).
+    public func ancestors(of id: ItemID) -> [ItemID] {
+        lock.withLock {
+            guard let node = t.byID[id], let n = t.nodes[node], n.node != Self.rootNode else { return [] }
+            var out: [ItemID] = []
+            var p = n.parentNode
+            while p != Self.rootNode, let f = t.nodes[p] { out.append(f.rec.id); p = f.parentNode }
+            out.append(.root)
+            return out
+        }
+    }
+
     /// The ids of every item below folder `id` here (empty for a file or an unknown id).
     public func descendants(of id: ItemID) -> [ItemID] {
         lock.withLock {

@@ -3,8 +3,10 @@ import Glibc
 import LocalStore
 
 // Extended attributes.
-// - `user.nimbus.*` are virtual (computed, read-only): `status` = the sync state from the sync
-//   engine (`current` on a local-only mount), `itemid` = the item's UUID.
+// - `user.nimbus.*` are virtual (computed): `status` = the sync state from the sync engine
+//   (`current` on a local-only mount), `itemid` = the item's UUID; on a synced mount also
+//   `progress`, `version`, `pinned`, `error` (read) and `pinned`, `evict`, `download`, and on the
+//   root `paused` (write) — the engine answers those (docs/sync.md "Status and control").
 // - Other `user.*` attributes are stored per item (database row per name) and survive remounts.
 // - `security.*`, `system.*` (ACLs) and `trusted.*` are not supported: reads answer ENODATA at
 //   once, without a lock or I/O — the kernel asks for `security.capability` before every
@@ -12,6 +14,8 @@ import LocalStore
 
 extension ContainerFS {
     public static let virtualXattrs = ["user.nimbus.status", "user.nimbus.itemid"]
+    /// Listed on a synced mount, answered by the sync engine.
+    public static let syncXattrs = ["user.nimbus.progress", "user.nimbus.version", "user.nimbus.pinned", "user.nimbus.error"]
     static let maxXattrValue = 64 * 1024
 
     public func getxattr(node: UInt64, name: String) throws(Errno) -> [UInt8] {
@@ -23,7 +27,14 @@ extension ContainerFS {
                 switch name {
                 case "user.nimbus.status": return Array((syncStatus?.itemStatus(n.rec.id) ?? "current").utf8)
                 case "user.nimbus.itemid": return Array(n.rec.id.description.utf8)
-                default: throw .ENODATA
+                default:
+                    guard let sync = syncStatus else { throw .ENODATA }
+                    var ancestors: [ItemID] = []
+                    var p = n.parentNode
+                    while p != Self.rootNode, let f = t.nodes[p] { ancestors.append(f.rec.id); p = f.parentNode }
+                    if n.node != Self.rootNode { ancestors.append(.root) }
+                    guard let v = sync.itemAttribute(String(name.dropFirst(12)), item: n.rec.id, ancestors: ancestors) else { throw .ENODATA }
+                    return Array(v.utf8)
                 }
             }
             guard let v = n.xattrs[name] else { throw .ENODATA }
@@ -39,6 +50,7 @@ extension ContainerFS {
             var out: [UInt8] = []
             if n.rec.kind != .symlink {
                 for name in Self.virtualXattrs { out += Array(name.utf8); out.append(0) }
+                if syncStatus != nil { for name in Self.syncXattrs { out += Array(name.utf8); out.append(0) } }
             }
             for name in n.xattrs.keys.sorted() { out += Array(name.utf8); out.append(0) }
             return out
@@ -49,7 +61,7 @@ extension ContainerFS {
     public func setxattr(node: UInt64, name: String, value: [UInt8], flags: Int32) throws(Errno) {
         guard name.hasPrefix("user.") else { throw .EOPNOTSUPP }
         if node < 16 && node != Self.rootNode { throw .EPERM }
-        if name.hasPrefix("user.nimbus.") { throw .EPERM }
+        if name.hasPrefix("user.nimbus.") { return try setControlXattr(node: node, name: name, value: value) }
         if name.utf8.count > 255 { throw .ERANGE }
         if value.count > Self.maxXattrValue { throw .E2BIG }
         let id = try lock.withLock { () throws(Errno) -> ItemID in
@@ -66,6 +78,20 @@ extension ContainerFS {
             return n.rec.id
         }
         notify(.attributesChanged(id))
+    }
+
+    /// `setfattr -n user.nimbus.pinned -v 1 FILE` and friends: handed to the sync engine.
+    private func setControlXattr(node: UInt64, name: String, value: [UInt8]) throws(Errno) {
+        guard let sync = syncStatus, ["user.nimbus.pinned", "user.nimbus.evict", "user.nimbus.download", "user.nimbus.paused"].contains(name)
+        else { throw .EPERM }
+        let (id, isFolder) = try lock.withLock { () throws(Errno) -> (ItemID, Bool) in
+            let n = try self.node(node)
+            guard n.linked, n.rec.kind != .symlink else { throw .EPERM }
+            return (n.rec.id, n.isDir)
+        }
+        guard var text = String(validating: value, as: UTF8.self) else { throw .EINVAL }
+        while let l = text.last, l == "\n" || l == " " || l == "\0" { text.removeLast() }
+        try sync.setItemAttribute(String(name.dropFirst(12)), value: text, item: id, isFolder: isFolder)
     }
 
     public func removexattr(node: UInt64, name: String) throws(Errno) {

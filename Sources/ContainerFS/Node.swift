@@ -25,6 +25,10 @@ final class Node {
     var linked = true
     /// Size/times changed by writes but not yet queued for the database (queued on flush/fsync/release).
     var metaDirty = false
+    /// Writes so far (a snapshot taken between two equal readings saw no write).
+    var writeGen: UInt64 = 0
+    /// When the last write ended (CLOCK_MONOTONIC, ns).
+    var lastWrite: UInt64 = 0
 
     init(_ rec: ItemRecord) { self.rec = rec }
 

@@ -32,6 +32,10 @@ public enum LocalChange: Sendable, Equatable {
     case moved(ItemID)
     case attributesChanged(ItemID)
     case deleted(ItemID)
+    /// The first write after the last close/fsync/flush: the content is changing. Not an upload
+    /// trigger (the file is mid-save) but a durable note, so a `kill -9` before the close does
+    /// not lose the edit (the restart uploads it), and the start of the quiet-period clock.
+    case writing(ItemID)
 }
 
 public protocol ChangeObserver: Sendable {
@@ -45,6 +49,13 @@ public protocol SyncStatusSource: Sendable {
     func itemStatus(_ item: ItemID) -> String
     /// `key: value` lines replacing or adding to the local ones (`connection`, queues…).
     func statusLines() -> [(String, String)]
+    /// The virtual attribute `user.nimbus.NAME` of `item` (NAME without the prefix; not
+    /// `status` or `itemid`); nil = no such attribute (ENODATA). `ancestors`: the ids of the
+    /// folders above the item, nearest first (for inherited pins).
+    func itemAttribute(_ name: String, item: ItemID, ancestors: [ItemID]) -> String?
+    /// Sets `user.nimbus.NAME` (pinned, evict, download; `paused` on the root). Called without
+    /// the filesystem lock held; may call back into the filesystem.
+    func setItemAttribute(_ name: String, value: String, item: ItemID, isFolder: Bool) throws(Errno)
 }
 
 /// The kernel's caches, for changes that did not come through the kernel (remote changes).

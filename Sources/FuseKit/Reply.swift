@@ -18,6 +18,7 @@ public struct Errno: Error, Equatable, Hashable, Sendable, CustomStringConvertib
     public static let ENOTSUP = Errno(Glibc.ENOTSUP), EAGAIN = Errno(Glibc.EAGAIN), ELOOP = Errno(Glibc.ELOOP)
     public static let ENOTCONN = Errno(Glibc.ENOTCONN)
     public static let EDEADLK = Errno(Glibc.EDEADLK), EINTR = Errno(Glibc.EINTR)
+    public static let EBUSY = Errno(Glibc.EBUSY)
 
     /// The current thread's errno (after a failed libc call).
     public static var current: Errno { Errno(cfuse_errno()) }
@@ -192,4 +193,9 @@ public struct FuseContext: Sendable {
     }
     /// The daemon itself (tests that drive the filesystem without a kernel).
     public static var process: FuseContext { FuseContext(uid: getuid(), gid: getgid(), pid: getpid(), umask: 0o022) }
+}
+
+/// Turns `length` bytes at `offset` of `fd` into holes, keeping the size (true on success).
+public func punchHole(_ fd: Int32, offset: Int64, length: Int64) -> Bool {
+    cfuse_punch_hole(fd, offset, length) == 0
 }

@@ -113,3 +113,20 @@ extension LocalStore {
         try pool.read { try Int64.fetchOne($0, sql: "SELECT MAX(seq) FROM sync_op WHERE item = ?", arguments: [item.description]) }
     }
 }
+
+extension LocalStore {
+    /// The items pinned on this device (explicitly; folders pin what is below them).
+    public func pins() throws -> Set<ItemID> {
+        try pool.read { Set(try String.fetchAll($0, sql: "SELECT id FROM sync_pin").compactMap(ItemID.init)) }
+    }
+
+    public func setPinned(_ id: ItemID, _ on: Bool) throws {
+        try pool.write { db in
+            if on {
+                try db.execute(sql: "INSERT OR IGNORE INTO sync_pin (id) VALUES (?)", arguments: [id.description])
+            } else {
+                try db.execute(sql: "DELETE FROM sync_pin WHERE id = ?", arguments: [id.description])
+            }
+        }
+    }
+}

@@ -63,6 +63,11 @@ enum Schema {
                 CREATE INDEX sync_op_item ON sync_op(item);
                 """)
         }
+        // Pins (issue 4, cache): items whose content is downloaded and kept under cache pressure;
+        // a pinned folder pins everything below it, present and future.
+        m.registerMigration("v3-cache") { db in
+            try db.execute(sql: "CREATE TABLE sync_pin (id TEXT PRIMARY KEY NOT NULL) WITHOUT ROWID")
+        }
         return m
     }
 

@@ -26,6 +26,14 @@ struct Base: Sendable {
     }
 
     var version: Int64 { record.version }
+
+    /// Bytes of the content in the cache file.
+    var presentBytes: Int64 {
+        guard let present else { return offsets[offsets.count - 1] }
+        var n: Int64 = 0
+        for i in present.indices where present[i] { n += offsets[i + 1] - offsets[i] }
+        return n
+    }
     var complete: Bool { present == nil }
 
     /// Indices of the chunks overlapping `range` (clamped to the file).

@@ -12,36 +12,108 @@ import Synchronization
 // downloads as tasks and returns; the read is answered by `done` when its chunks are in.
 
 extension SyncEngine: ContentProvider {
+    /// Called before every read of a synced mount (hot path): notes the use (LRU) and the
+    /// sequential run, and keeps a prefetch window of chunks ahead of a sequential reader.
     public func isPresent(_ item: ItemID, range: Range<Int64>) -> Bool {
-        state.withLock { s in s.bases[item].map { $0.missing(in: range).isEmpty } ?? true }
+        let (present, pump) = state.withLock { s -> (Bool, Bool) in
+            s.useClock &+= 1
+            s.lastUse[item] = s.useClock
+            guard let b = s.bases[item] else { return (true, false) }
+            guard b.present != nil else { return (true, false) }
+            // Sequential reading: a read starting where the last one ended extends the run.
+            var run = s.readRuns[item] ?? (end: -1, run: 0)
+            run.run = run.end == range.lowerBound ? run.run + (range.upperBound - range.lowerBound) : 0
+            run.end = range.upperBound
+            s.readRuns[item] = run
+            var queued = false
+            if run.run >= Self.prefetchAfter, !s.paused, !isOffline(s) {
+                // A window that grows with the run: 2 chunks after 4 MiB read in a row, up to 16.
+                let window = Int(min(16, max(2, run.run / (2 << 20))))
+                let from = b.chunks(covering: range).upperBound
+                for i in from..<min(from + window, b.record.chunks.count) where !(b.present![i]) {
+                    queued = want(&s, ChunkKey(item: item, index: i, hash: b.record.chunks[i].hash), at: b.offsets[i],
+                                  priority: 2, waiter: nil) || queued
+                }
+            }
+            return (b.missing(in: range).isEmpty, queued)
+        }
+        if pump { self.pump() }
+        return present
+    }
+
+    /// Bytes read in a row before prefetch starts (a random read of one range never prefetches).
+    static let prefetchAfter: Int64 = 4 << 20
+
+    func isOffline(_ s: State) -> Bool {
+        if let until = s.offlineUntil, ContinuousClock.now < until { return true }
+        return false
     }
 
     public func hydrate(_ item: ItemID, range: Range<Int64>, done: @escaping @Sendable (Errno?) -> Void) {
-        // Register a waiter on every missing chunk; start the downloads nobody started yet.
+        // Register a waiter on every missing chunk; queue the fetches nobody asked for yet.
         let waiter = Waiter(done)
-        let (starts, count): ([(ChunkKey, Int64)], Int) = state.withLock { s in
-            guard let b = s.bases[item] else { return ([], 0) }
-            if let until = s.offlineUntil, ContinuousClock.now < until, !b.missing(in: range).isEmpty { return ([], -1) }
+        let count: Int = state.withLock { s in
+            guard let b = s.bases[item] else { return 0 }
             let missing = b.missing(in: range)
+            if missing.isEmpty { return 0 }
+            if s.paused || isOffline(s) { return -1 }
             waiter.expect(missing.count)
-            var starts: [(ChunkKey, Int64)] = []
             for i in missing {
-                let key = ChunkKey(item: item, index: i, hash: b.record.chunks[i].hash)
-                if s.downloads[key] == nil {
-                    s.downloads[key] = []
-                    starts.append((key, b.offsets[i]))
-                }
-                s.downloads[key]!.append { waiter.finished($0) }
+                _ = want(&s, ChunkKey(item: item, index: i, hash: b.record.chunks[i].hash), at: b.offsets[i], priority: 0,
+                         waiter: { waiter.finished($0) })
             }
-            return (starts, missing.count)
+            return missing.count
         }
         if count == 0 { return done(nil) }
-        if count < 0 { return done(.EIO) }  // the server just proved unreachable
-        // Each download ends by its own deadline (hydrationSeconds), so these tasks are not
-        // tracked for stop(): a stopping daemon waits at most that long for them.
-        for (key, offset) in starts {
-            Task { await self.download(key, at: offset) }
+        if count < 0 { return done(.EIO) }  // paused, or the server just proved unreachable
+        pump()
+    }
+
+    /// Asks for one chunk (state lock held): adds the waiter and queues a fetch at `priority`
+    /// (0 read, 1 pinned or asked for, 2 prefetch) unless it is under way or queued at least as
+    /// high. True when something was queued (call `pump()` after the lock).
+    @discardableResult
+    func want(_ s: inout State, _ key: ChunkKey, at offset: Int64, priority: Int, waiter: (@Sendable (Errno?) -> Void)?) -> Bool {
+        let known = s.downloads[key] != nil
+        if let waiter { s.downloads[key, default: []].append(waiter) } else if !known { s.downloads[key] = [] }
+        if s.fetchStarted.contains(key) { return false }
+        if known && priority == 2 { return false }
+        // Queued again at a higher priority: the stale entry is skipped when it comes up.
+        s.fetchQueues[priority].append(ChunkFetch(key: key, offset: offset))
+        return true
+    }
+
+    /// Starts queued fetches while slots are free, highest priority first. When the server is
+    /// unreachable or the mount paused, queued fetches fail at once instead.
+    func pump() {
+        var failed: [[@Sendable (Errno?) -> Void]] = []
+        let starts: [ChunkFetch] = state.withLock { s in
+            var out: [ChunkFetch] = []
+            let refuse = s.paused || isOffline(s)
+            for p in 0..<3 {
+                var q = s.fetchQueues[p]
+                var i = 0
+                while i < q.count, refuse || s.activeFetches < options.parallelDownloads {
+                    let f = q[i]
+                    i += 1
+                    guard s.downloads[f.key] != nil, !s.fetchStarted.contains(f.key) else { continue }
+                    if refuse {
+                        failed.append(s.downloads.removeValue(forKey: f.key) ?? [])
+                        continue
+                    }
+                    s.fetchStarted.insert(f.key)
+                    s.activeFetches += 1
+                    out.append(f)
+                }
+                q.removeFirst(i)
+                s.fetchQueues[p] = q
+            }
+            return out
         }
+        for ws in failed { for w in ws { w(.EIO) } }
+        // Each fetch ends by its own deadline (hydrationSeconds), so these tasks are not tracked
+        // for stop(): a stopping daemon waits at most that long for them.
+        for f in starts { Task { await self.download(f.key, at: f.offset) } }
     }
 
     /// Fetches one chunk, checks it, writes it into the cache file, records it present and wakes
@@ -55,6 +127,7 @@ extension SyncEngine: ContentProvider {
             }
             try write(bytes, to: key.item, at: offset)
             let updated: Base? = state.withLock { s in
+                s.bytesDownloaded += Int64(bytes.count)
                 // Still the same content? (a remote change may have replaced it meanwhile)
                 guard var b = s.bases[key.item], key.index < b.record.chunks.count,
                       b.record.chunks[key.index].hash == key.hash, b.offsets[key.index] == offset,
@@ -62,6 +135,8 @@ extension SyncEngine: ContentProvider {
                 p[key.index] = true
                 b = Base(record: b.record, present: p)
                 s.bases[key.item] = b
+                s.cacheUsed += Int64(bytes.count)
+                if b.complete { s.itemErrors[key.item] = nil }
                 return b
             }
             if let updated {
@@ -74,11 +149,18 @@ extension SyncEngine: ContentProvider {
             if case RemoteError.transport? = error as? RemoteError { unreachable = true } else { unreachable = false }
             state.withLock { s in
                 s.lastError = "download: \(error)"
+                s.itemErrors[key.item] = "download failed: \(error)"
                 if unreachable { s.offlineUntil = ContinuousClock.now + .seconds(2) }
             }
         }
-        let waiters = state.withLock { s in s.downloads.removeValue(forKey: key) ?? [] }
+        let waiters = state.withLock { s in
+            s.activeFetches -= 1
+            s.fetchStarted.remove(key)
+            return s.downloads.removeValue(forKey: key) ?? []
+        }
         for w in waiters { w(failure) }
+        pump()
+        if options.cacheLimit != nil { cacheWake.yield() }
     }
 
     private func write(_ bytes: [UInt8], to item: ItemID, at offset: Int64) throws {

@@ -15,40 +15,73 @@ extension SyncEngine {
     public func initialSync() async throws {
         _ = try await client.createContainer(container)
         guard !state.withLock({ $0.listed }) else { return }
-        var all: [ServerItem] = []
-        var after: ItemID?
-        var cursor: Int64?
-        repeat {
-            let page = try await client.items(container, after: after, limit: ProtocolLimits.maxPage)
-            if cursor == nil { cursor = page.cursor }
-            all += page.items
-            after = page.next
-        } while after != nil
+        let started = ContinuousClock.now
+        let (all, cursor) = try await listAll()
+        let listed = ContinuousClock.now
         try apply(all)
-        try setCursor(cursor ?? 0)
+        try setCursor(cursor)
         setConnection("online")
-        log("first sync: \(all.count) items, cursor \(cursor ?? 0)")
+        log("first sync: \(all.count) items, cursor \(cursor); listed in \(listed - started), shown in \(ContinuousClock.now - listed)")
     }
 
     /// Lists the whole container again and shows what is missing here (items already current
     /// are skipped by `apply`). The cursor is left alone: the journal still covers what follows.
     func relist() async throws {
-        var all: [ServerItem] = []
-        var after: ItemID?
-        repeat {
-            let page = try await client.items(container, after: after, limit: ProtocolLimits.maxPage)
-            all += page.items
-            after = page.next
-        } while after != nil
+        let (all, _) = try await listAll()
         // Whatever is still skipped after this is recorded again by `apply`.
         state.withLock { $0.minSkipped = nil }
         try apply(all)
         log("relisted \(all.count) items after a folder came back")
     }
 
+    /// Every item of the container and the journal cursor the listing starts from (changes
+    /// after it come through the journal; `apply` skips versions it has). A big container is
+    /// listed in four id ranges at once (ids are random UUIDs, so the ranges are about equal):
+    /// the server's page encoding is the bottleneck and runs on all its threads.
+    func listAll() async throws -> (items: [ServerItem], cursor: Int64) {
+        let limit = ProtocolLimits.maxPage
+        let first = try await client.items(container, after: nil, limit: limit)
+        guard let next = first.next else { return (first.items, first.cursor) }
+        // Range k holds the ids after starts[k] (exclusive) and below ends[k]; range 0 goes on
+        // after page one. Each range starts right below the next one's end, so no id falls between.
+        let ends3 = ["40000000-0000-0000-0000-000000000000", "80000000-0000-0000-0000-000000000000",
+                     "c0000000-0000-0000-0000-000000000000"].compactMap(ItemID.init)
+        let below = ["3fffffff-ffff-ffff-ffff-ffffffffffff", "7fffffff-ffff-ffff-ffff-ffffffffffff",
+                     "bfffffff-ffff-ffff-ffff-ffffffffffff"].compactMap(ItemID.init)
+        var starts: [ItemID] = [next] + below
+        var ends: [ItemID?] = ends3 + [nil]
+        // Ranges page one already covered entirely are dropped.
+        while starts.count > 1, next >= starts[1] { starts.remove(at: 1); ends.remove(at: 0) }
+        let client = self.client, container = self.container
+        let parts = try await withThrowingTaskGroup(of: (Int, [ServerItem]).self) { group in
+            for k in starts.indices {
+                let (start, end) = (starts[k], ends[k])
+                group.addTask {
+                    var out: [ServerItem] = []
+                    var after: ItemID? = start
+                    while let a = after {
+                        let page = try await client.items(container, after: a, limit: limit)
+                        for item in page.items {
+                            if let end, item.id >= end { return (k, out) }
+                            out.append(item)
+                        }
+                        after = page.next
+                    }
+                    return (k, out)
+                }
+            }
+            var parts: [[ServerItem]] = Array(repeating: [], count: starts.count)
+            for try await (k, items) in group { parts[k] = items }
+            return parts
+        }
+        var all = first.items
+        for p in parts { all += p }
+        return (all, first.cursor)
+    }
+
     func pullLoop() async {
         var backoff = 1
-        while !Task.isCancelled {
+        while !Task.isCancelled, !isPaused {
             do {
                 if !state.withLock({ $0.listed }) { try await initialSync() }
                 // Versions held back for a program's lock when the daemon last stopped.
@@ -58,6 +91,7 @@ extension SyncEngine {
                 }
                 let since = state.withLock { $0.cursor }
                 let r = try await client.changes(container, since: since, wait: options.longPoll, limit: ProtocolLimits.maxPage)
+                if Task.isCancelled || isPaused { return }  // paused while waiting: apply nothing
                 // The last change per item is its state (docs/protocol.md "Changes").
                 var last: [ItemID: Change] = [:]
                 for c in r.changes { last[c.item.id] = c }
@@ -124,6 +158,12 @@ extension SyncEngine {
         // Presence first, then the tree: a read that sees the new size must see "not present".
         try saveBases(newBases)
         let (actions, skipped) = fs.applyRemote(states)
+        // New content of pinned files is downloaded at once.
+        if !state.withLock({ $0.pinned.isEmpty }) {
+            let fresh = states.filter { $0.kind == .file && $0.resetContent && !$0.deleted && !skipped.contains($0.id) }.map(\.id)
+            let pinned = fresh.filter { isPinned($0, fs: fs) }
+            if !pinned.isEmpty { try? fetchWhole(pinned, priority: 1) }
+        }
         let versions = Dictionary(items.map { ($0.id, $0.version) }, uniquingKeysWith: max)
         if let low = skipped.compactMap({ versions[$0] }).min() {
             state.withLock { s in s.minSkipped = min(s.minSkipped ?? low, low) }

@@ -20,9 +20,16 @@ extension SyncEngine: ChangeObserver {
         case .moved(let i): (i, "moved")
         case .attributesChanged(let i): (i, "attributes")
         case .deleted(let i): (i, "deleted")
+        case .writing(let i): (i, "content")
         }
         store.enqueue(.syncOp(id, kind: kind))
+        if case .writing = change {
+            // Durable note only (the close or fsync uploads); starts the quiet-period clock.
+            state.withLock { _ = $0.writing.insert(id) }
+            return
+        }
         state.withLock { s in
+            if case .contentChanged = change { s.writing.remove(id) }
             // Content is written only into fully present files (open for writing downloads
             // first) or after O_TRUNC: either way the whole file is here now.
             if case .contentChanged = change, var b = s.bases[id], !b.complete {
@@ -39,7 +46,7 @@ extension SyncEngine: ChangeObserver {
         var wakeups = wakes.makeAsyncIterator()
         while !Task.isCancelled {
             let next: ItemID? = state.withLock { s in
-                guard !s.queue.isEmpty else { return nil }
+                guard !s.queue.isEmpty, !s.paused else { return nil }
                 let id = s.queue.removeFirst()
                 s.queued.remove(id)
                 s.inFlight = id
@@ -53,13 +60,15 @@ extension SyncEngine: ChangeObserver {
             }
             do {
                 try await push(id)
-                state.withLock { s in s.inFlight = nil; s.failed.remove(id) }
+                state.withLock { s in s.inFlight = nil; s.failed.remove(id); s.itemErrors[id] = nil; s.upload = nil }
                 backoff = 1
             } catch {
                 let retry = Self.isRetryable(error)
                 state.withLock { s in
                     s.inFlight = nil
+                    s.upload = nil
                     s.lastError = "upload of \(id): \(error)"
+                    s.itemErrors[id] = "upload failed: \(error)"
                     if retry, s.queued.insert(id).inserted { s.queue.insert(id, at: 0) }
                     if !retry { s.failed.insert(id) }
                 }
@@ -100,8 +109,15 @@ extension SyncEngine: ChangeObserver {
         }
         guard let parent = local.parent, let name = try? ItemName(local.name) else { return }
         // Mid-save (open for writing, no fsync since the last write): never upload a half-written
-        // file. The queued ops stay; the writer's close or fsync queues the item again.
-        if local.kind == .file, fs.isBeingWritten(id) { return }
+        // file. The queued ops stay; the writer's close or fsync queues the item again. After a
+        // quiet period without writes (tick loop) a snapshot goes: chunked between two equal
+        // write generations, so no write tore it.
+        var snapshot: UInt64?
+        let quietOK = state.withLock { $0.quietOK.remove(id) != nil }
+        if local.kind == .file, let w = fs.writeState(id), w.unsynced {
+            guard quietOK else { return }
+            snapshot = w.generation
+        }
         // A program holds the file exclusively (mid-save): its unlock queues the item again.
         if local.kind == .file, holdForLock(id, fs: fs) { return }
         var draft = ItemDraft(kind: local.kind, parent: parent, name: name, symlinkTarget: local.target,
@@ -111,7 +127,7 @@ extension SyncEngine: ChangeObserver {
                 draft.chunks = base.record.chunks  // not downloaded, so not changed here
             } else {
                 // nil: a write started while chunking; its close queues the item again.
-                guard let chunks = try await uploadContent(id, known: base?.record.chunks, fs: fs) else { return }
+                guard let chunks = try await uploadContent(id, known: base?.record.chunks, fs: fs, snapshot: snapshot) else { return }
                 draft.chunks = chunks
             }
         }
@@ -121,6 +137,12 @@ extension SyncEngine: ChangeObserver {
         }
         let r = try await client.commit(container, CommitRequest(item: id, baseVersion: base?.version, state: draft, seenCursor: cursor))
         try settle(id, sent: draft, response: r, previous: base)
+        if let snapshot {
+            // Uploaded while still open: the close (or a later quiet period) sends what follows;
+            // the queue entries stay so a crash before then still uploads the final content.
+            state.withLock { $0.quietDone[id] = snapshot }
+            return
+        }
         try store.removeSyncOps(id, upTo: upTo)
     }
 
@@ -164,7 +186,7 @@ extension SyncEngine: ChangeObserver {
     /// Chunks the cache file and uploads the chunks the server lacks. Every uploaded chunk is
     /// re-hashed as read, so a file changing underneath never uploads bytes under a wrong hash
     /// (the change queues the item again and the next push sends the new content).
-    private func uploadContent(_ id: ItemID, known: [ChunkRef]?, fs: ContainerFS) async throws -> [ChunkRef]? {
+    private func uploadContent(_ id: ItemID, known: [ChunkRef]?, fs: ContainerFS, snapshot: UInt64?) async throws -> [ChunkRef]? {
         let fd = Glibc.open(store.cache.path(for: id), O_RDONLY | O_CLOEXEC)
         guard fd >= 0 else { throw SyncError("cannot read the cache file of \(id): \(String(cString: strerror(errno)))") }
         defer { close(fd) }
@@ -179,11 +201,18 @@ extension SyncEngine: ChangeObserver {
         claim.release()
         let refs = spans.map(\.ref)
         // A writer that opened since the check in push() is mid-save until its close or fsync,
-        // so this catches every partial file chunked above.
-        if fs.isBeingWritten(id) { return nil }
+        // so this catches every partial file chunked above. A snapshot of a file kept open is
+        // good when no write happened while it was chunked.
+        if let snapshot {
+            if fs.writeState(id)?.generation != snapshot { return nil }
+        } else if fs.isBeingWritten(id) {
+            return nil
+        }
         if refs == known { return refs }
         let missing = Set(try await client.missingChunks(Array(Set(refs.map(\.hash)))))
         var sent = Set<ContentHash>()
+        let total = spans.filter { missing.contains($0.ref.hash) }.reduce(Int64(0)) { $0 + $1.ref.size }
+        state.withLock { $0.upload = (id, 0, total) }
         for s in spans where missing.contains(s.ref.hash) && sent.insert(s.ref.hash).inserted {
             var bytes = [UInt8](repeating: 0, count: Int(s.ref.size))
             let n = bytes.withUnsafeMutableBytes { pread(fd, $0.baseAddress!, $0.count, off_t(s.offset)) }
@@ -191,6 +220,10 @@ extension SyncEngine: ChangeObserver {
                 throw SyncError("the file changed while uploading; it is uploaded again after the change")
             }
             try await client.putChunk(s.ref.hash, bytes)
+            state.withLock { st in
+                st.bytesUploaded += s.ref.size
+                if st.upload?.item == id { st.upload!.sent += s.ref.size }
+            }
         }
         return refs
     }

@@ -28,6 +28,14 @@ public final class SyncEngine: Sendable {
         public var hydrationSeconds: Int64 = 5
         /// Seconds the server may hold a changes request open.
         public var longPoll = 25
+        /// Bytes of file content kept here; nil = no limit. Clean, closed, unpinned content is
+        /// evicted least recently used first (SyncEngine+Cache.swift).
+        public var cacheLimit: Int64?
+        /// A file kept open and written without fsync is uploaded once it has had no write for
+        /// this long (a snapshot no write can tear); 0 = only at close/fsync.
+        public var quietPeriod: Duration = .seconds(10)
+        /// Chunk downloads at once (reads first, then pins and downloads asked for, then prefetch).
+        public var parallelDownloads = 8
         public init() {}
     }
 
@@ -41,6 +49,9 @@ public final class SyncEngine: Sendable {
     let state: Mutex<State>
     let wake: AsyncStream<Void>.Continuation
     let wakes: AsyncStream<Void>
+    /// Wakes the tick loop (SyncEngine+Cache.swift): every second, and after each download.
+    let cacheWake: AsyncStream<Void>.Continuation
+    let cacheWakes: AsyncStream<Void>
     /// Kernel cache notifications (see `sendKernel`).
     let kernelQueue = DispatchQueue(label: "nimbus.kernel-notify")
 
@@ -63,6 +74,7 @@ public final class SyncEngine: Sendable {
         var connection = "connecting"
         var lastError: String?
         var tasks: [Task<Void, Never>] = []
+        var pullTask: Task<Void, Never>?
         /// Items whose upload the server refused (shown as `error`).
         var failed: Set<ItemID> = []
         /// After a download could not reach the server, reads fail at once until then (so a
@@ -72,6 +84,37 @@ public final class SyncEngine: Sendable {
         var heldForLock: Set<ItemID> = []
         /// Remote versions not applied because a program holds a lock on the file.
         var pendingRemote: [ItemID: ServerItem] = [:]
+        /// The download scheduler (SyncEngine+Hydrate.swift): chunk fetches waiting for one of
+        /// `parallelDownloads` slots, one FIFO per priority (read, wanted, prefetch).
+        var fetchQueues: [[ChunkFetch]] = [[], [], []]
+        var fetchStarted: Set<ChunkKey> = []
+        var activeFetches = 0
+        /// Sequential reading per item (end of the last read, bytes read in a row): prefetch.
+        var readRuns: [ItemID: (end: Int64, run: Int64)] = [:]
+        /// Cache (SyncEngine+Cache.swift): explicit pins, last use (a logical clock) per item.
+        var pinned: Set<ItemID> = []
+        var lastUse: [ItemID: UInt64] = [:]
+        var useClock: UInt64 = 0
+        var cacheUsed: Int64 = 0
+        var evicted: Int = 0
+        /// `nimbus pause`: no network until `nimbus resume` (persisted in meta `sync.paused`).
+        var paused = false
+        /// Per item: the last failure (`user.nimbus.error`).
+        var itemErrors: [ItemID: String] = [:]
+        /// The upload under way: bytes of new chunks sent of those to send.
+        var upload: (item: ItemID, sent: Int64, total: Int64)?
+        var bytesDownloaded: Int64 = 0
+        var bytesUploaded: Int64 = 0
+        /// Files written since their last close/fsync (the quiet-period clock runs for them),
+        /// and the write generation of the last snapshot uploaded while open.
+        var writing: Set<ItemID> = []
+        var quietOK: Set<ItemID> = []
+        var quietDone: [ItemID: UInt64] = [:]
+    }
+
+    struct ChunkFetch {
+        var key: ChunkKey
+        var offset: Int64
     }
 
     struct ChunkKey: Hashable {
@@ -89,6 +132,7 @@ public final class SyncEngine: Sendable {
         self.container = container
         self.options = options
         (wakes, wake) = AsyncStream.makeStream(of: Void.self, bufferingPolicy: .bufferingNewest(1))
+        (cacheWakes, cacheWake) = AsyncStream.makeStream(of: Void.self, bufferingPolicy: .bufferingNewest(1))
         var s = State()
         for (id, b) in try store.syncBases() {
             s.bases[id] = Base(record: try BaseCoding.decode(b.record), present: BaseCoding.bools(b.present))
@@ -97,6 +141,9 @@ public final class SyncEngine: Sendable {
             s.cursor = c
             s.listed = true
         }
+        s.pinned = try store.pins()
+        s.paused = try store.meta("sync.paused") == "1"
+        if s.paused { s.connection = "paused (nimbus resume goes online)" }
         state = Mutex(s)
         try bind()
     }
@@ -130,17 +177,27 @@ public final class SyncEngine: Sendable {
 
     /// Starts the pull and push loops. `stop()` ends them.
     public func start() {
-        let pull = Task { await self.pullLoop() }
         let push = Task { await self.pushLoop() }
-        state.withLock { $0.tasks += [pull, push] }
+        let tick = Task { await self.tickLoop() }
+        state.withLock { $0.tasks += [push, tick] }
+        if !isPaused { startPull() }
         wake.yield()
+        fetchPinned()
     }
+
+    func startPull() {
+        let pull = Task { await self.pullLoop() }
+        state.withLock { s in s.pullTask = pull; s.tasks.append(pull) }
+    }
+
+    public var isPaused: Bool { state.withLock { $0.paused } }
 
     /// Cancels the loops and downloads and waits for them (bounded by their own deadlines).
     public func stop() async {
         let tasks = state.withLock { s in let t = s.tasks; s.tasks = []; return t }
         for t in tasks { t.cancel() }
         wake.finish()
+        cacheWake.finish()
         for t in tasks { await t.value }
         // Let queued invalidations finish before the session goes (they are harmless after it:
         // FuseSession answers ENOTCONN once unmounted).
@@ -151,17 +208,25 @@ public final class SyncEngine: Sendable {
     public func statusLines() -> [(String, String)] {
         state.withLock { s in
             let partial = s.bases.values.filter { !$0.complete }.count
-            return [("connection", s.connection), ("server", client.baseURL), ("container", container),
-                    ("cursor", "\(s.cursor)"), ("upload-queue", "\(s.queue.count + (s.inFlight == nil ? 0 : 1))"),
-                    ("download-queue", "\(s.downloads.count)"), ("placeholders", "\(partial)"),
-                    ("sync-error", s.lastError ?? "none")]
+            var lines = [("connection", s.connection), ("server", client.baseURL), ("container", container),
+                         ("cursor", "\(s.cursor)"), ("upload-queue", "\(s.queue.count + (s.inFlight == nil ? 0 : 1))"),
+                         ("download-queue", "\(s.downloads.count)"), ("downloads-active", "\(s.activeFetches)"),
+                         ("placeholders", "\(partial)")]
+            if let u = s.upload { lines.append(("uploading", "\(u.item) \(u.sent)/\(u.total)")) }
+            lines += [("bytes-downloaded", "\(s.bytesDownloaded)"), ("bytes-uploaded", "\(s.bytesUploaded)"),
+                      ("cache-used", "\(s.cacheUsed)"), ("cache-limit", options.cacheLimit.map { "\($0)" } ?? "none"),
+                      ("cache-evicted", "\(s.evicted)"), ("pinned", "\(s.pinned.count)"),
+                      ("read-timeout", "\(options.hydrationSeconds) s"),
+                      ("sync-error", s.lastError ?? "none")]
+            return lines
         }
     }
 
     func setConnection(_ c: String, error: String? = nil) {
         state.withLock { s in
-            s.connection = c
             if let error { s.lastError = error }
+            if s.paused && !c.hasPrefix("paused") { return }
+            s.connection = c
             if c == "online" { s.offlineUntil = nil }
         }
     }
@@ -221,6 +286,27 @@ extension SyncEngine: SyncStatusSource {
             guard let b = s.bases[item], let present = b.present else { return "current" }
             if s.downloads.keys.contains(where: { $0.item == item }) { return "downloading" }
             return present.contains(true) ? "partial" : "cloud"
+        }
+    }
+
+    public func itemAttribute(_ name: String, item: ItemID, ancestors: [ItemID]) -> String? {
+        state.withLock { s in
+            switch name {
+            case "version": return s.bases[item].map { "\($0.version)" } ?? "none"
+            case "pinned": return s.pinned.contains(item) || ancestors.contains(where: s.pinned.contains) ? "1" : "0"
+            case "error":
+                if s.failed.contains(item) { return s.itemErrors[item] ?? "the server refused the upload (see the mount log)" }
+                return s.itemErrors[item] ?? ""
+            case "progress":
+                if let u = s.upload, u.item == item {
+                    return "\(u.total == 0 ? 100 : Int(u.sent * 100 / u.total))% \(u.sent)/\(u.total) uploaded"
+                }
+                guard let b = s.bases[item], b.record.kind == .file else { return "100% 0/0" }
+                let size = b.offsets[b.offsets.count - 1]
+                let have = b.presentBytes
+                return "\(size == 0 ? 100 : Int(have * 100 / size))% \(have)/\(size)"
+            default: return nil
+            }
         }
     }
 }

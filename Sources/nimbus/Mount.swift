@@ -27,6 +27,15 @@ struct Mount: ParsableCommand {
     @Option(help: "A file holding the device token (else $NIMBUS_TOKEN). Never put the token on the command line.")
     var tokenFile: String?
 
+    @Option(help: "Keep at most this much file content on this device (e.g. 500M, 20G); least recently read, unpinned content is evicted. Default: no limit.")
+    var cacheSize: String?
+
+    @Option(help: "Seconds a read of content that is not here may wait for the server before failing with EIO.")
+    var readTimeout: Double = 5
+
+    @Option(help: "Upload a file kept open for writing after this many seconds without a write (0: only at close/fsync).")
+    var quietPeriod: Double = 10
+
     @Flag(help: "Serve in this process until unmounted or interrupted (logs to stderr).")
     var foreground = false
 
@@ -43,6 +52,9 @@ struct Mount: ParsableCommand {
         if server != nil && container == nil { throw ValidationError("--server needs --container NAME (the container to sync)") }
         if server == nil && (container != nil || tokenFile != nil) { throw ValidationError("--container and --token-file need --server URL") }
         if let c = container, let problem = ContainerName.problem(c) { throw ValidationError("--container: \(problem)") }
+        if let c = cacheSize, ByteSize.parse(c) == nil { throw ValidationError("--cache-size: '\(c)' is not a size (examples: 800M, 20G, 1T, 1048576)") }
+        if !(1...600).contains(readTimeout) { throw ValidationError("--read-timeout: give 1 to 600 seconds") }
+        if !(0...86400).contains(quietPeriod) { throw ValidationError("--quiet-period: give 0 to 86400 seconds") }
     }
 
     /// The sync settings, with the token read now (so a bad token file fails before daemonizing).
@@ -60,7 +72,8 @@ struct Mount: ParsableCommand {
             throw CLIFailure(.usage, "--server needs a device token: --token-file FILE or NIMBUS_TOKEN (nimbus admin add-device prints one)")
         }
         if token.isEmpty { throw CLIFailure(.usage, "the device token is empty") }
-        return RemoteConfig(server: server, container: container, token: token, tokenFile: tokenFile)
+        return RemoteConfig(server: server, container: container, token: token, tokenFile: tokenFile,
+                            cacheSize: cacheSize.flatMap(ByteSize.parse), readTimeout: readTimeout, quietPeriod: quietPeriod)
     }
 
     func run() throws {
@@ -107,9 +120,32 @@ struct RemoteConfig {
     var container: String
     var token: String
     var tokenFile: String?
+    var cacheSize: Int64?
+    var readTimeout: Double
+    var quietPeriod: Double
 
     /// Arguments for the daemon child; the token itself travels in the environment, never argv.
     var arguments: [String] {
         ["--server", server, "--container", container] + (tokenFile.map { ["--token-file", $0] } ?? [])
+            + (cacheSize.map { ["--cache-size", "\($0)"] } ?? [])
+            + ["--read-timeout", "\(readTimeout)", "--quiet-period", "\(quietPeriod)"]
+    }
+}
+
+/// Sizes on the command line: a number of bytes with an optional K/M/G/T suffix (powers of
+/// 1024, an optional trailing B or iB).
+enum ByteSize {
+    static func parse(_ text: String) -> Int64? {
+        var t = text.trimmingCharacters(in: .whitespaces).uppercased()
+        for suffix in ["IB", "B"] where t.hasSuffix(suffix) && t.count > suffix.count { t.removeLast(suffix.count); break }
+        var shift: Int64 = 0
+        if let last = t.last, let i = "KMGT".firstIndex(of: last) {
+            shift = Int64("KMGT".distance(from: "KMGT".startIndex, to: i) + 1) * 10
+            t.removeLast()
+        }
+        guard let v = Double(t), v >= 0, v.isFinite else { return nil }
+        let bytes = v * Double(Int64(1) << shift)
+        guard bytes < 9e18 else { return nil }
+        return Int64(bytes)
     }
 }

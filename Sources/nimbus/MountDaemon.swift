@@ -34,8 +34,12 @@ struct MountDaemon {
         var engine: SyncEngine?
         if let remote {
             do {
+                var o = SyncEngine.Options()
+                o.cacheLimit = remote.cacheSize
+                o.hydrationSeconds = Int64(max(1, remote.readTimeout.rounded(.up)))
+                o.quietPeriod = .milliseconds(Int64(remote.quietPeriod * 1000))
                 engine = try SyncEngine(store: store, client: NimbusClient(baseURL: remote.server, token: remote.token),
-                                        container: remote.container)
+                                        container: remote.container, options: o)
             } catch {
                 store.close()
                 throw CLIFailure(.usage, "\(error)")
@@ -43,7 +47,10 @@ struct MountDaemon {
         }
         let fs = try ContainerFS(store: store, options: options, content: engine ?? LocalContent(), observer: engine,
                                  syncStatus: engine)
-        if let engine {
+        if let engine, engine.isPaused {
+            try engine.attach(fs)
+            log("sync is paused (nimbus resume \(mountpoint) goes online)")
+        } else if let engine {
             try engine.attach(fs)
             // The first sync before mounting, so the mount shows the container at once. An
             // unreachable server is not fatal: the mount serves what it has and retries.

@@ -1,0 +1,236 @@
+import ContainerFS
+import Foundation
+import FuseKit
+import NimbusCore
+import NimbusProtocol
+
+// The content cache and the controls on it (docs/sync.md "Cache", "Status and control"):
+// - pin (`user.nimbus.pinned` = 1): the content is downloaded and kept; a pinned folder pins
+//   everything below it, present and future (remote changes to pinned files are downloaded).
+// - evict (`user.nimbus.evict` = 1): the cached bytes go (the item becomes `cloud`) when the
+//   file is closed and has nothing to upload.
+// - download (`user.nimbus.download` = 1): fetch the whole file (or every file below a folder).
+// - `--cache-size`: above the limit, clean, closed, unpinned content is evicted, least
+//   recently read first, down to 90 % of the limit.
+// - pause (`user.nimbus.paused` = 1 on the root, `nimbus pause`): no network until resumed.
+// The tick loop also starts quiet-period uploads of files kept open (SyncEngine+Push.swift).
+
+extension SyncEngine {
+    public func setItemAttribute(_ name: String, value: String, item: ItemID, isFolder: Bool) throws(Errno) {
+        let on: Bool
+        switch value.lowercased() {
+        case "1", "yes", "true", "on": on = true
+        case "0", "no", "false", "off": on = false
+        default: throw .EINVAL
+        }
+        switch name {
+        case "pinned": try setPinned(item, on, isFolder: isFolder)
+        case "evict": if on { try evict(item, isFolder: isFolder, explicit: true) }
+        case "download": if on { try fetchWhole(files(under: item, isFolder: isFolder), priority: 1) }
+        case "paused":
+            guard item.isRoot else { throw .EPERM }
+            setPaused(on)
+        default: throw .EPERM
+        }
+    }
+
+    /// The files an operation on `item` covers (itself, or every file below a folder).
+    func files(under item: ItemID, isFolder: Bool) -> [ItemID] {
+        guard isFolder else { return [item] }
+        guard let fs = state.withLock({ $0.fs }) else { return [] }
+        let below = fs.descendants(of: item)
+        return state.withLock { s in below.filter { s.bases[$0]?.record.kind == .file } }
+    }
+
+    // MARK: pins
+
+    func setPinned(_ item: ItemID, _ on: Bool, isFolder: Bool) throws(Errno) {
+        do { try store.setPinned(item, on) } catch {
+            log("cannot save the pin of \(item): \(error)")
+            throw .EIO
+        }
+        state.withLock { s in if on { s.pinned.insert(item) } else { s.pinned.remove(item) } }
+        if on { try fetchWhole(files(under: item, isFolder: isFolder), priority: 1) }
+        cacheWake.yield()
+    }
+
+    /// Whether `item` is pinned, itself or through a folder above it.
+    func isPinned(_ item: ItemID, fs: ContainerFS) -> Bool {
+        let pins = state.withLock { $0.pinned }
+        if pins.isEmpty { return false }
+        return pins.contains(item) || fs.ancestors(of: item).contains(where: pins.contains)
+    }
+
+    /// Every pinned item not fully here is fetched (at start, and after a remote change).
+    func fetchPinned() {
+        guard let fs = state.withLock({ $0.fs }) else { return }
+        let pins = state.withLock { $0.pinned }
+        var files: [ItemID] = []
+        for p in pins { files += [p] + fs.descendants(of: p) }
+        let missing = state.withLock { s in files.filter { s.bases[$0].map { !$0.complete && $0.record.kind == .file } ?? false } }
+        try? fetchWhole(missing, priority: 1)
+    }
+
+    /// Queues every missing chunk of `items` (files) at `priority`, without waiters.
+    func fetchWhole(_ items: [ItemID], priority: Int) throws(Errno) {
+        let refused = state.withLock { s -> Bool in
+            if s.paused || isOffline(s) { return items.contains { s.bases[$0].map { !$0.complete } ?? false } }
+            for id in items {
+                guard let b = s.bases[id], let present = b.present else { continue }
+                for i in present.indices where !present[i] {
+                    want(&s, ChunkKey(item: id, index: i, hash: b.record.chunks[i].hash), at: b.offsets[i], priority: priority, waiter: nil)
+                }
+            }
+            return false
+        }
+        pump()
+        if refused { throw .EIO }  // offline or paused: nothing can be downloaded now
+    }
+
+    // MARK: eviction
+
+    /// Drops the cached content of `item` (or of every file below a folder). An explicit evict
+    /// of a pinned file unpins it; a file pinned through its folder is kept. Files open, being
+    /// written, waiting for upload or downloading are kept: EBUSY (the others are evicted).
+    func evict(_ item: ItemID, isFolder: Bool, explicit: Bool) throws(Errno) {
+        guard let fs = state.withLock({ $0.fs }) else { throw .EIO }
+        if explicit, state.withLock({ $0.pinned.contains(item) }) { try setPinned(item, false, isFolder: isFolder) }
+        var busy = 0
+        for id in files(under: item, isFolder: isFolder) {
+            if isPinned(id, fs: fs) { busy += 1; continue }
+            do { try evictOne(id, fs: fs) } catch { busy += 1 }
+        }
+        if busy > 0 {
+            log("evict: \(busy) file(s) kept (open, pinned, being written, waiting for upload or downloading)")
+            throw .EBUSY
+        }
+    }
+
+    /// Evicts one file; the cache-limit pass and `evict` use it.
+    @discardableResult
+    func evictOne(_ id: ItemID, fs: ContainerFS) throws(Errno) -> Int64 {
+        var freed: Int64 = 0
+        var newBase: Base?
+        let node = try fs.evictContent(id) {
+            state.withLock { s in
+                guard let b = s.bases[id], b.record.kind == .file, !b.record.chunks.isEmpty,
+                      !s.queued.contains(id), s.inFlight != id, !s.heldForLock.contains(id), s.pendingRemote[id] == nil,
+                      !s.writing.contains(id), !s.downloads.keys.contains(where: { $0.item == id }) else { return false }
+                freed = b.presentBytes
+                let nb = Base.placeholder(b.record)
+                s.bases[id] = nb
+                s.cacheUsed -= freed
+                s.evicted += 1
+                s.lastUse[id] = nil
+                s.readRuns[id] = nil
+                newBase = nb
+                return true
+            }
+        }
+        if let newBase { try? saveBase(id, newBase) }
+        sendKernel([.node(node)])  // the kernel's cached pages of the file go too
+        return freed
+    }
+
+    /// Bytes of content held here (present chunks of synced files).
+    func measureCache() -> Int64 {
+        state.withLock { s in
+            var used: Int64 = 0
+            for b in s.bases.values where b.record.kind == .file { used += b.presentBytes }
+            s.cacheUsed = used
+            return used
+        }
+    }
+
+    /// Above the limit: evict clean, closed, unpinned files, least recently read first, down
+    /// to 90 % of the limit. Pinned content is never evicted (it may keep the cache above).
+    func enforceCacheLimit() {
+        guard let limit = options.cacheLimit, let fs = state.withLock({ $0.fs }) else { return }
+        var used = measureCache()
+        guard used > limit else { return }
+        let target = limit / 10 * 9
+        let pins = state.withLock { $0.pinned }
+        var keep = pins
+        for p in pins { keep.formUnion(fs.descendants(of: p)) }
+        let candidates: [(ItemID, UInt64)] = state.withLock { s in
+            s.bases.compactMap { id, b in
+                guard b.record.kind == .file, b.presentBytes > 0, !keep.contains(id) else { return nil }
+                return (id, s.lastUse[id] ?? 0)
+            }.sorted { $0.1 < $1.1 }
+        }
+        var evicted = 0
+        for (id, _) in candidates where used > target {
+            if let freed = try? evictOne(id, fs: fs) { used -= freed; evicted += 1 }
+        }
+        log("cache above its limit (\(limit) bytes): evicted \(evicted) file(s), \(used) bytes held now")
+    }
+
+    // MARK: pause
+
+    /// Takes the mount offline on purpose (no request to the server) or back online.
+    public func setPaused(_ on: Bool) {
+        let (changed, pull) = state.withLock { s -> (Bool, Task<Void, Never>?) in
+            guard s.paused != on else { return (false, nil) }
+            s.paused = on
+            s.connection = on ? "paused (nimbus resume goes online)" : "connecting"
+            let p = s.pullTask
+            if on { s.pullTask = nil }
+            return (true, p)
+        }
+        guard changed else { return }
+        try? store.setMeta("sync.paused", on ? "1" : "0")
+        log(on ? "paused: no network until resumed" : "resumed")
+        if on {
+            pull?.cancel()  // ends the long poll now
+            pump()          // queued downloads fail at once
+        } else {
+            startPull()
+            wake.yield()
+            fetchPinned()
+        }
+    }
+
+    // MARK: tick
+
+    /// Once a second (and after downloads when the cache has a limit): quiet-period uploads
+    /// and the cache limit.
+    func tickLoop() async {
+        let timer = Task {
+            while !Task.isCancelled {
+                try? await Task.sleep(for: .seconds(1))
+                cacheWake.yield()
+            }
+        }
+        defer { timer.cancel() }
+        for await _ in cacheWakes {
+            if Task.isCancelled { return }
+            startQuietUploads()
+            enforceCacheLimit()
+        }
+    }
+
+    /// Files open and written, without a write for the quiet period: queue a snapshot upload.
+    func startQuietUploads() {
+        guard let fs = state.withLock({ $0.fs }) else { return }
+        let writing = state.withLock { $0.writing }
+        guard !writing.isEmpty else { return }
+        let quiet = UInt64(options.quietPeriod.components.seconds) * 1_000_000_000
+            + UInt64(options.quietPeriod.components.attoseconds / 1_000_000_000)
+        var queued = false
+        for id in writing {
+            guard let w = fs.writeState(id), w.writers > 0 else {
+                state.withLock { _ = $0.writing.remove(id) }
+                continue
+            }
+            guard quiet > 0, w.unsynced, w.idleNanoseconds >= quiet else { continue }
+            state.withLock { s in
+                guard s.quietDone[id] != w.generation, !s.queued.contains(id), s.inFlight != id else { return }
+                s.quietOK.insert(id)
+                s.queued.insert(id)
+                s.queue.append(id)
+                queued = true
+            }
+        }
+        if queued { wake.yield() }
+    }
+}
