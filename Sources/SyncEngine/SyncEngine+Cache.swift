@@ -231,6 +231,6 @@ extension SyncEngine {
                 queued = true
             }
         }
-        if queued { wake.yield() }
+        if queued { log("quiet period over for a file kept open: uploading a snapshot"); wake.yield() }
     }
 }

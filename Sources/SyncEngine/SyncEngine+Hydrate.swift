@@ -136,6 +136,8 @@ extension SyncEngine: ContentProvider {
                 b = Base(record: b.record, present: p)
                 s.bases[key.item] = b
                 s.cacheUsed += Int64(bytes.count)
+                s.useClock &+= 1
+                s.lastUse[key.item] = s.useClock  // just downloaded counts as used (LRU)
                 if b.complete { s.itemErrors[key.item] = nil }
                 return b
             }

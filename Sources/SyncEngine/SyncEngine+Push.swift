@@ -29,7 +29,6 @@ extension SyncEngine: ChangeObserver {
             return
         }
         state.withLock { s in
-            if case .contentChanged = change { s.writing.remove(id) }
             // Content is written only into fully present files (open for writing downloads
             // first) or after O_TRUNC: either way the whole file is here now.
             if case .contentChanged = change, var b = s.bases[id], !b.complete {

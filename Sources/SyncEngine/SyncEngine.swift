@@ -281,7 +281,9 @@ extension SyncEngine: SyncStatusSource {
     public func itemStatus(_ item: ItemID) -> String {
         state.withLock { s in
             if s.failed.contains(item) { return "error" }
-            if s.inFlight == item || s.queued.contains(item) { return "uploading" }
+            // Queued, being pushed, written here and not yet uploaded, or never uploaded.
+            if s.inFlight == item || s.queued.contains(item) || s.writing.contains(item) { return "uploading" }
+            if s.bases[item] == nil && !item.isRoot { return "uploading" }
             if s.pendingRemote[item] != nil { return "downloaded" }  // a newer version waits for a lock
             guard let b = s.bases[item], let present = b.present else { return "current" }
             if s.downloads.keys.contains(where: { $0.item == item }) { return "downloading" }

@@ -9,8 +9,9 @@ struct Nimbus: AsyncParsableCommand {
         subcommands: commands
     )
 
-    #if !NIMBUS_SERVER_ONLY
-    static let commands: [any ParsableCommand.Type] = [Serve.self, Admin.self, Mount.self, Unmount.self]
+    #if !NIMBUS_SERVER_ONLY && canImport(CFuse3)
+    static let commands: [any ParsableCommand.Type] = [Serve.self, Admin.self, Mount.self, Unmount.self, Status.self, Download.self,
+                                                        Evict.self, Pin.self, Unpin.self, Pause.self, Resume.self]
     #else
     // Built with NIMBUS_SERVER_ONLY=1: no FUSE targets, so no mount commands.
     static let commands: [any ParsableCommand.Type] = [Serve.self, Admin.self]

@@ -57,6 +57,8 @@ final class SyncWorld: @unchecked Sendable {
     private var database: PostgresLocation?
     private var bucket: S3ChunkStore?
     private var storageArgs: [String] = []
+    /// Extra `nimbus mount` options per device.
+    private var mountOptions: [String: [String]] = [:]
 
     /// Starts the server(s). On `.postgresS3` a fresh database and bucket, removed by `dropStorage()`
     /// (`SyncWorld.run` calls it).
@@ -128,6 +130,7 @@ final class SyncWorld: @unchecked Sendable {
     private func mountCommand(_ device: String) -> String {
         let url = servers[instanceOf[device] ?? 0].url
         return "\(q(NimbusBinary.path)) mount \(q(base + "/\(device)")) --state \(q(base + "/\(device)-state")) --server \(url) --container docs --token-file \(q(base + "/\(device).token"))"
+            + (mountOptions[device] ?? []).map { " " + q($0) }.joined()
     }
 
     /// Mounts `device` again with its existing state and token.
@@ -141,7 +144,8 @@ final class SyncWorld: @unchecked Sendable {
     }
 
     /// Mounts the container `docs` as a new device named `device`; returns the mountpoint.
-    func mount(_ device: String) async throws -> String {
+    func mount(_ device: String, options: [String] = []) async throws -> String {
+        mountOptions[device] = options
         let r = try await NimbusBinary.run(["admin", "add-device"] + adminStorage + ["--account", "alice", "--device", device])
         guard r.status == 0 else { throw ShellFailed(description: "add-device failed: \(r.stderr)") }
         try r.stdout.write(toFile: base + "/\(device).token", atomically: true, encoding: .utf8)
