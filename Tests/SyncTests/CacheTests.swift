@@ -131,7 +131,7 @@ struct CacheTests {
             let b = try await w.mount("b")
             let c = try await w.mount("c", options: ["--quiet-period", "0"])
             // A writer keeps the file open: the first content reaches B while it is still open.
-            let writer = try Background("exec 3> \(q(a))/log.txt; printf 'one\\n' >&3; sleep 4; printf 'two\\n' >&3; sleep 30")
+            let writer = try Background("exec 3> \(q(a))/log.txt; printf 'one\\n' >&3; sleep 4; printf 'two\\n' >&3; exec sleep 30")
             defer { writer.stop() }
             try await eventually("snapshot of an open file on B", seconds: 4, "test \"$(cat \(q(b))/log.txt)\" = one")
             try await eventually("next snapshot on B", seconds: 8, "printf 'one\\ntwo\\n' | cmp -s - \(q(b))/log.txt")
@@ -139,7 +139,7 @@ struct CacheTests {
 
             // C (no quiet period) rewrites a synced file in place, never closes it, and dies.
             try await eventually("file on C", "test \"$(cat \(q(c))/log.txt)\" = \"$(printf 'one\\ntwo')\"")
-            let holder = try Background("exec 3<> \(q(c))/log.txt; printf 'ONE\\n' >&3; sleep 60")
+            let holder = try Background("exec 3<> \(q(c))/log.txt; printf 'ONE\\n' >&3; exec sleep 60")
             defer { holder.stop() }
             try await eventually("written on C", "head -c 4 \(q(c))/log.txt | grep -q ONE")
             try await Task.sleep(for: .milliseconds(300))  // the write-behind commit of the note
