@@ -70,4 +70,44 @@ struct ClaimSyncTests {
             try await eventually("the saved content on B after the unlock", "test \"$(cat \(q(b))/doc.txt)\" = 'saved under lock'")
         }
     }
+
+    /// `nimbus coordinate --write` holds an exclusive claim for the command's run: what it writes
+    /// is uploaded only after it ends; `--read` keeps a remote version out until it ends; a claim
+    /// that cannot be had fails after --timeout naming the holder; the command's exit status is
+    /// passed on.
+    @Test func nimbusCoordinateRunsACommandUnderAClaim() async throws {
+        try await SyncWorld.run("coordinate") { w in
+            let a = try await w.mount("a"), b = try await w.mount("b")
+            let nimbus = q(NimbusBinary.path)
+            try sh("printf v1 > \(q(a))/f.txt")
+            try await eventually("v1 on B", "test \"$(cat \(q(b))/f.txt)\" = v1")
+
+            let save = try Background("\(nimbus) coordinate --write \(q(a))/f.txt -- sh -c 'printf v2 > \(q(a))/f.txt; touch \(q(w.base))/saved; sleep 2'")
+            defer { save.stop() }
+            try await eventually("saved under the claim", "test -e \(q(w.base))/saved")
+            let claims = try sh("\(nimbus) debug claims \(q(a))")
+            #expect(claims.contains("exclusive") && claims.contains("/f.txt"), "\(claims)")
+            try await Task.sleep(for: .seconds(1))
+            #expect(try sh("cat \(q(b))/f.txt") == "v1", "nothing uploaded while the command holds the claim")
+            save.wait()
+            try await eventually("v2 on B after the command", "test \"$(cat \(q(b))/f.txt)\" = v2")
+
+            // Under --read on B, A's next version waits; it arrives when the command ends.
+            let reader = try Background("\(nimbus) coordinate --read \(q(b))/f.txt -- sh -c 'touch \(q(w.base))/reading; sleep 2; cat \(q(b))/f.txt > \(q(w.base))/seen'")
+            defer { reader.stop() }
+            try await eventually("reading under the claim", "test -e \(q(w.base))/reading")
+            try sh("printf v3 > \(q(a))/f.txt")
+            reader.wait()
+            #expect(try sh("cat \(q(w.base))/seen") == "v2", "the reader saw one consistent version")
+            try await eventually("v3 on B after the reader", "test \"$(cat \(q(b))/f.txt)\" = v3")
+
+            // Busy: a write claim against a held lock gives up after the timeout, naming the holder.
+            let hold = try Background("exec flock -s \(q(b))/f.txt sleep 5")
+            defer { hold.stop() }
+            try await eventually("held", "\(nimbus) debug claims \(q(b)) | grep -q flock")
+            let busy = shStatus("\(nimbus) coordinate --write --timeout 1 \(q(b))/f.txt -- true")
+            #expect(busy.0 == 5 && busy.1.contains("stayed claimed") && busy.1.contains("flock"), "\(busy)")
+            #expect(shStatus("\(nimbus) coordinate --read \(q(b))/f.txt -- sh -c 'exit 7'").0 == 7)
+        }
+    }
 }
