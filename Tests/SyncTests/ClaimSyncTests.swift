@@ -59,8 +59,9 @@ struct ClaimSyncTests {
             try await eventually("v1 on B", "test \"$(cat \(q(b))/doc.txt)\" = v1")
             let inBefore = try w.chunkBytesIn()
 
-            // A's program saves under its exclusive lock and keeps holding it for 2.5 s.
-            let hold = try Background("python3 \(q(w.base))/holder.py \(q(a))/doc.txt 2.5 \(q(w.base))/saved 'saved under lock'")
+            // A's program saves under its exclusive lock and keeps holding it for 6 s (long
+            // enough that the checks below run while it holds, even on a loaded machine).
+            let hold = try Background("python3 \(q(w.base))/holder.py \(q(a))/doc.txt 6 \(q(w.base))/saved 'saved under lock'")
             defer { hold.stop() }
             try await eventually("A's program saved", "test -e \(q(w.base))/saved")
             try await Task.sleep(for: .milliseconds(1500))
@@ -82,7 +83,7 @@ struct ClaimSyncTests {
             try sh("printf v1 > \(q(a))/f.txt")
             try await eventually("v1 on B", "test \"$(cat \(q(b))/f.txt)\" = v1")
 
-            let save = try Background("\(nimbus) coordinate --write \(q(a))/f.txt -- sh -c 'printf v2 > \(q(a))/f.txt; touch \(q(w.base))/saved; sleep 2'")
+            let save = try Background("\(nimbus) coordinate --write \(q(a))/f.txt -- sh -c 'printf v2 > \(q(a))/f.txt; touch \(q(w.base))/saved; sleep 5'")
             defer { save.stop() }
             try await eventually("saved under the claim", "test -e \(q(w.base))/saved")
             let claims = try sh("\(nimbus) debug claims \(q(a))")
@@ -93,7 +94,7 @@ struct ClaimSyncTests {
             try await eventually("v2 on B after the command", "test \"$(cat \(q(b))/f.txt)\" = v2")
 
             // Under --read on B, A's next version waits; it arrives when the command ends.
-            let reader = try Background("\(nimbus) coordinate --read \(q(b))/f.txt -- sh -c 'touch \(q(w.base))/reading; sleep 2; cat \(q(b))/f.txt > \(q(w.base))/seen'")
+            let reader = try Background("\(nimbus) coordinate --read \(q(b))/f.txt -- sh -c 'touch \(q(w.base))/reading; sleep 4; cat \(q(b))/f.txt > \(q(w.base))/seen'")
             defer { reader.stop() }
             try await eventually("reading under the claim", "test -e \(q(w.base))/reading")
             try sh("printf v3 > \(q(a))/f.txt")
