@@ -88,6 +88,7 @@ extension ContainerFS {
                 throw Errno(-fd)
             }
             n.openHandles += 1
+            n.handles.insert(UInt64(fd))
             n.writers += 1
             t.writerHandles.insert(UInt64(fd))
             t.openFiles += 1

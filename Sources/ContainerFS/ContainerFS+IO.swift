@@ -11,25 +11,24 @@ extension ContainerFS {
     public func open(node: UInt64, flags: Int32) throws(Errno) -> FuseOpen {
         if Self.isControlFile(node) { return openControl(node) }
         if node == Self.controlDirNode { throw .EISDIR }
-        let id = try lock.withLock { () throws(Errno) -> ItemID in
+        // The cache file is opened under the lock: a remote version swapping the file (and the
+        // node) cannot slip between choosing the node and opening its file.
+        let fd = try lock.withLock { () throws(Errno) -> Int32 in
             let n = try self.node(node)
             guard n.rec.kind == .file else { throw n.isDir ? .EISDIR : .ELOOP }
+            // A node whose content a remote version replaced (its item lives on in a new node):
+            // the kernel reached it through a stale name; ESTALE makes it look the name up again.
+            if !n.linked, let live = t.byID[n.rec.id], live != n.node { throw .ESTALE }
+            let fd = store.cache.open(n.rec.id, create: true)
+            if fd < 0 { throw Errno(-fd) }
             n.openHandles += 1
             t.openFiles += 1
-            return n.rec.id
-        }
-        let fd = store.cache.open(id, create: true)
-        if fd < 0 {
-            lock.withLock {
-                if let n = t.nodes[node] { n.openHandles -= 1; t.openFiles -= 1; reapIfUnused(n) }
-            }
-            throw Errno(-fd)
-        }
-        if flags & O_ACCMODE != O_RDONLY {
-            lock.withLock {
+            n.handles.insert(UInt64(fd))
+            if flags & O_ACCMODE != O_RDONLY {
                 t.writerHandles.insert(UInt64(fd))
-                t.nodes[node]?.writers += 1
+                n.writers += 1
             }
+            return fd
         }
         if flags & O_TRUNC != 0 {
             // Atomic O_TRUNC: the kernel leaves the truncation to us (mtime/ctime always change,
@@ -89,6 +88,8 @@ extension ContainerFS {
         public var unsynced: Bool
         public var generation: UInt64
         public var idleNanoseconds: UInt64
+        /// Written since the last close, flush or fsync.
+        public var dirty: Bool
     }
 
     public func writeState(_ item: ItemID) -> WriteState? {
@@ -96,7 +97,7 @@ extension ContainerFS {
         return lock.withLock {
             guard let node = t.byID[item], let n = t.nodes[node] else { return nil }
             return WriteState(writers: n.writers, unsynced: n.writers > 0 && !n.fsyncedSinceWrite, generation: n.writeGen,
-                              idleNanoseconds: now &- n.lastWrite)
+                              idleNanoseconds: now &- n.lastWrite, dirty: n.metaDirty)
         }
     }
 
@@ -140,11 +141,15 @@ extension ContainerFS {
     public func release(node: UInt64, handle: UInt64) {
         if handle >= Self.controlHandleBase { return releaseControl(handle) }
         settle(node: node)
-        close(Int32(handle))
+        // The descriptor is closed after its bookkeeping is gone: its number may be reused by
+        // the next open at once, and must not inherit this handle's writer or stale marks.
+        defer { close(Int32(handle)) }
         let closedWriter = lock.withLock { () -> ItemID? in
             t.openFiles -= 1
             let wasWriter = t.writerHandles.remove(handle) != nil
+            t.stale[handle] = nil
             guard let n = t.nodes[node] else { return nil }
+            n.handles.remove(handle)
             n.openHandles -= 1
             if wasWriter { n.writers -= 1 }
             let id = wasWriter && n.linked ? n.rec.id : nil

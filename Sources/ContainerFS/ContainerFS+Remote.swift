@@ -18,6 +18,9 @@ public struct RemoteState: Sendable {
     /// The content differs from the cache file's: the cache file becomes an empty sparse file
     /// of `size` (a placeholder) whose bytes the content provider fetches on read.
     public var resetContent: Bool
+    /// With `resetContent`: which bytes of the old content were here (nil: all). Handles open on
+    /// the file keep reading the old bytes; reads outside these fail with EIO.
+    public var oldPresent: (@Sendable (Range<Int64>) -> Bool)?
     public init(id: ItemID, parent: ItemID, name: String, kind: ItemKind, perm: UInt32, size: Int64, mtime: Int64,
                 target: String?, deleted: Bool, resetContent: Bool) {
         self.id = id; self.parent = parent; self.name = name; self.kind = kind; self.perm = perm; self.size = size
@@ -47,7 +50,11 @@ extension ContainerFS {
     /// ids that could not be applied (their folder is unknown here, their name is taken by an
     /// item not yet uploaded — the server will rename one of them on upload — or the file is
     /// being written here).
-    public func applyRemote(_ states: [RemoteState]) -> (actions: [KernelAction], skipped: [ItemID]) {
+    ///
+    /// `applied` is called for each state shown, with the lock held, just before the tree and the
+    /// cache file change: the engine switches the item's presence there, so no read can pair the
+    /// new content's presence with the old file or the old presence with the new file.
+    public func applyRemote(_ states: [RemoteState], applied: (ItemID) -> Void = { _ in }) -> (actions: [KernelAction], skipped: [ItemID]) {
         lock.withLock {
             var actions: [KernelAction] = []
             var pending = states
@@ -55,7 +62,7 @@ extension ContainerFS {
             while !pending.isEmpty {
                 var rest: [RemoteState] = []
                 for s in pending {
-                    switch applyOne(s, &actions) {
+                    switch applyOne(s, &actions, applied) {
                     case .done: break
                     case .waitForParent: rest.append(s)
                     case .skip: skipped.append(s.id)
@@ -105,6 +112,38 @@ extension ContainerFS {
         }
     }
 
+    public enum ReadPlan {
+        /// Serve from the handle's file now.
+        case direct
+        /// Wait for the content provider to fetch the bytes of this item.
+        case hydrate(ItemID)
+        case fail(Errno)
+    }
+
+    /// How to serve a read through `handle`: a handle whose file was replaced by a remote version
+    /// reads the old bytes it has (EIO for the rest); otherwise as `placeholder(node:range:)`.
+    public func readPlan(node: UInt64, handle: UInt64, range: Range<Int64>) -> ReadPlan {
+        guard lazyContent, node >= 16 else { return .direct }
+        let (stale, id) = lock.withLock { () -> (StaleHandle?, ItemID?) in
+            if let s = t.stale[handle] { return (s, nil) }
+            guard let n = t.nodes[node], n.rec.kind == .file else { return (nil, nil) }
+            return (nil, n.rec.id)
+        }
+        if let stale {
+            guard let present = stale.present else { return .direct }
+            return present(range) ? .direct : .fail(.EIO)
+        }
+        guard let id, !content.isPresent(id, range: range) else { return .direct }
+        return .hydrate(id)
+    }
+
+    /// For a read answered after hydration: EIO when its handle went stale meanwhile and the old
+    /// file lacks the bytes (the download went into the new file).
+    public func staleReadError(handle: UInt64, range: Range<Int64>) -> Errno? {
+        guard let stale = lock.withLock({ t.stale[handle] }), let present = stale.present else { return nil }
+        return present(range) ? nil : .EIO
+    }
+
     /// Whether a read of `range` must wait for the content provider; the item id if so.
     /// Local-only mounts never ask (no lock on the read path).
     func placeholder(node: UInt64, range: Range<Int64>) -> ItemID? {
@@ -120,21 +159,26 @@ extension ContainerFS {
     private enum ApplyResult { case done, waitForParent, skip }
 
     /// One state (lock held).
-    private func applyOne(_ s: RemoteState, _ actions: inout [KernelAction]) -> ApplyResult {
+    private func applyOne(_ s: RemoteState, _ actions: inout [KernelAction], _ applied: (ItemID) -> Void) -> ApplyResult {
         let now = WallClock.nowNanoseconds()
         let existing = t.byID[s.id].flatMap { t.nodes[$0] }.flatMap { $0.linked ? $0 : nil }
         if s.deleted {
+            applied(s.id)
             if let n = existing, let p = t.nodes[n.parentNode] { removeRemote(n, from: p, now: now, &actions) }
             return .done
         }
         guard let pnode = t.byID[s.parent], let p = t.nodes[pnode], p.isDir, p.linked else { return .waitForParent }
         if let n = existing {
-            // Written here since the last close/fsync: the writer's close queues an upload with
-            // the old base and the server keeps both; never replace bytes being written.
-            if n.rec.kind == .file && s.resetContent && n.metaDirty { return .skip }
+            // Written here since the last close/fsync, or open for writing: the writer's close
+            // queues an upload with the old base (the server keeps both) or lets the engine
+            // apply the new version then; never replace bytes being written.
+            if n.rec.kind == .file && s.resetContent && (n.metaDirty || n.writers > 0) { return .skip }
             if n.rec.parent != s.parent || n.rec.name != s.name {
                 if let occupant = p.children[s.name], occupant != n.node { return .skip }
                 if n.isDir && isInside(p, n) { return .skip }
+            }
+            applied(s.id)
+            if n.rec.parent != s.parent || n.rec.name != s.name {
                 if let old = t.nodes[n.parentNode] {
                     old.children[n.rec.name] = nil
                     if n.isDir { old.subdirs -= 1 }
@@ -154,6 +198,10 @@ extension ContainerFS {
                 n.rec.target = target
                 n.rec.size = Int64(target.utf8.count)
             }
+            if n.rec.kind == .file && s.resetContent && !n.handles.isEmpty {
+                replaceUnderReaders(n, in: p, with: s, &actions)
+                return .done
+            }
             if n.rec.kind == .file && s.resetContent {
                 resetCacheFile(s.id, size: s.size)
                 n.rec.size = s.size
@@ -163,6 +211,7 @@ extension ContainerFS {
             return .done
         }
         if p.children[s.name] != nil { return .skip }
+        applied(s.id)
         let type: UInt32 = switch s.kind {
         case .file: UInt32(S_IFREG)
         case .folder: UInt32(S_IFDIR)
@@ -187,6 +236,33 @@ extension ContainerFS {
         actions.append(.entry(parent: p.node, name: s.name))
         actions.append(.node(p.node))
         return .done
+    }
+
+    /// New content for a file that programs have open (lock held): the item moves to a new node
+    /// (inode) with a new cache file; the old node keeps the open handles, its unlinked cache file,
+    /// its size and its page cache, so those programs read the old bytes — consistently, never
+    /// mixed with new ones — until they reopen. Reads of old bytes that were never downloaded
+    /// fail with EIO (`StaleHandle`).
+    private func replaceUnderReaders(_ n: Node, in p: Node, with s: RemoteState, _ actions: inout [KernelAction]) {
+        for h in n.handles where t.stale[h] == nil { t.stale[h] = StaleHandle(present: s.oldPresent) }
+        store.cache.remove(s.id)  // open descriptors keep the old file
+        resetCacheFile(s.id, size: s.size)
+        var rec = n.rec
+        rec.node = t.nextNode
+        t.nextNode += 1
+        rec.size = s.size
+        let fresh = Node(rec)
+        fresh.xattrs = n.xattrs
+        fresh.parentNode = p.node
+        t.nodes[fresh.node] = fresh
+        t.byID[s.id] = fresh.node
+        p.children[s.name] = fresh.node
+        n.linked = false
+        persist(fresh)
+        // The name now leads to the new node; the old node (and its cached pages) stays for
+        // its handles and goes when they close and the kernel forgets it.
+        actions.append(.entry(parent: p.node, name: s.name))
+        actions.append(.node(p.node))
     }
 
     /// Removes a remotely deleted item and, for a folder, what is still in it here (lock held).

@@ -164,7 +164,8 @@ public final class ContainerFS: @unchecked Sendable {
         guard !n.linked, n.lookups == 0, n.openHandles == 0 else { return }
         t.nodes[n.node] = nil
         if t.byID[n.rec.id] == n.node { t.byID[n.rec.id] = nil }
-        if n.rec.kind == .file { store.cache.remove(n.rec.id) }
+        // A node replaced under its readers shares its id with the live one: leave its cache file.
+        if n.rec.kind == .file && t.byID[n.rec.id] == nil { store.cache.remove(n.rec.id) }
     }
 
     // MARK: lookup, forget, getattr, readlink, statfs

@@ -117,11 +117,20 @@ public final class FuseAdapter: FuseFilesystem {
         let fd = Int32(truncatingIfNeeded: handle)
         // A placeholder: the reply waits (deferred, off this thread) until the provider has put
         // the covering bytes into the cache file, or fails with its errno — never hangs.
-        if let id = fs.placeholder(node: node, range: offset..<(offset + Int64(size))) {
+        switch fs.readPlan(node: node, handle: handle, range: offset..<(offset + Int64(size))) {
+        case .direct: break
+        case .fail(let e): return reply.error(e)
+        case .hydrate(let id):
             let box = ReplyBox(reply)
+            let fs = self.fs
             fs.content.hydrate(id, range: offset..<(offset + Int64(size))) { error in
                 guard let r = box.take() else { return }
-                if let error { r.error(error) } else { r.data(fd: fd, offset: offset, size: size) }
+                // Replaced by a remote version while waiting: this handle reads the old bytes.
+                if let error = error ?? fs.staleReadError(handle: handle, range: offset..<(offset + Int64(size))) {
+                    r.error(error)
+                } else {
+                    r.data(fd: fd, offset: offset, size: size)
+                }
             }
             return
         }

@@ -11,6 +11,8 @@ final class Node {
     var parentNode: UInt64 = 1
     /// Open file handles (files) — an unlinked file lives on while either count is positive.
     var openHandles = 0
+    /// Every open handle of this file (for swapping the cache file under readers).
+    var handles: Set<UInt64> = []
     /// Handles open for writing. While positive (and no fsync since the last write) the content
     /// is mid-save: the sync engine must not upload it (DESIGN §4 Push).
     var writers = 0
@@ -44,6 +46,10 @@ final class Tables {
     var nextNode: UInt64 = 16
     /// File handles open for writing (handles are the cache-file descriptors).
     var writerHandles: Set<UInt64> = []
+    /// Handles whose file's content was replaced by a remote version while they were open: they
+    /// keep reading the old cache file (unlinked, so only they see it). `present` says which bytes
+    /// of it are there (nil: all); reads of the rest fail with EIO — never a mix of versions.
+    var stale: [UInt64: StaleHandle] = [:]
     /// Open directory listings: handle → snapshot.
     var dirs: [UInt64: DirSnapshot] = [:]
     var nextDirHandle: UInt64 = 1
@@ -51,6 +57,10 @@ final class Tables {
     var controls: [UInt64: [UInt8]] = [:]
     var nextControlHandle: UInt64 = 1
     var openFiles = 0
+}
+
+struct StaleHandle {
+    var present: (@Sendable (Range<Int64>) -> Bool)?
 }
 
 /// A directory listing fixed at `opendir` (and at rewind): offsets index into it, so entries

@@ -18,7 +18,7 @@ public struct Errno: Error, Equatable, Hashable, Sendable, CustomStringConvertib
     public static let ENOTSUP = Errno(Glibc.ENOTSUP), EAGAIN = Errno(Glibc.EAGAIN), ELOOP = Errno(Glibc.ELOOP)
     public static let ENOTCONN = Errno(Glibc.ENOTCONN)
     public static let EDEADLK = Errno(Glibc.EDEADLK), EINTR = Errno(Glibc.EINTR)
-    public static let EBUSY = Errno(Glibc.EBUSY)
+    public static let EBUSY = Errno(Glibc.EBUSY), ESTALE = Errno(Glibc.ESTALE)
 
     /// The current thread's errno (after a failed libc call).
     public static var current: Errno { Errno(cfuse_errno()) }

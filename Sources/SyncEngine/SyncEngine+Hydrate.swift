@@ -120,18 +120,20 @@ extension SyncEngine: ContentProvider {
     /// its waiters. Failing (unreachable server, deadline, bad bytes) answers EIO to them.
     func download(_ key: ChunkKey, at offset: Int64) async {
         var failure: Errno?
+        let gen = state.withLock { $0.fileGen[key.item] ?? 0 }
         do {
             let bytes = try await fetchClient.getChunk(key.hash)
             guard ContentHash(digest: SHA256.hash(data: bytes)) == key.hash else {
                 throw SyncError("chunk \(key.hash) arrived with other bytes")
             }
             try write(bytes, to: key.item, at: offset)
-            let updated: Base? = state.withLock { s in
+            let (updated, replaced): (Base?, Bool) = state.withLock { s in
                 s.bytesDownloaded += Int64(bytes.count)
-                // Still the same content? (a remote change may have replaced it meanwhile)
-                guard var b = s.bases[key.item], key.index < b.record.chunks.count,
-                      b.record.chunks[key.index].hash == key.hash, b.offsets[key.index] == offset,
-                      var p = b.present else { return nil }
+                // Still the same content? (a remote change may have replaced it meanwhile: the
+                // waiting reads were for the old version, whose file only stale handles see)
+                guard (s.fileGen[key.item] ?? 0) == gen, var b = s.bases[key.item], key.index < b.record.chunks.count,
+                      b.record.chunks[key.index].hash == key.hash, b.offsets[key.index] == offset else { return (nil, true) }
+                guard var p = b.present else { return (nil, false) }
                 p[key.index] = true
                 b = Base(record: b.record, present: p)
                 s.bases[key.item] = b
@@ -139,11 +141,12 @@ extension SyncEngine: ContentProvider {
                 s.useClock &+= 1
                 s.lastUse[key.item] = s.useClock  // just downloaded counts as used (LRU)
                 if b.complete { s.itemErrors[key.item] = nil }
-                return b
+                return (b, false)
             }
             if let updated {
                 try saveBase(key.item, updated)
             }
+            if replaced { failure = .EIO }  // never answer a read with bytes of another version
         } catch {
             failure = .EIO
             log("download of chunk \(key.index) of \(key.item) failed: \(error)")

@@ -130,6 +130,15 @@ extension SyncEngine {
             let (old, busy) = state.withLock { s in (s.bases[item.id], s.queued.contains(item.id) || s.inFlight == item.id) }
             if let old, old.version >= item.version { continue }  // our own commit coming back, or old news
             if busy { continue }
+            // Open for writing here: the new version waits for the writer (never mixed with or
+            // replacing bytes being written). Checked before any base changes, so no read can
+            // see the new version's presence while the old bytes are still in the file.
+            if let old, item.kind == .file, !item.deleted, old.record.chunks != item.chunks,
+               let ws = fs.writeState(item.id), ws.writers > 0 || ws.dirty {
+                state.withLock { _ = $0.heldForWriter.updateValue(item, forKey: item.id) }
+                try? store.setMeta("sync.relist", "1")
+                continue
+            }
             // New content is applied under a write claim; while a program holds the file (a
             // lock) the new version waits until it lets go (SyncEngine+Claims.swift).
             if let old, item.kind == .file, !item.deleted, old.record.chunks != item.chunks {
@@ -147,7 +156,13 @@ extension SyncEngine {
             }
             oldBases[item.id] = .some(old)
             let contentChanged = old.map { $0.record.chunks != item.chunks } ?? true
-            states.append(Self.remoteState(item, resetContent: item.kind == .file && contentChanged))
+            var rs = Self.remoteState(item, resetContent: item.kind == .file && contentChanged)
+            if rs.resetContent, let old, let present = old.present {
+                // Open readers keep the old file: they may read what of it was here.
+                let frozen = Base(record: old.record, present: present)
+                rs.oldPresent = { frozen.missing(in: $0).isEmpty }
+            }
+            states.append(rs)
             if item.deleted {
                 newBases[item.id] = .some(nil)
             } else {
@@ -155,9 +170,20 @@ extension SyncEngine {
             }
         }
         guard !states.isEmpty else { return }
-        // Presence first, then the tree: a read that sees the new size must see "not present".
-        try saveBases(newBases)
-        let (actions, skipped) = fs.applyRemote(states)
+        // Presence switches with the tree, under the filesystem lock (`applied`): a read that
+        // sees the new size sees "not present", and a download of the old content started before
+        // counts for nothing (`fileGen`).
+        let resets = Set(states.filter(\.resetContent).map(\.id))
+        var shown: [ItemID: Base?] = [:]
+        let (actions, skipped) = fs.applyRemote(states) { id in
+            guard let nb = newBases[id] else { return }
+            state.withLock { s in
+                s.bases[id] = nb
+                if resets.contains(id) { s.fileGen[id, default: 0] &+= 1 }
+            }
+            shown[id] = nb
+        }
+        try persistBases(shown)
         // New content of pinned files is downloaded at once.
         if !state.withLock({ $0.pinned.isEmpty }) {
             let fresh = states.filter { $0.kind == .file && $0.resetContent && !$0.deleted && !skipped.contains($0.id) }.map(\.id)
@@ -168,9 +194,14 @@ extension SyncEngine {
         if let low = skipped.compactMap({ versions[$0] }).min() {
             state.withLock { s in s.minSkipped = min(s.minSkipped ?? low, low) }
         }
+        let byID = Dictionary(items.map { ($0.id, $0) }, uniquingKeysWith: { a, b in a.version >= b.version ? a : b })
         for id in skipped {
-            // Keep the old base: the item is retried on its next change or commit answer.
-            if let old = oldBases[id] { try saveBase(id, old) }
+            // The old base stays: the item is retried on its next change or commit answer.
+            // A file that opened for writing meanwhile: its version waits like those above.
+            if let item = byID[id], item.kind == .file, !item.deleted, case .some(.some) = oldBases[id] {
+                state.withLock { _ = $0.heldForWriter.updateValue(item, forKey: id) }
+                try? store.setMeta("sync.relist", "1")
+            }
             log("remote item \(id) not shown here yet (its folder is missing, its name is taken, or it is being written here)")
         }
         sendKernel(actions)

@@ -132,9 +132,19 @@ extension SyncEngine: ChangeObserver {
         }
         if let base, ItemDraft(base.record) == draft.withModified(base.record.modified), !base.record.deleted {
             try store.removeSyncOps(id, upTo: upTo)  // nothing the server does not have
+            // A newer version that waited for this file's writer goes in now.
+            if let held = state.withLock({ $0.heldForWriter[id] }), let ws = fs.writeState(id), ws.writers == 0, !ws.dirty {
+                state.withLock { s in
+                    s.heldForWriter[id] = nil
+                    if s.inFlight == id { s.inFlight = nil }
+                }
+                try apply([held])
+            }
             return
         }
         let r = try await client.commit(container, CommitRequest(item: id, baseVersion: base?.version, state: draft, seenCursor: cursor))
+        // The server's answer covers any version that waited for this upload.
+        state.withLock { s in if let p = s.heldForWriter[id], p.version <= r.item.version { s.heldForWriter[id] = nil } }
         try settle(id, sent: draft, response: r, previous: base)
         if let snapshot {
             // Uploaded while still open: the close (or a later quiet period) sends what follows;

@@ -84,6 +84,12 @@ public final class SyncEngine: Sendable {
         var heldForLock: Set<ItemID> = []
         /// Remote versions not applied because a program holds a lock on the file.
         var pendingRemote: [ItemID: ServerItem] = [:]
+        /// Remote versions not applied because the file is open for writing here: applied when
+        /// the writer is done (or superseded by its upload).
+        var heldForWriter: [ItemID: ServerItem] = [:]
+        /// Bumped when an item's cache file is reset or swapped for new content: a download
+        /// that started before writes into the old file and must not count.
+        var fileGen: [ItemID: UInt64] = [:]
         /// The download scheduler (SyncEngine+Hydrate.swift): chunk fetches waiting for one of
         /// `parallelDownloads` slots, one FIFO per priority (read, wanted, prefetch).
         var fetchQueues: [[ChunkFetch]] = [[], [], []]
@@ -248,6 +254,12 @@ public final class SyncEngine: Sendable {
 
     /// Saves many bases (nil: removed), in memory and in one transaction on disk.
     func saveBases(_ bases: [ItemID: Base?]) throws {
+        state.withLock { s in for (id, b) in bases { s.bases[id] = b } }
+        try persistBases(bases)
+    }
+
+    /// Writes bases already set in memory (nil: removed) in one transaction.
+    func persistBases(_ bases: [ItemID: Base?]) throws {
         guard !bases.isEmpty else { return }
         let encoder = JSONEncoder()
         var rows: [SyncBase] = []
@@ -260,7 +272,6 @@ public final class SyncEngine: Sendable {
                 gone.append(id)
             }
         }
-        state.withLock { s in for (id, b) in bases { s.bases[id] = b } }
         try store.saveSyncBases(rows, removing: gone)
     }
 
@@ -284,7 +295,7 @@ extension SyncEngine: SyncStatusSource {
             // Queued, being pushed, written here and not yet uploaded, or never uploaded.
             if s.inFlight == item || s.queued.contains(item) || s.writing.contains(item) { return "uploading" }
             if s.bases[item] == nil && !item.isRoot { return "uploading" }
-            if s.pendingRemote[item] != nil { return "downloaded" }  // a newer version waits for a lock
+            if s.pendingRemote[item] != nil || s.heldForWriter[item] != nil { return "downloaded" }  // a newer version waits
             guard let b = s.bases[item], let present = b.present else { return "current" }
             if s.downloads.keys.contains(where: { $0.item == item }) { return "downloading" }
             return present.contains(true) ? "partial" : "cloud"
