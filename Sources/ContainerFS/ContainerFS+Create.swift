@@ -87,6 +87,7 @@ extension ContainerFS {
                 store.enqueue(.delete(n.rec.id))
                 throw Errno(-fd)
             }
+            noteCreated(n, folder: p.node, name: name)
             n.openHandles += 1
             n.handles.insert(UInt64(fd))
             n.writers += 1

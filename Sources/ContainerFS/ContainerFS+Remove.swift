@@ -24,14 +24,86 @@ extension ContainerFS {
 
     public func unlink(parent: UInt64, name: String) throws(Errno) {
         if isControl(parent: parent, name: name) { throw .EPERM }
+        var keptIdentity: ItemID?
         let id = try lock.withLock { () throws(Errno) -> ItemID in
             let p = try folder(parent)
             guard let id = p.children[name], let n = t.nodes[id] else { throw .ENOENT }
             if n.isDir { throw .EISDIR }
+            // vim's save: the document was renamed to a backup name, a new file written under
+            // the document's name, and now the backup goes: the new file takes the document's
+            // identity (item id, versions, pin); the item that goes is the new file's.
+            if let heir = safeSaveHeir(of: n), transferIdentity(from: n, to: heir) {
+                detach(n, from: p, now: WallClock.nowNanoseconds())
+                persist(heir)
+                keptIdentity = heir.rec.id
+                return n.rec.id
+            }
             detach(n, from: p, now: WallClock.nowNanoseconds())
             return n.rec.id
         }
         notify(.deleted(id))
+        if let keptIdentity { notify(.contentChanged(keptIdentity)) }
+    }
+
+    // MARK: safe saves
+
+    /// Gives `to` the identity of `from` (lock held): item id, and so the engine's base, versions
+    /// and pin; the content files are exchanged so each id keeps naming its node's bytes. `from`
+    /// gets `to`'s old id. Only for files whose content is all here (a placeholder cannot take
+    /// over: its bytes are another version's). False when it cannot be done; nothing changed.
+    func transferIdentity(from: Node, to: Node) -> Bool {
+        guard from.rec.kind == .file, to.rec.kind == .file, from !== to,
+              content.isPresent(to.rec.id, range: 0..<to.rec.size),
+              store.cache.exchange(from.rec.id, to.rec.id) else { return false }
+        let keep = from.rec.id, temp = to.rec.id
+        to.rec.id = keep
+        from.rec.id = temp
+        t.byID[keep] = to.node
+        t.byID[temp] = from.node
+        // The stored xattrs under `keep` become `to`'s own (POSIX: the surviving file's).
+        for name in from.xattrs.keys where to.xattrs[name] == nil { store.enqueue(.removeXattr(keep, name: name)) }
+        for (name, value) in to.xattrs { store.enqueue(.setXattr(keep, name: name, value: value)) }
+        t.safeSaves[to.node] = nil
+        return true
+    }
+
+    /// A file renamed away from `name` in `folder`: a new file created under that name soon
+    /// after may be an editor's save (lock held).
+    func noteRenamedAway(folder: UInt64, name: String, node: UInt64) {
+        let now = Self.monotonicNow()
+        t.renamedAway.removeAll { now &- $0.at > Self.safeSaveWindow }
+        if t.renamedAway.count >= 32 { t.renamedAway.removeFirst() }
+        t.renamedAway.append((folder, name, node, now))
+    }
+
+    /// Called by create (lock held): the new file `n` takes the name a file was just renamed from.
+    func noteCreated(_ n: Node, folder: UInt64, name: String) {
+        let now = Self.monotonicNow()
+        t.safeSaves = t.safeSaves.filter { now &- $0.value.at <= Self.safeSaveWindow }
+        guard let r = t.renamedAway.last(where: { $0.folder == folder && $0.name == name && now &- $0.at <= Self.safeSaveWindow }),
+              t.nodes[r.node]?.linked == true else { return }
+        t.safeSaves[n.node] = (r.node, now)
+    }
+
+    /// The file that should take `n`'s identity when `n` is removed (vim's backup pattern).
+    func safeSaveHeir(of n: Node) -> Node? {
+        let now = Self.monotonicNow()
+        guard let (heir, _) = t.safeSaves.first(where: { $0.value.renamed == n.node && now &- $0.value.at <= Self.safeSaveWindow }),
+              let h = t.nodes[heir], h.linked, h.writers == 0 else { return nil }
+        return h
+    }
+
+    /// How long a rename-away/create/remove sequence counts as one save.
+    static let safeSaveWindow: UInt64 = 5_000_000_000
+
+    /// Whether `item` is a new file that may yet take over another item's identity (a save in
+    /// progress): the sync engine holds its first upload for a moment.
+    public func isPendingSafeSave(_ item: ItemID) -> Bool {
+        let now = Self.monotonicNow()
+        return lock.withLock {
+            guard let node = t.byID[item], let s = t.safeSaves[node] else { return false }
+            return now &- s.at <= 2_000_000_000
+        }
     }
 
     public func rmdir(parent: UInt64, name: String) throws(Errno) {
@@ -101,6 +173,25 @@ extension ContainerFS {
                 return
             }
 
+            // A file renamed over a file (an editor's safe save: write a temporary file, rename it
+            // over the document): the document keeps its identity — item id, versions, pin — and
+            // gets the new content; the temporary item is what goes away.
+            if let target, !flags.contains(.noReplace), transferIdentity(from: target, to: s) {
+                let keep = s.rec.id, temp = target.rec.id
+                detach(target, from: np, now: now)  // deletes the row of `temp` (frees s's node number)
+                p.children[name] = nil
+                np.children[newName] = s.node
+                s.rec.parent = np.rec.id
+                s.rec.name = newName
+                s.rec.ctime = now
+                s.parentNode = np.node
+                for x in [p, np] { x.rec.mtime = now; x.rec.ctime = now }
+                persist(s); persist(p)
+                if p !== np { persist(np) }
+                changes = [.deleted(temp), .contentChanged(keep)]
+                return
+            }
+
             if let target {
                 if flags.contains(.noReplace) { throw .EEXIST }
                 if s.isDir {
@@ -123,6 +214,7 @@ extension ContainerFS {
             persist(s); persist(p)
             if p !== np { persist(np) }
             changes.append(.moved(s.rec.id))
+            if s.rec.kind == .file { noteRenamedAway(folder: p.node, name: name, node: s.node) }
         }
         for c in changes { notify(c) }
     }

@@ -50,6 +50,10 @@ final class Tables {
     /// keep reading the old cache file (unlinked, so only they see it). `present` says which bytes
     /// of it are there (nil: all); reads of the rest fail with EIO — never a mix of versions.
     var stale: [UInt64: StaleHandle] = [:]
+    /// Safe-save detection (ContainerFS+Remove.swift): files recently renamed away from a name,
+    /// and new files created under such a name (new node → renamed node, when).
+    var renamedAway: [(folder: UInt64, name: String, node: UInt64, at: UInt64)] = []
+    var safeSaves: [UInt64: (renamed: UInt64, at: UInt64)] = [:]
     /// Open directory listings: handle → snapshot.
     var dirs: [UInt64: DirSnapshot] = [:]
     var nextDirHandle: UInt64 = 1

@@ -12,6 +12,16 @@ public struct ContentCache: Sendable {
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
     }
 
+    /// Exchanges the content files of `a` and `b` (open descriptors keep their files). Both
+    /// must exist. False (and nothing changed) when a rename fails.
+    public func exchange(_ a: ItemID, _ b: ItemID) -> Bool {
+        let pa = path(for: a), pb = path(for: b), tmp = pa + ".exchange"
+        guard Glibc.rename(pa, tmp) == 0 else { return false }
+        guard Glibc.rename(pb, pa) == 0 else { _ = Glibc.rename(tmp, pa); return false }
+        guard Glibc.rename(tmp, pb) == 0 else { _ = Glibc.rename(pa, pb); _ = Glibc.rename(tmp, pa); return false }
+        return true
+    }
+
     public func path(for id: ItemID) -> String {
         let s = id.description
         return directory.path + "/" + s.prefix(2) + "/" + s

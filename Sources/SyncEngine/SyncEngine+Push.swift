@@ -107,6 +107,16 @@ extension SyncEngine: ChangeObserver {
             return
         }
         guard let parent = local.parent, let name = try? ItemName(local.name) else { return }
+        // A new file under the name a document was just renamed away from (vim's save): wait a
+        // moment — when the backup goes, this file takes the document's identity instead.
+        if base == nil, local.kind == .file, fs.isPendingSafeSave(id) {
+            Task {
+                try? await Task.sleep(for: .milliseconds(500))
+                self.state.withLock { s in if s.queued.insert(id).inserted { s.queue.append(id) } }
+                self.wake.yield()
+            }
+            return
+        }
         // Mid-save (open for writing, no fsync since the last write): never upload a half-written
         // file. The queued ops stay; the writer's close or fsync queues the item again. After a
         // quiet period without writes (tick loop) a snapshot goes: chunked between two equal

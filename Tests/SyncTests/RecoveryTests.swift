@@ -40,15 +40,22 @@ struct RecoveryTests {
             // (Not a shell: `printf >&3` dups and closes the descriptor, which is a close to FUSE.)
             writer.executableURL = URL(fileURLWithPath: "/usr/bin/env")
             let marker = w.base + "/written"
-            writer.arguments = ["python3", "-c", "import os,sys,time; fd=os.open(sys.argv[1], os.O_RDWR); os.write(fd, b'local'); open(sys.argv[2], 'w').close(); time.sleep(3); os.close(fd)",
-                                a + "/f.txt", marker]
+            // It holds the file until told (a fixed sleep was too short on a loaded machine).
+            let release = w.base + "/release"
+            writer.arguments = ["python3", "-c", "import os,sys,time\nfd=os.open(sys.argv[1], os.O_RDWR); os.write(fd, b'local'); open(sys.argv[2], 'w').close()\nfor _ in range(300):\n    if os.path.exists(sys.argv[3]): break\n    time.sleep(0.1)\nos.close(fd)",
+                                a + "/f.txt", marker, release]
             try writer.run()
             defer { if writer.isRunning { writer.terminate() } }
             try await eventually("A's writer has written", "test -e \(q(marker))")
             try sh("printf remote > \(q(b))/f.txt")
-            try await Task.sleep(for: .milliseconds(1500))
+            // A has received B's version (its journal cursor caught up with B's after B's upload)
+            // and has not applied it.
+            let cursor = { (mp: String) in "$(sed -n 's/^cursor: //p' \(q(mp))/.nimbus/status)" }
+            try await eventually("B uploaded", seconds: 30, "grep -q '^upload-queue: 0' \(q(b))/.nimbus/status && test \(cursor(b)) -ge 2")
+            try await eventually("A received B's version", seconds: 30, "test \(cursor(a)) -ge \(cursor(b))")
             let seen = try sh("cat \(q(a))/f.txt")
             #expect(seen == "local", "A's open file was replaced by B's edit: \(seen) \((try? sh("cat \(q(w.base))/a-state/mount.log")) ?? "")")
+            FileManager.default.createFile(atPath: release, contents: nil)
             writer.waitUntilExit()
             // After A's close both devices agree, and the other content is a conflict version.
             try await eventually("devices agree", seconds: 30, "test \"$(cat \(q(a))/f.txt)\" = \"$(cat \(q(b))/f.txt)\"")
