@@ -17,10 +17,23 @@ public final class CommitNotifier: Sendable {
     }
     private let state = Mutex(State())
 
-    public init() {}
+    /// Where an announcement came from: a commit on this instance, another instance's NOTIFY, or
+    /// the periodic catch-up read of a shared store.
+    public enum Source: String, Sendable, CaseIterable {
+        case commit
+        case notification
+        case catchUp = "catch-up"
+    }
+    private let onAnnounce: @Sendable (Source) -> Void
+
+    /// `onAnnounce` is told of every announcement (the server counts them by source in /metrics).
+    public init(onAnnounce: @escaping @Sendable (Source) -> Void = { _ in }) {
+        self.onAnnounce = onAnnounce
+    }
 
     /// Announces that `container`'s journal reached `seq`.
-    public func notify(container: Int64, seq: Int64) {
+    public func notify(container: Int64, seq: Int64, source: Source = .commit) {
+        onAnnounce(source)
         let ready: [CheckedContinuation<Void, Never>] = state.withLock { s in
             s.latest[container] = max(s.latest[container] ?? 0, seq)
             guard var list = s.waiters[container] else { return [] }

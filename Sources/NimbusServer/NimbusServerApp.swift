@@ -9,13 +9,16 @@ import NimbusProtocol
 public struct NimbusServerApp: Sendable {
     public let store: any ServerStore
     public let chunks: any ChunkStore
-    public let notifier = CommitNotifier()
-    public let metrics = ServerMetrics()
+    public let notifier: CommitNotifier
+    public let metrics: ServerMetrics
     public var clock: @Sendable () -> Int64 = { Int64(Date().timeIntervalSince1970 * 1_000_000_000) }
 
     public init(store: any ServerStore, chunks: any ChunkStore) {
         self.store = store
         self.chunks = chunks
+        let metrics = ServerMetrics()
+        self.metrics = metrics
+        self.notifier = CommitNotifier(onAnnounce: { metrics.announced($0) })
     }
 
     /// The embedded configuration: `DIR/metadata.sqlite` and `DIR/chunks`.

@@ -34,7 +34,7 @@ extension PostgresStore: CommitFeed {
                         for try await event in events {
                             let parts = event.payload.split(separator: ":")
                             if parts.count == 2, let container = Int64(parts[0]), let seq = Int64(parts[1]) {
-                                notifier.notify(container: container, seq: seq)
+                                notifier.notify(container: container, seq: seq, source: .notification)
                             }
                         }
                     }
@@ -63,7 +63,7 @@ extension PostgresStore: CommitFeed {
         do {
             for row in try await read("SELECT id, cursor FROM containers WHERE id = ANY(\(waited))") {
                 let (id, cursor) = try row.decode((Int64, Int64).self)
-                notifier.notify(container: id, seq: cursor)
+                notifier.notify(container: id, seq: cursor, source: .catchUp)
             }
         } catch {
             logger.warning("catch-up read of container cursors failed: \(error)")

@@ -9,6 +9,7 @@ public final class ServerMetrics: Sendable {
     let bytesIn: Counter
     let bytesOut: Counter
     let longPolls: Gauge
+    let announcements: [CommitNotifier.Source: Counter]
 
     public init() {
         commits = registry.makeCounter(name: "nimbus_commits_total", help: "Commits and resolves applied.")
@@ -16,6 +17,17 @@ public final class ServerMetrics: Sendable {
         bytesIn = registry.makeCounter(name: "nimbus_chunk_bytes_in_total", help: "Chunk bytes uploaded.")
         bytesOut = registry.makeCounter(name: "nimbus_chunk_bytes_out_total", help: "Chunk bytes downloaded.")
         longPolls = registry.makeGauge(name: "nimbus_longpolls_waiting", help: "Change requests waiting for a commit.")
+        var announcements: [CommitNotifier.Source: Counter] = [:]
+        for source in CommitNotifier.Source.allCases {
+            announcements[source] = registry.makeCounter(
+                name: "nimbus_journal_announcements_total", labels: [("source", source.rawValue)],
+                help: "Journal advances announced to long-polls, by source (commit here, NOTIFY from another instance, catch-up read).")
+        }
+        self.announcements = announcements
+    }
+
+    func announced(_ source: CommitNotifier.Source) {
+        announcements[source]?.increment()
     }
 
     private let requestCounters = LockedDictionary<Counter>()
