@@ -22,7 +22,8 @@ extension ContainerFS {
         } else {
             st.st_mode = S_IFREG | 0o444
             st.st_nlink = 1
-            st.st_size = 0
+            // The events file grows like a log, so `tail -f` (which polls the size) follows it.
+            st.st_size = node == Self.controlEventsNode ? Int(events.size) : 0
         }
         st.st_blksize = 4096
         return st
@@ -33,6 +34,16 @@ extension ContainerFS {
     }
 
     func openControl(_ node: UInt64) -> FuseOpen {
+        if node == Self.controlEventsNode {
+            // Read live from the log (no snapshot): an empty marker entry.
+            let h = lock.withLock { () -> UInt64 in
+                let h = Self.controlHandleBase + t.nextControlHandle
+                t.nextControlHandle += 1
+                t.eventHandles.insert(h)
+                return h
+            }
+            return FuseOpen(handle: h, keepCache: false, directIO: true)
+        }
         let bytes = Array((node == Self.controlClaimsNode ? claimsText() : statusText()).utf8)
         let h = lock.withLock { () -> UInt64 in
             let h = Self.controlHandleBase + t.nextControlHandle
@@ -44,7 +55,8 @@ extension ContainerFS {
     }
 
     public func readControl(handle: UInt64, offset: Int64, size: Int) throws(Errno) -> [UInt8] {
-        try lock.withLock { () throws(Errno) -> [UInt8] in
+        if lock.withLock({ t.eventHandles.contains(handle) }) { return events.read(offset: offset, size: size) }
+        return try lock.withLock { () throws(Errno) -> [UInt8] in
             guard let b = t.controls[handle] else { throw .EBADF }
             let start = min(Int(offset), b.count)
             return Array(b[start..<min(b.count, start + size)])
@@ -52,7 +64,7 @@ extension ContainerFS {
     }
 
     func releaseControl(_ handle: UInt64) {
-        lock.withLock { t.controls[handle] = nil }
+        lock.withLock { t.controls[handle] = nil; t.eventHandles.remove(handle) }
     }
 
     /// The text of `.nimbus/status`: one `key: value` per line, stable keys for scripts.

@@ -42,9 +42,10 @@ extension ContainerFS {
                 n.rec.ctime = now
                 n.rec.dirty = true
                 if n.linked { persist(n) }
+                n.metaDirty = true  // the close reports the change (one event per save, not two)
                 return n.rec.id
             }
-            if let changed { notify(.contentChanged(changed)) }
+            if let changed { observer?.localChange(.contentChanged(changed)) }
             // Pages cached from before the truncation must go.
             return FuseOpen(handle: UInt64(fd), keepCache: false)
         }
@@ -157,7 +158,7 @@ extension ContainerFS {
             return id
         }
         // A push deferred while the file was being written goes now (an unchanged file uploads nothing).
-        if let closedWriter { notify(.contentChanged(closedWriter)) }
+        if let closedWriter { observer?.localChange(.contentChanged(closedWriter)) }
     }
 
     /// Whether `item` is mid-save: open for writing with writes since the last fsync. Its content
@@ -223,7 +224,7 @@ extension ContainerFS {
             }
         }
         let now = WallClock.nowNanoseconds()
-        let (st, id, content) = try lock.withLock { () throws(Errno) -> (stat, ItemID, Bool) in
+        let (st, id, content, viaWriter) = try lock.withLock { () throws(Errno) -> (stat, ItemID, Bool, Bool) in
             let n = try self.node(node)
             if let m = c.mode { n.rec.mode = (n.rec.mode & UInt32(S_IFMT)) | (UInt32(m) & 0o7777) }
             if let u = c.uid { n.rec.uid = u }
@@ -237,9 +238,12 @@ extension ContainerFS {
             switch c.mtime { case .now?: n.rec.mtime = now; case .at(let ts)?: n.rec.mtime = Self.ns(ts); case nil: break }
             n.rec.ctime = c.ctime.map(Self.ns) ?? now
             if n.linked { persist(n) }
-            return (attr(n), n.rec.id, c.size != nil)
+            // A truncate through an open writer is reported by its close, like its writes.
+            let viaWriter = c.size != nil && handle.map { t.writerHandles.contains($0) } == true
+            if viaWriter { n.metaDirty = true }
+            return (attr(n), n.rec.id, c.size != nil, viaWriter)
         }
-        notify(content ? .contentChanged(id) : .attributesChanged(id))
+        if viaWriter { observer?.localChange(.contentChanged(id)) } else { notify(content ? .contentChanged(id) : .attributesChanged(id)) }
         return st
     }
 }

@@ -21,6 +21,8 @@ public struct RemoteState: Sendable {
     /// With `resetContent`: which bytes of the old content were here (nil: all). Handles open on
     /// the file keep reading the old bytes; reads outside these fail with EIO.
     public var oldPresent: (@Sendable (Range<Int64>) -> Bool)?
+    /// The server version (for the event line).
+    public var version: Int64 = 0
     public init(id: ItemID, parent: ItemID, name: String, kind: ItemKind, perm: UInt32, size: Int64, mtime: Int64,
                 target: String?, deleted: Bool, resetContent: Bool) {
         self.id = id; self.parent = parent; self.name = name; self.kind = kind; self.perm = perm; self.size = size
@@ -178,6 +180,7 @@ extension ContainerFS {
                 if n.isDir && isInside(p, n) { return .skip }
             }
             applied(s.id)
+            let oldPath = pathLocked(n)
             if n.rec.parent != s.parent || n.rec.name != s.name {
                 if let old = t.nodes[n.parentNode] {
                     old.children[n.rec.name] = nil
@@ -197,6 +200,13 @@ extension ContainerFS {
             if n.rec.kind == .symlink, let target = s.target {
                 n.rec.target = target
                 n.rec.size = Int64(target.utf8.count)
+            }
+            let newPath = pathLocked(n)
+            if newPath != oldPath { events.append("moved", origin: "remote", path: oldPath, to: newPath) }
+            if n.rec.kind == .file && s.resetContent {
+                events.append("version", origin: "remote", path: newPath, detail: "v\(s.version)")
+            } else if newPath == oldPath {
+                events.append("attributes", origin: "remote", path: newPath, detail: "v\(s.version)")
             }
             if n.rec.kind == .file && s.resetContent && !n.handles.isEmpty {
                 replaceUnderReaders(n, in: p, with: s, &actions)
@@ -233,6 +243,7 @@ extension ContainerFS {
         p.children[s.name] = node
         if s.kind == .folder { p.subdirs += 1 }
         store.enqueue(.upsert(rec))
+        events.append("created", origin: "remote", path: pathLocked(n), detail: "v\(s.version)")
         actions.append(.entry(parent: p.node, name: s.name))
         actions.append(.node(p.node))
         return .done
@@ -269,7 +280,7 @@ extension ContainerFS {
     private func removeRemote(_ n: Node, from p: Node, now: Int64, _ actions: inout [KernelAction]) {
         for (_, c) in n.children { if let child = t.nodes[c] { removeRemote(child, from: n, now: now, &actions) } }
         let name = n.rec.name
-        detach(n, from: p, now: now)
+        detach(n, from: p, now: now, origin: "remote")
         actions.append(.delete(parent: p.node, child: n.node, name: name))
         actions.append(.node(p.node))
     }

@@ -6,7 +6,8 @@ extension ContainerFS {
     /// Takes `n` out of the tree (lock held): the database row goes at once; the node and its
     /// cache file live until the kernel forgets it and the last handle closes (POSIX: an open
     /// file stays readable after unlink).
-    func detach(_ n: Node, from p: Node, now: Int64) {
+    func detach(_ n: Node, from p: Node, now: Int64, origin: String? = "local") {
+        if let origin { events.append("deleted", origin: origin, path: pathLocked(n)) }
         p.children[n.rec.name] = nil
         if n.isDir { p.subdirs -= 1 }
         p.rec.mtime = now
@@ -33,7 +34,8 @@ extension ContainerFS {
             // the document's name, and now the backup goes: the new file takes the document's
             // identity (item id, versions, pin); the item that goes is the new file's.
             if let heir = safeSaveHeir(of: n), transferIdentity(from: n, to: heir) {
-                detach(n, from: p, now: WallClock.nowNanoseconds())
+                events.append("deleted", origin: "local", path: pathLocked(n))  // the backup name
+                detach(n, from: p, now: WallClock.nowNanoseconds(), origin: nil)
                 persist(heir)
                 keptIdentity = heir.rec.id
                 return n.rec.id
@@ -170,6 +172,7 @@ extension ContainerFS {
                 persist(s); persist(target); persist(p)
                 if p !== np { persist(np) }
                 changes = [.moved(s.rec.id), .moved(target.rec.id)]
+                events.append("exchanged", origin: "local", path: pathLocked(s), to: pathLocked(target))
                 return
             }
 
@@ -178,7 +181,8 @@ extension ContainerFS {
             // gets the new content; the temporary item is what goes away.
             if let target, !flags.contains(.noReplace), transferIdentity(from: target, to: s) {
                 let keep = s.rec.id, temp = target.rec.id
-                detach(target, from: np, now: now)  // deletes the row of `temp` (frees s's node number)
+                events.append("deleted", origin: "local", path: pathLocked(s))  // the temporary name
+                detach(target, from: np, now: now, origin: nil)  // deletes the row of `temp` (frees s's node number)
                 p.children[name] = nil
                 np.children[newName] = s.node
                 s.rec.parent = np.rec.id
@@ -203,6 +207,7 @@ extension ContainerFS {
                 detach(target, from: np, now: now)
                 changes.append(.deleted(target.rec.id))
             }
+            let from = pathLocked(s)
             p.children[name] = nil
             np.children[newName] = s.node
             if s.isDir && p !== np { p.subdirs -= 1; np.subdirs += 1 }
@@ -214,6 +219,7 @@ extension ContainerFS {
             persist(s); persist(p)
             if p !== np { persist(np) }
             changes.append(.moved(s.rec.id))
+            events.append("moved", origin: "local", path: from, to: pathLocked(s))
             if s.rec.kind == .file { noteRenamedAway(folder: p.node, name: name, node: s.node) }
         }
         for c in changes { notify(c) }

@@ -30,8 +30,10 @@ public final class ContainerFS: @unchecked Sendable {
     static let controlDirNode: UInt64 = 2
     static let controlStatusNode: UInt64 = 3
     static let controlClaimsNode: UInt64 = 4
+    static let controlEventsNode: UInt64 = 5
     /// The files of `.nimbus/`, by name (generated at open; see ContainerFS+Control.swift).
-    static let controlFiles: [(name: String, node: UInt64)] = [("status", controlStatusNode), ("claims", controlClaimsNode)]
+    static let controlFiles: [(name: String, node: UInt64)] = [("status", controlStatusNode), ("claims", controlClaimsNode),
+                                                                  ("events", controlEventsNode)]
     static func isControlFile(_ node: UInt64) -> Bool { controlFiles.contains { $0.node == node } }
     public static let controlName = ".nimbus"
     /// Handles ≥ this are control-file handles; file handles are file descriptors (< 2^31).
@@ -50,6 +52,8 @@ public final class ContainerFS: @unchecked Sendable {
     let owner: (uid: UInt32, gid: UInt32)
     /// Program locks (fcntl, flock) and the sync engine's claims (ContainerFS+Locks.swift).
     public let coordinator = Coordinator()
+    /// `.nimbus/events` (EventLog.swift).
+    public let events: EventLog
 
     public init(store: LocalStore, options: Options = Options(), content: any ContentProvider = LocalContent(),
                 observer: (any ChangeObserver)? = nil, syncStatus: (any SyncStatusSource)? = nil) throws {
@@ -60,6 +64,7 @@ public final class ContainerFS: @unchecked Sendable {
         self.observer = observer
         self.syncStatus = syncStatus
         self.owner = (getuid(), getgid())
+        events = EventLog(firstSequence: (try? store.meta("events.seq")).flatMap { $0.flatMap { UInt64($0) } } ?? 1)
         try loadTree()
     }
 
@@ -148,7 +153,34 @@ public final class ContainerFS: @unchecked Sendable {
         store.enqueue(.upsert(n.rec))
     }
 
-    func notify(_ c: LocalChange) { observer?.localChange(c) }
+    /// Tells the sync engine, and writes the event line for creates, content and attribute
+    /// changes (moves and deletes are written where the old path is still known).
+    func notify(_ c: LocalChange) {
+        switch c {
+        case .created(let id): events.append("created", origin: "local", path: path(of: id))
+        case .contentChanged(let id): events.append("changed", origin: "local", path: path(of: id), coalesce: ["created", "changed"])
+        case .attributesChanged(let id): events.append("attributes", origin: "local", path: path(of: id))
+        case .moved, .deleted, .writing: break
+        }
+        observer?.localChange(c)
+    }
+
+    /// The path of node `n` (lock held).
+    func pathLocked(_ n: Node) -> String {
+        var parts: [String] = []
+        var x = n
+        while x.node != Self.rootNode {
+            parts.append(x.rec.name)
+            guard let p = t.nodes[x.parentNode] else { break }
+            x = p
+        }
+        return "/" + parts.reversed().joined(separator: "/")
+    }
+
+    /// Saves the next event sequence number (at unmount).
+    public func saveEventSequence() {
+        try? store.setMeta("events.seq", "\(events.nextSequence)")
+    }
 
     /// Validates a new name: UTF-8 (checked by FuseKit), ≤ 255 bytes, not reserved.
     static func check(name: String, in parent: UInt64) throws(Errno) {

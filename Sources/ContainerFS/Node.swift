@@ -59,6 +59,8 @@ final class Tables {
     var nextDirHandle: UInt64 = 1
     /// Open control files: handle → the bytes fixed at open.
     var controls: [UInt64: [UInt8]] = [:]
+    /// Open handles of `.nimbus/events` (read live from the EventLog).
+    var eventHandles: Set<UInt64> = []
     var nextControlHandle: UInt64 = 1
     var openFiles = 0
 }

@@ -145,6 +145,9 @@ extension SyncEngine: ContentProvider {
             }
             if let updated {
                 try saveBase(key.item, updated)
+                if updated.complete, let fs = state.withLock({ $0.fs }) {
+                    fs.events.append("downloaded", origin: "sync", path: fs.path(of: key.item), detail: "v\(updated.version)")
+                }
             }
             if replaced { failure = .EIO }  // never answer a read with bytes of another version
         } catch {

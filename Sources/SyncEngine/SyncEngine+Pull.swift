@@ -208,7 +208,9 @@ extension SyncEngine {
     }
 
     static func remoteState(_ r: ServerItem, resetContent: Bool) -> RemoteState {
-        RemoteState(id: r.id, parent: r.parent, name: r.name.value, kind: r.kind, perm: r.mode & 0o7777,
-                    size: r.size, mtime: r.modified, target: r.symlinkTarget, deleted: r.deleted, resetContent: resetContent)
+        var s = RemoteState(id: r.id, parent: r.parent, name: r.name.value, kind: r.kind, perm: r.mode & 0o7777,
+                            size: r.size, mtime: r.modified, target: r.symlinkTarget, deleted: r.deleted, resetContent: resetContent)
+        s.version = r.version
+        return s
     }
 }

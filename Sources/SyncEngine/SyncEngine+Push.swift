@@ -156,6 +156,8 @@ extension SyncEngine: ChangeObserver {
         // The server's answer covers any version that waited for this upload.
         state.withLock { s in if let p = s.heldForWriter[id], p.version <= r.item.version { s.heldForWriter[id] = nil } }
         try settle(id, sent: draft, response: r, previous: base)
+        fs.events.append(r.outcome == .conflict ? "conflict" : "uploaded", origin: "sync", path: fs.path(of: id),
+                         detail: "v\(r.item.version)" + (r.outcome == .conflict ? " yours=\(r.yours ?? "?")" : ""))
         if let snapshot {
             // Uploaded while still open: the close (or a later quiet period) sends what follows;
             // the queue entries stay so a crash before then still uploads the final content.

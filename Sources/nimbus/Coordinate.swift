@@ -84,6 +84,62 @@ enum Spawn {
     }
 }
 
+/// `nimbus watch [PATH]`: follows `.nimbus/events` (the same lines `tail -f` shows), only the
+/// events under PATH when given.
+struct Watch: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Print changes, moves, deletes, new versions, conflicts, downloads and uploads as they happen.")
+
+    @Argument(help: "A mount, or a file or folder in one (default: the current folder).")
+    var path: String?
+
+    @Flag(help: "Start with the events the mount still keeps, not only new ones.")
+    var history = false
+
+    @Option(help: "Exit after this many lines.")
+    var count: Int?
+
+    func run() throws {
+        let target = URL(fileURLWithPath: path ?? FileManager.default.currentDirectoryPath).standardizedFileURL.path
+        let root = try MountSurface.root(of: target)
+        let prefix = target == root ? "/" : String(target.dropFirst(root.count))
+        let fd = open(root + "/.nimbus/events", O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else { throw CLIFailure(.storage, "cannot open \(root)/.nimbus/events: \(String(cString: strerror(errno)))") }
+        defer { close(fd) }
+        var st = stat()
+        fstat(fd, &st)
+        var offset: Int64 = history ? 0 : Int64(st.st_size)
+        var pending: [UInt8] = []
+        var printed = 0
+        var buf = [UInt8](repeating: 0, count: 64 * 1024)
+        while true {
+            let n = pread(fd, &buf, buf.count, off_t(offset))
+            if n < 0 { throw CLIFailure(.storage, "reading the events failed: \(String(cString: strerror(errno))) (is the mount alive?)") }
+            if n == 0 { usleep(100_000); continue }
+            offset += Int64(n)
+            pending += buf[0..<n]
+            while let nl = pending.firstIndex(of: UInt8(ascii: "\n")) {
+                let line = String(decoding: pending[..<nl], as: UTF8.self)
+                pending.removeSubrange(...nl)
+                if prefix == "/" || Self.mentions(line, prefix) {
+                    FileHandle.standardOutput.write(Data((line + "\n").utf8))  // unbuffered: one line as it happens
+                    printed += 1
+                    if let count, printed >= count { return }
+                }
+            }
+        }
+    }
+
+    /// Whether an event line's path (or its move target) is `prefix` or below it.
+    static func mentions(_ line: String, _ prefix: String) -> Bool {
+        let fields = line.split(separator: " ", maxSplits: 4, omittingEmptySubsequences: false)
+        guard fields.count == 5 else { return false }
+        let rest = String(fields[4])
+        let paths = rest.components(separatedBy: " -> ")
+        return paths.contains { p in p == prefix || p.hasPrefix(prefix + "/") || p.hasPrefix(prefix + " ") }
+    }
+}
+
 struct Debug: ParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Look inside a running mount.", subcommands: [DebugClaims.self])

@@ -89,6 +89,7 @@ struct MountDaemon {
         }
         log("mounted \(mountpoint) (state \(state), pid \(getpid())\(remote.map { ", syncing \($0.container) on \($0.server)" } ?? ""))")
         let rc = session.run()
+        fs.saveEventSequence()
         _ = signals
         if let engine {
             let stopped = DispatchSemaphore(value: 0)

@@ -1,0 +1,106 @@
+import Foundation
+import Synchronization
+
+/// The stream behind `.nimbus/events` (docs/mount.md "Events"): one line per change, move,
+/// delete, new version, conflict, finished download or upload, each with a sequence number and
+/// the item's current path:
+///
+///     SEQ TIME KIND ORIGIN PATH [-> NEWPATH] [DETAIL]
+///     17 2026-11-23T04:50:01.234Z changed remote /notes/todo.txt v7
+///
+/// The file grows like a log: its size is every byte written since the mount started, so
+/// `tail -f` (which polls the size on FUSE) follows it; the last `capacity` bytes can be read
+/// back. Sequence numbers increase for the life of the state directory (the last one is kept in
+/// the database when the mount stops). Its own mutex: lines are added with the filesystem lock
+/// held or not.
+public final class EventLog: Sendable {
+    struct State {
+        var seq: UInt64
+        /// Stream offset of `buffer[0]`.
+        var base: Int64 = 0
+        var buffer: [UInt8] = []
+        /// The last line's kind, origin and path, and when it was written (for `coalesce`).
+        var last: (kind: String, origin: String, path: String, at: ContinuousClock.Instant)?
+    }
+
+    let capacity: Int
+    private let state: Mutex<State>
+
+    public init(firstSequence: UInt64 = 1, capacity: Int = 1 << 20) {
+        self.capacity = capacity
+        state = Mutex(State(seq: firstSequence))
+    }
+
+    /// The sequence number the next line will get.
+    public var nextSequence: UInt64 { state.withLock { $0.seq } }
+
+    /// Bytes written so far (the file's size).
+    public var size: Int64 { state.withLock { $0.base + Int64($0.buffer.count) } }
+
+    /// Writes one line. With `coalesce`, a line that repeats the previous one's path and origin
+    /// within a second, where the previous kind is one of `coalesce`, is not written (a save
+    /// through a shell redirect flushes twice; the first write after a create is part of it).
+    public func append(_ kind: String, origin: String, path: String, to: String? = nil, detail: String? = nil,
+                       coalesce: Set<String> = []) {
+        let time = Self.time()
+        let now = ContinuousClock.now
+        state.withLock { s in
+            if !coalesce.isEmpty, let last = s.last, last.path == path, last.origin == origin,
+               coalesce.contains(last.kind), now - last.at < .seconds(1) {
+                return
+            }
+            s.last = (kind, origin, path, now)
+            var line = "\(s.seq) \(time) \(kind) \(origin) \(Self.escape(path))"
+            if let to { line += " -> \(Self.escape(to))" }
+            if let detail { line += " \(detail)" }
+            line += "\n"
+            s.seq += 1
+            s.buffer += Array(line.utf8)
+            if s.buffer.count > capacity {
+                // Drop whole lines from the front.
+                var cut = s.buffer.count - capacity
+                while cut < s.buffer.count, s.buffer[cut - 1] != UInt8(ascii: "\n") { cut += 1 }
+                s.buffer.removeFirst(cut)
+                s.base += Int64(cut)
+            }
+        }
+    }
+
+    /// Bytes at stream offset `offset`; an offset older than what is kept reads from the oldest
+    /// line kept.
+    public func read(offset: Int64, size: Int) -> [UInt8] {
+        state.withLock { s in
+            let start = max(0, Int(offset - s.base))
+            guard start < s.buffer.count else { return [] }
+            return Array(s.buffer[start..<min(s.buffer.count, start + size)])
+        }
+    }
+
+    /// Paths are written as they are, except for three escapes so that one event is one line
+    /// and " -> " always separates a move's two paths: `\` → `\\`, newline → `\n`, and the
+    /// `>` of a `->` inside a name → `\>`.
+    static func escape(_ p: String) -> String {
+        var out = ""
+        var previous: Character = " "
+        for c in p {
+            switch c {
+            case "\\": out += "\\\\"
+            case "\n": out += "\\n"
+            case ">" where previous == "-": out += "\\>"
+            default: out.append(c)
+            }
+            previous = c
+        }
+        return out
+    }
+
+    static func time() -> String {
+        var ts = timespec()
+        clock_gettime(CLOCK_REALTIME, &ts)
+        var tm = tm()
+        var t = ts.tv_sec
+        gmtime_r(&t, &tm)
+        return String(format: "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday,
+                      tm.tm_hour, tm.tm_min, tm.tm_sec, ts.tv_nsec / 1_000_000)
+    }
+}

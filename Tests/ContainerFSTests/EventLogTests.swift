@@ -1,0 +1,54 @@
+@testable import ContainerFS
+import Testing
+
+/// The log behind `.nimbus/events`: line format, escapes, what is kept when it grows.
+@Suite struct EventLogTests {
+    static func text(_ log: EventLog, from offset: Int64 = 0) -> String {
+        String(decoding: log.read(offset: offset, size: 1 << 22), as: UTF8.self)
+    }
+
+    @Test func linesCarryIncreasingSequencesAndEscapedPaths() {
+        let log = EventLog(firstSequence: 41)
+        log.append("created", origin: "local", path: "/a b.txt")
+        log.append("moved", origin: "remote", path: "/x->y\nz", to: "/back\\slash", detail: "v3")
+        let lines = Self.text(log).split(separator: "\n")
+        #expect(lines.count == 2)
+        let first = lines[0].split(separator: " ", maxSplits: 4)
+        #expect(first[0] == "41" && first[2] == "created" && first[3] == "local" && first[4] == "/a b.txt")
+        #expect(first[1].hasSuffix("Z") && first[1].contains("T"), "UTC time: \(first[1])")
+        let second = lines[1].split(separator: " ", maxSplits: 4)
+        #expect(second[0] == "42")
+        // The name's "->" cannot be mistaken for the move's separator; one event stays one line.
+        #expect(second[4] == #"/x-\>y\nz -> /back\\slash v3"#)
+        #expect(String(second[4]).components(separatedBy: " -> ").count == 2)
+        #expect(log.nextSequence == 43)
+        #expect(log.size == Int64(Self.text(log).utf8.count))
+    }
+
+    @Test func aFullLogDropsWholeLinesFromTheFrontAndKeepsItsSize() {
+        let log = EventLog(capacity: 1000)
+        for i in 0..<200 { log.append("changed", origin: "local", path: "/file-\(i).txt") }
+        let size = log.size
+        #expect(size > 1000, "the size counts every byte ever written, so tail -f keeps following")
+        // Reading from offset 0 starts at the oldest line kept, on a line boundary.
+        let kept = Self.text(log)
+        #expect(kept.utf8.count <= 1000 && kept.hasSuffix("/file-199.txt\n"))
+        #expect(kept.split(separator: "\n").allSatisfy { UInt64($0.split(separator: " ")[0]) != nil })
+        // The last line read at its own offset.
+        let last = Self.text(log, from: size - Int64("/file-199.txt\n".utf8.count))
+        #expect(last == "/file-199.txt\n")
+        #expect(log.read(offset: size, size: 10).isEmpty)
+    }
+
+    @Test func aSaveRightAfterTheSameEventIsOneLine() {
+        let log = EventLog()
+        log.append("created", origin: "local", path: "/f")
+        log.append("changed", origin: "local", path: "/f", coalesce: ["created", "changed"])
+        log.append("changed", origin: "local", path: "/f", coalesce: ["created", "changed"])
+        log.append("changed", origin: "local", path: "/g", coalesce: ["created", "changed"])
+        log.append("uploaded", origin: "sync", path: "/f")
+        log.append("changed", origin: "local", path: "/f", coalesce: ["created", "changed"])
+        let kinds = Self.text(log).split(separator: "\n").map { $0.split(separator: " ")[2] + " " + $0.split(separator: " ")[4] }
+        #expect(kinds == ["created /f", "changed /g", "uploaded /f", "changed /f"])
+    }
+}
