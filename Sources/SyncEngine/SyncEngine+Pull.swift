@@ -129,7 +129,15 @@ extension SyncEngine {
         for item in items {
             let (old, busy) = state.withLock { s in (s.bases[item.id], s.queued.contains(item.id) || s.inFlight == item.id) }
             if let old, old.version >= item.version { continue }  // our own commit coming back, or old news
-            if busy { continue }
+            if busy {
+                // Its push answers it: a commit's answer supersedes it (or the server keeps both),
+                // a push that finds nothing to send applies it then (never dropped).
+                state.withLock { s in
+                    if (s.heldForWriter[item.id]?.version ?? -1) < item.version { s.heldForWriter[item.id] = item }
+                }
+                try? store.setMeta("sync.relist", "1")
+                continue
+            }
             // Open for writing here: the new version waits for the writer (never mixed with or
             // replacing bytes being written). Checked before any base changes, so no read can
             // see the new version's presence while the old bytes are still in the file.

@@ -101,12 +101,25 @@ extension SyncEngine: ChangeObserver {
         guard let fs else { return }
         guard let local = fs.localState(id) else {
             // Never tell the server we saw items we skipped: it would delete them with the folder.
-            let seen = state.withLock { s in s.minSkipped.map { min(cursor, $0 - 1) } ?? cursor }
+            let seen = state.withLock { s in
+                s.deviceLocal.remove(id)
+                return s.minSkipped.map { min(cursor, $0 - 1) } ?? cursor
+            }
             try await pushDelete(id, base: base, cursor: seen)
             try store.removeSyncOps(id, upTo: upTo)
             return
         }
         guard let parent = local.parent, let name = try? ItemName(local.name) else { return }
+        // SQLite's journals stay on this device (DeviceLocalNames); one renamed to an ordinary
+        // name is uploaded from then on.
+        if local.kind == .file, base == nil {
+            let isLocal = DeviceLocalNames.matches(local.name)
+            state.withLock { s in if isLocal { s.deviceLocal.insert(id) } else { s.deviceLocal.remove(id) } }
+            if isLocal {
+                try store.removeSyncOps(id, upTo: upTo)
+                return
+            }
+        }
         // A new file under the name a document was just renamed away from (vim's save): wait a
         // moment — when the backup goes, this file takes the document's identity instead.
         if base == nil, local.kind == .file, fs.isPendingSafeSave(id) {
@@ -156,6 +169,14 @@ extension SyncEngine: ChangeObserver {
         // The server's answer covers any version that waited for this upload.
         state.withLock { s in if let p = s.heldForWriter[id], p.version <= r.item.version { s.heldForWriter[id] = nil } }
         try settle(id, sent: draft, response: r, previous: base)
+        // A version newer than this commit arrived while it was on its way: it goes in now.
+        if snapshot == nil, let held = state.withLock({ $0.heldForWriter[id] }), let ws = fs.writeState(id), ws.writers == 0, !ws.dirty {
+            state.withLock { s in
+                s.heldForWriter[id] = nil
+                if s.inFlight == id { s.inFlight = nil }
+            }
+            try apply([held])
+        }
         fs.events.append(r.outcome == .conflict ? "conflict" : "uploaded", origin: "sync", path: fs.path(of: id),
                          detail: "v\(r.item.version)" + (r.outcome == .conflict ? " yours=\(r.yours ?? "?")" : ""))
         if let snapshot {

@@ -77,6 +77,8 @@ public final class SyncEngine: Sendable {
         var pullTask: Task<Void, Never>?
         /// Items whose upload the server refused (shown as `error`).
         var failed: Set<ItemID> = []
+        /// Never-synced files with a device-local name (SQLite's journals): kept here only.
+        var deviceLocal: Set<ItemID> = []
         /// After a download could not reach the server, reads fail at once until then (so a
         /// read answers EIO within one deadline, not one per kernel retry or read-ahead).
         var offlineUntil: ContinuousClock.Instant?
@@ -292,6 +294,7 @@ extension SyncEngine: SyncStatusSource {
     public func itemStatus(_ item: ItemID) -> String {
         state.withLock { s in
             if s.failed.contains(item) { return "error" }
+            if s.deviceLocal.contains(item) { return "local" }
             // Queued, being pushed, written here and not yet uploaded, or never uploaded.
             if s.inFlight == item || s.queued.contains(item) || s.writing.contains(item) { return "uploading" }
             if s.bases[item] == nil && !item.isRoot { return "uploading" }
@@ -321,6 +324,19 @@ extension SyncEngine: SyncStatusSource {
             default: return nil
             }
         }
+    }
+}
+
+/// Files that never leave the device: SQLite's rollback journal, write-ahead log and shared-memory
+/// index next to a database (`NAME-journal`, `NAME-wal`, `NAME-shm`). They only mean something
+/// together with the locks of the programs that hold the database open here; another device
+/// receiving a "hot" journal would roll its own copy of the database back. The database file
+/// itself syncs at the points where it is whole (after a commit, when no program holds it
+/// exclusively).
+public enum DeviceLocalNames {
+    public static let suffixes = ["-journal", "-wal", "-shm"]
+    public static func matches(_ name: String) -> Bool {
+        suffixes.contains { name.hasSuffix($0) && name.count > $0.count }
     }
 }
 
