@@ -53,6 +53,8 @@ let package = Package(
         // Coordination: the claim/lock state machine (pure) shared by the mount and the sync engine.
         .target(name: "Coordination", dependencies: ["NimbusCore"], swiftSettings: strict),
         .testTarget(name: "CoordinationTests", dependencies: ["Coordination"], swiftSettings: strict),
+        // For programs: FileCoordinator / FilePresenter over a mount's presenter socket
+        // (docs/presenters.md). Foundation only, so any Swift program can take it.
         // The HTTP client of the protocol.
         .target(
             name: "NimbusRemote",

@@ -96,6 +96,7 @@ extension ContainerFS {
         s += "state-dir: \(store.directory.path)\n"
         s += "store-error: \(store.lastError ?? "none")\n"
         for (k, v) in extra { s += "\(k): \(v)\n" }
+        for (k, v) in presenters.statusLines() { s += "\(k): \(v)\n" }
         return s
     }
 }

@@ -36,7 +36,9 @@ extension ContainerFS {
     /// The text of `.nimbus/claims`: every held and waiting lock or claim with its owner.
     public func claimsText() -> String {
         let lines = coordinator.dump { self.path(of: $0) }
-        return lines.isEmpty ? "no claims\n" : lines.map { Self.describeOwners(in: $0) + "\n" }.joined()
+        let presenting = presenters.presentationLines()
+        let claims = lines.isEmpty ? "no claims\n" : lines.map { Self.describeOwners(in: $0) + "\n" }.joined()
+        return claims + presenting.map { $0 + "\n" }.joined()
     }
 
     /// "pid 42" → "pid 42 (vim)" from /proc, when the process is still there.

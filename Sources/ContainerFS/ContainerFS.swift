@@ -22,6 +22,8 @@ public final class ContainerFS: @unchecked Sendable {
         public var attrTimeout = 1.0
         /// Negative lookups ("no such name") are cached this long.
         public var negativeTimeout = 1.0
+        /// How long an ask to presenters may take (docs/presenters.md).
+        public var presenterTimeout: Duration = .seconds(2)
         public init() {}
     }
 
@@ -54,6 +56,8 @@ public final class ContainerFS: @unchecked Sendable {
     public let coordinator = Coordinator()
     /// `.nimbus/events` (EventLog.swift).
     public let events: EventLog
+    /// Presenters over the local socket (PresenterHub.swift, docs/presenters.md).
+    public let presenters: PresenterHub
 
     public init(store: LocalStore, options: Options = Options(), content: any ContentProvider = LocalContent(),
                 observer: (any ChangeObserver)? = nil, syncStatus: (any SyncStatusSource)? = nil) throws {
@@ -65,7 +69,17 @@ public final class ContainerFS: @unchecked Sendable {
         self.syncStatus = syncStatus
         self.owner = (getuid(), getgid())
         events = EventLog(firstSequence: (try? store.meta("events.seq")).flatMap { $0.flatMap { UInt64($0) } } ?? 1)
+        presenters = PresenterHub(timeout: options.presenterTimeout)
+        events.setListener { [presenters] in presenters.event($0) }
         try loadTree()
+    }
+
+    /// Asks the presenters of `items` (docs/presenters.md); returns when all answered or the
+    /// bound passed. Never called with `lock` held.
+    public func askPresenters(_ kind: PresenterHub.AskKind, items: [ItemID], reason: String? = nil) async -> (PresenterHub.Outcome, [String]) {
+        if presenters.isEmpty { return (PresenterHub.Outcome(asked: [], late: 0), []) }
+        let paths = items.map { path(of: $0) }
+        return (await presenters.ask(kind, paths: paths, reason: reason), paths)
     }
 
     /// Builds the in-memory tree from the database and reconciles file sizes with the cache

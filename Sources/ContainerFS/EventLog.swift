@@ -23,8 +23,24 @@ public final class EventLog: Sendable {
         var last: (kind: String, origin: String, path: String, at: ContinuousClock.Instant)?
     }
 
+    /// One event as a presenter hears of it (PresenterHub).
+    public struct Record: Sendable {
+        public let seq: UInt64
+        public let kind: String
+        public let origin: String
+        public let path: String
+        public let to: String?
+        public let detail: String?
+    }
+
     let capacity: Int
     private let state: Mutex<State>
+    private let listener = Mutex<(@Sendable (Record) -> Void)?>(nil)
+
+    /// Called after each line is added (possibly with the filesystem lock held: must not block).
+    public func setListener(_ f: (@Sendable (Record) -> Void)?) {
+        listener.withLock { $0 = f }
+    }
 
     public init(firstSequence: UInt64 = 1, capacity: Int = 1 << 20) {
         self.capacity = capacity
@@ -44,11 +60,12 @@ public final class EventLog: Sendable {
                        coalesce: Set<String> = []) {
         let time = Self.time()
         let now = ContinuousClock.now
-        state.withLock { s in
+        let seq: UInt64? = state.withLock { s in
             if !coalesce.isEmpty, let last = s.last, last.path == path, last.origin == origin,
                coalesce.contains(last.kind), now - last.at < .seconds(1) {
-                return
+                return nil
             }
+            let seq = s.seq
             s.last = (kind, origin, path, now)
             var line = "\(s.seq) \(time) \(kind) \(origin) \(Self.escape(path))"
             if let to { line += " -> \(Self.escape(to))" }
@@ -63,6 +80,10 @@ public final class EventLog: Sendable {
                 s.buffer.removeFirst(cut)
                 s.base += Int64(cut)
             }
+            return seq
+        }
+        if let seq, let f = listener.withLock({ $0 }) {
+            f(Record(seq: seq, kind: kind, origin: origin, path: path, to: to, detail: detail))
         }
     }
 

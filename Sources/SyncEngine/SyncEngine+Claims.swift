@@ -45,9 +45,9 @@ extension SyncEngine {
         if requeue { wake.yield() }
         guard let pending else { return }
         // Not on the releasing (libfuse) thread: apply takes the filesystem lock.
-        DispatchQueue.global().async {
+        Task {
             do {
-                try self.apply([pending])
+                try await self.applyAskingPresenters([pending])
                 if self.state.withLock({ $0.pendingRemote.isEmpty }) { try self.store.setMeta("sync.relist", "0") }
             } catch {
                 self.log("applying the held version of \(pending.name.value) failed: \(error)")

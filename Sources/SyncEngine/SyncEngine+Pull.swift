@@ -95,7 +95,7 @@ extension SyncEngine {
                 // The last change per item is its state (docs/protocol.md "Changes").
                 var last: [ItemID: Change] = [:]
                 for c in r.changes { last[c.item.id] = c }
-                try apply(last.values.sorted { $0.seq < $1.seq }.map(\.item))
+                try await applyAskingPresenters(last.values.sorted { $0.seq < $1.seq }.map(\.item))
                 try setCursor(r.cursor)
                 setConnection("online")
                 backoff = 1
@@ -109,6 +109,32 @@ extension SyncEngine {
                 backoff = min(backoff * 2, 30)
             }
         }
+    }
+
+    /// `apply`, with the presenters of files about to be replaced or deleted asked to relinquish
+    /// first (all at once, bounded) and told to reacquire after (docs/presenters.md). The asks
+    /// come before any claim is taken, so a presenter that reacts by coordinating never waits
+    /// for us.
+    func applyAskingPresenters(_ items: [ServerItem]) async throws {
+        guard let fs = state.withLock({ $0.fs }), !fs.presenters.isEmpty else { return try apply(items) }
+        let touched: [(ItemID, String)] = state.withLock { s in
+            items.compactMap { item in
+                guard let old = s.bases[item.id], old.version < item.version, item.kind == .file else { return nil }
+                if item.deleted { return (item.id, "delete") }
+                return old.record.chunks != item.chunks ? (item.id, "replace") : nil
+            }
+        }
+        let asked = await withTaskGroup(of: (PresenterHub.Outcome, String).self) { group in
+            for (id, reason) in touched {
+                group.addTask {
+                    let (outcome, paths) = await fs.askPresenters(.relinquish, items: [id], reason: reason)
+                    return (outcome, paths.first ?? "/")
+                }
+            }
+            return await group.reduce(into: []) { $0.append($1) }
+        }
+        defer { for (outcome, path) in asked { fs.presenters.reacquire(outcome.asked, path: path) } }
+        try apply(items)
     }
 
     func setCursor(_ c: Int64) throws {

@@ -130,6 +130,11 @@ extension SyncEngine: ChangeObserver {
             }
             return
         }
+        // Presenters of the file write what they have not saved yet (bounded; docs/presenters.md).
+        // A presenter that saves makes it a file being written: its close queues it again.
+        if local.kind == .file, !fs.presenters.isEmpty {
+            _ = await fs.askPresenters(.save, items: [id])
+        }
         // Mid-save (open for writing, no fsync since the last write): never upload a half-written
         // file. The queued ops stay; the writer's close or fsync queues the item again. After a
         // quiet period without writes (tick loop) a snapshot goes: chunked between two equal

@@ -36,6 +36,9 @@ struct Mount: ParsableCommand {
     @Option(help: "Upload a file kept open for writing after this many seconds without a write (0: only at close/fsync).")
     var quietPeriod: Double = 10
 
+    @Option(help: "Seconds a presenter may take to answer before the sync engine goes on without it (docs/presenters.md).")
+    var presenterTimeout: Double = 2
+
     @Flag(help: "Serve in this process until unmounted or interrupted (logs to stderr).")
     var foreground = false
 
@@ -55,6 +58,7 @@ struct Mount: ParsableCommand {
         if let c = cacheSize, ByteSize.parse(c) == nil { throw ValidationError("--cache-size: '\(c)' is not a size (examples: 800M, 20G, 1T, 1048576)") }
         if !(1...600).contains(readTimeout) { throw ValidationError("--read-timeout: give 1 to 600 seconds") }
         if !(0...86400).contains(quietPeriod) { throw ValidationError("--quiet-period: give 0 to 86400 seconds") }
+        if !(0.1...60).contains(presenterTimeout) { throw ValidationError("--presenter-timeout: give 0.1 to 60 seconds") }
     }
 
     /// The sync settings, with the token read now (so a bad token file fails before daemonizing).
@@ -73,7 +77,8 @@ struct Mount: ParsableCommand {
         }
         if token.isEmpty { throw CLIFailure(.usage, "the device token is empty") }
         return RemoteConfig(server: server, container: container, token: token, tokenFile: tokenFile,
-                            cacheSize: cacheSize.flatMap(ByteSize.parse), readTimeout: readTimeout, quietPeriod: quietPeriod)
+                            cacheSize: cacheSize.flatMap(ByteSize.parse), readTimeout: readTimeout, quietPeriod: quietPeriod,
+                            presenterTimeout: presenterTimeout)
     }
 
     func run() throws {
@@ -123,12 +128,13 @@ struct RemoteConfig {
     var cacheSize: Int64?
     var readTimeout: Double
     var quietPeriod: Double
+    var presenterTimeout: Double
 
     /// Arguments for the daemon child; the token itself travels in the environment, never argv.
     var arguments: [String] {
         ["--server", server, "--container", container] + (tokenFile.map { ["--token-file", $0] } ?? [])
             + (cacheSize.map { ["--cache-size", "\($0)"] } ?? [])
-            + ["--read-timeout", "\(readTimeout)", "--quiet-period", "\(quietPeriod)"]
+            + ["--read-timeout", "\(readTimeout)", "--quiet-period", "\(quietPeriod)", "--presenter-timeout", "\(presenterTimeout)"]
     }
 }
 

@@ -31,6 +31,7 @@ struct MountDaemon {
         options.entryTimeout = cacheTimeout
         options.attrTimeout = cacheTimeout
         options.negativeTimeout = cacheTimeout
+        options.presenterTimeout = .milliseconds(Int64((remote?.presenterTimeout ?? 2) * 1000))
         var engine: SyncEngine?
         if let remote {
             do {
@@ -83,6 +84,10 @@ struct MountDaemon {
             throw CLIFailure(.storage, "\(error)")
         }
         let signals = session.exitOnSignals()
+        do { try fs.presenters.listen(at: state + "/presenters.sock") } catch {
+            log("presenters are not available: \(error)")
+        }
+        defer { fs.presenters.stop() }
         if let engine {
             engine.setKernel(SessionKernelCache(session))
             engine.start()

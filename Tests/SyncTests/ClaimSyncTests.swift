@@ -20,7 +20,11 @@ struct ClaimSyncTests {
         w = os.open(path, os.O_WRONLY | os.O_TRUNC)
         os.write(w, text.encode()); os.close(w)
     open(marker, "w").close()
-    time.sleep(seconds)
+    # Held until told (MARKER.release) or for at most SECONDS: a loaded machine cannot make the
+    # checks run after the lock went.
+    deadline = time.time() + seconds
+    while time.time() < deadline and not os.path.exists(marker + ".release"):
+        time.sleep(0.02)
     os.close(fd)
     """#
 
@@ -36,7 +40,7 @@ struct ClaimSyncTests {
             try sh("printf v1 > \(q(a))/f.txt")
             try await eventually("v1 on B", "test \"$(cat \(q(b))/f.txt)\" = v1")
 
-            let hold = try Background("python3 \(q(w.base))/holder.py \(q(b))/f.txt 3 \(q(w.base))/locked")
+            let hold = try Background("python3 \(q(w.base))/holder.py \(q(b))/f.txt 60 \(q(w.base))/locked")
             defer { hold.stop() }
             try await eventually("B's program holds the lock", "test -e \(q(w.base))/locked")
             try sh("printf 'v2 from a' > \(q(a))/f.txt")
@@ -45,6 +49,7 @@ struct ClaimSyncTests {
             #expect(try sh("cat \(q(b))/f.txt") == "v1")
             let claims = try sh("cat \(q(b))/.nimbus/claims")
             #expect(claims.contains("flock") && claims.contains("/f.txt"), "\(claims)")
+            FileManager.default.createFile(atPath: w.base + "/locked.release", contents: nil)
             hold.wait()
             try await eventually("v2 on B after the unlock", "test \"$(cat \(q(b))/f.txt)\" = 'v2 from a'")
             #expect(status(b + "/f.txt") != "downloaded")
@@ -61,12 +66,13 @@ struct ClaimSyncTests {
 
             // A's program saves under its exclusive lock and keeps holding it for 6 s (long
             // enough that the checks below run while it holds, even on a loaded machine).
-            let hold = try Background("python3 \(q(w.base))/holder.py \(q(a))/doc.txt 6 \(q(w.base))/saved 'saved under lock'")
+            let hold = try Background("python3 \(q(w.base))/holder.py \(q(a))/doc.txt 60 \(q(w.base))/saved 'saved under lock'")
             defer { hold.stop() }
             try await eventually("A's program saved", "test -e \(q(w.base))/saved")
             try await Task.sleep(for: .milliseconds(1500))
             #expect(try sh("cat \(q(b))/doc.txt") == "v1", "B got A's file while A's program still held it")
             #expect(try w.chunkBytesIn() == inBefore, "content was uploaded during the lock")
+            FileManager.default.createFile(atPath: w.base + "/saved.release", contents: nil)
             hold.wait()
             try await eventually("the saved content on B after the unlock", "test \"$(cat \(q(b))/doc.txt)\" = 'saved under lock'")
         }
