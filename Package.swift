@@ -14,6 +14,7 @@ let package = Package(
     products: [
         .executable(name: "nimbus", targets: ["nimbus"]),
         .executable(name: "nimbus-bench", targets: ["NimbusBench"]),
+        .library(name: "NimbusKit", targets: ["NimbusKit"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-argument-parser.git", from: "1.5.0"),
@@ -55,6 +56,7 @@ let package = Package(
         .testTarget(name: "CoordinationTests", dependencies: ["Coordination"], swiftSettings: strict),
         // For programs: FileCoordinator / FilePresenter over a mount's presenter socket
         // (docs/presenters.md). Foundation only, so any Swift program can take it.
+        .target(name: "NimbusKit", swiftSettings: strict),
         // The HTTP client of the protocol.
         .target(
             name: "NimbusRemote",
@@ -132,7 +134,7 @@ let package = Package(
         ),
         .testTarget(name: "SyncEngineTests", dependencies: ["SyncEngine", "NimbusCore", "NimbusProtocol", "LocalStore"], swiftSettings: strict),
         // Two real mounts (the built binary) on one `nimbus serve`.
-        .testTarget(name: "SyncTests", dependencies: ["NimbusCore", "NimbusServer", "NimbusTesting"], swiftSettings: strict),
+        .testTarget(name: "SyncTests", dependencies: ["NimbusCore", "NimbusServer", "NimbusTesting", "NimbusKit"], swiftSettings: strict),
         .testTarget(name: "FuseKitTests", dependencies: ["FuseKit"], swiftSettings: strict),
         .testTarget(name: "LocalStoreTests", dependencies: ["LocalStore", "NimbusCore"], swiftSettings: strict),
         .testTarget(name: "ContainerFSTests", dependencies: ["ContainerFS", "LocalStore", "NimbusCore"], swiftSettings: strict),
