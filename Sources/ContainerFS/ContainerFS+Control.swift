@@ -44,7 +44,12 @@ extension ContainerFS {
             }
             return FuseOpen(handle: h, keepCache: false, directIO: true)
         }
-        let bytes = Array((node == Self.controlClaimsNode ? claimsText() : statusText()).utf8)
+        let text = switch node {
+        case Self.controlClaimsNode: claimsText()
+        case Self.controlConflictsNode: conflictsText()
+        default: statusText()
+        }
+        let bytes = Array(text.utf8)
         let h = lock.withLock { () -> UInt64 in
             let h = Self.controlHandleBase + t.nextControlHandle
             t.nextControlHandle += 1
@@ -67,6 +72,13 @@ extension ContainerFS {
         lock.withLock { t.controls[handle] = nil; t.eventHandles.remove(handle) }
     }
 
+    /// The text of `.nimbus/conflicts`: `COUNT PATH` per item with unresolved conflict versions,
+    /// by path; empty when there are none.
+    public func conflictsText() -> String {
+        let items = syncStatus?.conflictedItems() ?? []
+        return items.map { (path(of: $0.0), $0.1) }.sorted { $0.0 < $1.0 }.map { "\($0.1) \($0.0)\n" }.joined()
+    }
+
     /// The text of `.nimbus/status`: one `key: value` per line, stable keys for scripts.
     public func statusText() -> String {
         let (items, files, folders, bytes, open) = lock.withLock { () -> (Int, Int, Int, Int64, Int) in
@@ -80,7 +92,7 @@ extension ContainerFS {
         var sync: [String: String] = [:]
         var extra: [(String, String)] = []
         for (k, v) in syncStatus?.statusLines() ?? [] {
-            if ["connection", "upload-queue", "download-queue"].contains(k) { sync[k] = v } else { extra.append((k, v)) }
+            if ["connection", "upload-queue", "download-queue", "conflicts"].contains(k) { sync[k] = v } else { extra.append((k, v)) }
         }
         var s = ""
         s += "connection: \(sync["connection"] ?? "local-only")\n"
@@ -92,7 +104,7 @@ extension ContainerFS {
         s += "pending-local-writes: \(store.backlog)\n"
         s += "upload-queue: \(sync["upload-queue"] ?? "0")\n"
         s += "download-queue: \(sync["download-queue"] ?? "0")\n"
-        s += "conflicts: 0\n"
+        s += "conflicts: \(sync["conflicts"] ?? "0")\n"
         s += "state-dir: \(store.directory.path)\n"
         s += "store-error: \(store.lastError ?? "none")\n"
         for (k, v) in extra { s += "\(k): \(v)\n" }

@@ -15,12 +15,19 @@ import LocalStore
 extension ContainerFS {
     public static let virtualXattrs = ["user.nimbus.status", "user.nimbus.itemid"]
     /// Listed on a synced mount, answered by the sync engine.
-    public static let syncXattrs = ["user.nimbus.progress", "user.nimbus.version", "user.nimbus.pinned", "user.nimbus.error"]
+    public static let syncXattrs = ["user.nimbus.progress", "user.nimbus.version", "user.nimbus.pinned", "user.nimbus.error",
+                                    "user.nimbus.conflicts"]
     static let maxXattrValue = 64 * 1024
 
     public func getxattr(node: UInt64, name: String) throws(Errno) -> [UInt8] {
         guard name.hasPrefix("user.") else { throw .ENODATA }
         if node < 16 && node != Self.rootNode { throw .ENODATA }
+        if name == "user.nimbus.versions", let sync = syncStatus {
+            // Asks the server: outside the lock, bounded by the engine.
+            let id = try lock.withLock { () throws(Errno) -> ItemID in try self.node(node).rec.id }
+            guard let text = try sync.fetchItemAttribute("versions", item: id) else { throw .ENODATA }
+            return Array(text.utf8)
+        }
         return try lock.withLock { () throws(Errno) -> [UInt8] in
             let n = try self.node(node)
             if name.hasPrefix("user.nimbus.") {
@@ -82,7 +89,8 @@ extension ContainerFS {
 
     /// `setfattr -n user.nimbus.pinned -v 1 FILE` and friends: handed to the sync engine.
     private func setControlXattr(node: UInt64, name: String, value: [UInt8]) throws(Errno) {
-        guard let sync = syncStatus, ["user.nimbus.pinned", "user.nimbus.evict", "user.nimbus.download", "user.nimbus.paused"].contains(name)
+        guard let sync = syncStatus, ["user.nimbus.pinned", "user.nimbus.evict", "user.nimbus.download", "user.nimbus.paused",
+                                               "user.nimbus.resolve", "user.nimbus.restore", "user.nimbus.discard"].contains(name)
         else { throw .EPERM }
         let (id, isFolder) = try lock.withLock { () throws(Errno) -> (ItemID, Bool) in
             let n = try self.node(node)

@@ -33,9 +33,10 @@ public final class ContainerFS: @unchecked Sendable {
     static let controlStatusNode: UInt64 = 3
     static let controlClaimsNode: UInt64 = 4
     static let controlEventsNode: UInt64 = 5
+    static let controlConflictsNode: UInt64 = 6
     /// The files of `.nimbus/`, by name (generated at open; see ContainerFS+Control.swift).
     static let controlFiles: [(name: String, node: UInt64)] = [("status", controlStatusNode), ("claims", controlClaimsNode),
-                                                                  ("events", controlEventsNode)]
+                                                                  ("events", controlEventsNode), ("conflicts", controlConflictsNode)]
     static func isControlFile(_ node: UInt64) -> Bool { controlFiles.contains { $0.node == node } }
     public static let controlName = ".nimbus"
     /// Handles ≥ this are control-file handles; file handles are file descriptors (< 2^31).

@@ -56,6 +56,16 @@ public protocol SyncStatusSource: Sendable {
     /// Sets `user.nimbus.NAME` (pinned, evict, download; `paused` on the root). Called without
     /// the filesystem lock held; may call back into the filesystem.
     func setItemAttribute(_ name: String, value: String, item: ItemID, isFolder: Bool) throws(Errno)
+    /// Attributes that need the server (`versions`): called without the filesystem lock, bounded
+    /// by the engine (EIO when the server cannot answer). Nil = no such attribute.
+    func fetchItemAttribute(_ name: String, item: ItemID) throws(Errno) -> String?
+    /// Items with unresolved conflict versions and their counts (`.nimbus/conflicts`).
+    func conflictedItems() -> [(ItemID, Int)]
+}
+
+extension SyncStatusSource {
+    public func fetchItemAttribute(_ name: String, item: ItemID) throws(Errno) -> String? { nil }
+    public func conflictedItems() -> [(ItemID, Int)] { [] }
 }
 
 /// The kernel's caches, for changes that did not come through the kernel (remote changes).

@@ -48,7 +48,7 @@ public final class ServerProcess: @unchecked Sendable {
     // @unchecked: the Process is only touched by the owning test task; the output buffer has its own lock.
     let process = Process()
     public private(set) var url = ""
-    private let output = OutputBuffer()
+    private var output: OutputReader?
 
     public init(dataDir: String, extraArgs: [String] = []) {
         process.executableURL = URL(fileURLWithPath: NimbusBinary.path)
@@ -60,9 +60,9 @@ public final class ServerProcess: @unchecked Sendable {
         let pipe = Pipe()
         process.standardOutput = pipe
         process.standardError = FileHandle.standardError
-        let buffer = output
-        pipe.fileHandleForReading.readabilityHandler = { h in buffer.append(h.availableData) }
         try process.run()
+        let buffer = OutputReader(pipe.fileHandleForReading)
+        output = buffer
         let deadline = ContinuousClock.now + timeout
         while ContinuousClock.now < deadline {
             if let line = buffer.text.split(separator: "\n").first(where: { $0.contains("listening on http://") }),
@@ -100,12 +100,4 @@ public final class ServerProcess: @unchecked Sendable {
     }
 
     deinit { stop() }
-}
-
-final class OutputBuffer: @unchecked Sendable {
-    // @unchecked: every access goes through `lock`.
-    private let lock = NSLock()
-    private var data = Data()
-    func append(_ d: Data) { lock.lock(); data.append(d); lock.unlock() }
-    var text: String { lock.lock(); defer { lock.unlock() }; return String(decoding: data, as: UTF8.self) }
 }

@@ -55,37 +55,113 @@ public func shellStatus(_ script: String, cwd: String? = nil) -> (Int32, String)
     return (code, String(decoding: out, as: UTF8.self))
 }
 
-/// A shell command running in the background; `stop()` kills it if it still runs.
-public final class Background: @unchecked Sendable {
-    // @unchecked: used by one test at a time; output guarded by its lock.
-    private let process = Process()
-    private let buffer = NSLock()
+/// Collects what a child writes to a pipe, on a thread of its own until EOF. Not a
+/// `readabilityHandler`: its dispatch source keeps firing at EOF, and a handle freed while it is
+/// registered crashed libdispatch's event loop in the test process (seen in a full run).
+public final class OutputReader: @unchecked Sendable {
+    // @unchecked: `data` is guarded by `lock`.
+    private let lock = NSLock()
     private var data = Data()
 
-    public init(_ script: String) throws {
-        process.executableURL = URL(fileURLWithPath: "/bin/sh")
-        process.arguments = ["-c", script]
-        let pipe = Pipe()
-        process.standardOutput = pipe
-        process.standardError = pipe
-        pipe.fileHandleForReading.readabilityHandler = { [weak self] h in
-            let d = h.availableData
-            guard let self else { return }
-            self.buffer.lock(); self.data.append(d); self.buffer.unlock()
+    /// Reads `fd` (which it owns and closes at EOF).
+    public init(fd: Int32) {
+        let t = Thread { [self] in
+            var buffer = [UInt8](repeating: 0, count: 65536)
+            while true {
+                let n = read(fd, &buffer, buffer.count)
+                if n > 0 {
+                    lock.lock(); data.append(contentsOf: buffer[0..<n]); lock.unlock()
+                    continue
+                }
+                if n < 0 && errno == EINTR { continue }
+                break
+            }
+            close(fd)
         }
-        try process.run()
+        t.start()
     }
 
-    public var output: String { buffer.lock(); defer { buffer.unlock() }; return String(decoding: data, as: UTF8.self) }
+    /// Reads a duplicate of `handle`'s descriptor.
+    public convenience init(_ handle: FileHandle) {
+        self.init(fd: dup(handle.fileDescriptor))
+    }
+
+    public var text: String { lock.lock(); defer { lock.unlock() }; return String(decoding: data, as: UTF8.self) }
+}
+
+/// A shell command running in the background, in a process group of its own; `stop()` kills
+/// the group if it still runs. Spawned like `shellStatus` (clean signal mask).
+public final class Background: @unchecked Sendable {
+    // @unchecked: `exited` is guarded by `lock`; used by one test at a time.
+    private let pid: pid_t
+    private let reader: OutputReader
+    private let lock = NSLock()
+    private var exited = false
+
+    public init(_ script: String) throws {
+        var pipeFDs: [Int32] = [0, 0]
+        guard pipe(&pipeFDs) == 0 else { throw ShellError("pipe: \(String(cString: strerror(errno)))") }
+        for fd in pipeFDs { _ = fcntl(fd, F_SETFD, FD_CLOEXEC) }
+        var actions = posix_spawn_file_actions_t()
+        posix_spawn_file_actions_init(&actions)
+        defer { posix_spawn_file_actions_destroy(&actions) }
+        posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0)
+        posix_spawn_file_actions_adddup2(&actions, pipeFDs[1], 1)
+        posix_spawn_file_actions_adddup2(&actions, pipeFDs[1], 2)
+        var attr = posix_spawnattr_t()
+        posix_spawnattr_init(&attr)
+        defer { posix_spawnattr_destroy(&attr) }
+        var empty = sigset_t(), all = sigset_t()
+        sigemptyset(&empty)
+        sigfillset(&all)
+        posix_spawnattr_setsigmask(&attr, &empty)
+        posix_spawnattr_setsigdefault(&attr, &all)
+        posix_spawnattr_setpgroup(&attr, 0)
+        posix_spawnattr_setflags(&attr, Int16(POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETPGROUP))
+        var child: pid_t = 0
+        let argv: [UnsafeMutablePointer<CChar>?] = [strdup("/bin/sh"), strdup("-c"), strdup(script), nil]
+        defer { for a in argv { free(a) } }
+        let rc = posix_spawn(&child, "/bin/sh", &actions, &attr, argv, environ)
+        close(pipeFDs[1])
+        guard rc == 0 else {
+            close(pipeFDs[0])
+            throw ShellError("posix_spawn /bin/sh: \(String(cString: strerror(rc)))")
+        }
+        pid = child
+        reader = OutputReader(fd: pipeFDs[0])
+    }
+
+    public var output: String { reader.text }
+
+    public var isRunning: Bool {
+        lock.lock(); defer { lock.unlock() }
+        if exited { return false }
+        var status: Int32 = 0
+        if waitpid(pid, &status, WNOHANG) == pid { exited = true }
+        return !exited
+    }
 
     /// Waits for the end (at most 20 s, then kills it).
     public func wait() {
         let deadline = Date().addingTimeInterval(20)
-        while process.isRunning && Date() < deadline { usleep(10_000) }
+        while isRunning && Date() < deadline { usleep(10_000) }
         stop()
     }
 
+    /// Kills the command and everything it started; waits for the shell.
     public func stop() {
-        if process.isRunning { kill(process.processIdentifier, SIGKILL); process.waitUntilExit() }
+        lock.lock(); defer { lock.unlock() }
+        if exited { return }
+        kill(-pid, SIGKILL)
+        var status: Int32 = 0
+        while waitpid(pid, &status, 0) < 0 && errno == EINTR {}
+        exited = true
     }
+
+    deinit { stop() }
+}
+
+public struct ShellError: Error, CustomStringConvertible {
+    public let description: String
+    public init(_ d: String) { description = d }
 }

@@ -17,6 +17,10 @@ import NimbusProtocol
 
 extension SyncEngine {
     public func setItemAttribute(_ name: String, value: String, item: ItemID, isFolder: Bool) throws(Errno) {
+        if ["resolve", "restore", "discard"].contains(name) {
+            guard !isFolder else { throw .EISDIR }
+            return try resolveAttribute(name, value: value, item: item)
+        }
         let on: Bool
         switch value.lowercased() {
         case "1", "yes", "true", "on": on = true

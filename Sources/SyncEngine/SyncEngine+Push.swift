@@ -59,7 +59,13 @@ extension SyncEngine: ChangeObserver {
             }
             do {
                 try await push(id)
-                state.withLock { s in s.inFlight = nil; s.failed.remove(id); s.itemErrors[id] = nil; s.upload = nil }
+                // Pushed and nobody writing it any more: it is not "being written" (the tick loop
+                // also clears this; seen stuck once after a conflict made while paused).
+                let closed = state.withLock { $0.fs }?.writeState(id).map { $0.writers == 0 } ?? true
+                state.withLock { s in
+                    s.inFlight = nil; s.failed.remove(id); s.itemErrors[id] = nil; s.upload = nil
+                    if closed { s.writing.remove(id) }
+                }
                 backoff = 1
             } catch {
                 let retry = Self.isRetryable(error)

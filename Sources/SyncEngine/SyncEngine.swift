@@ -219,7 +219,8 @@ public final class SyncEngine: Sendable {
             var lines = [("connection", s.connection), ("server", client.baseURL), ("container", container),
                          ("cursor", "\(s.cursor)"), ("upload-queue", "\(s.queue.count + (s.inFlight == nil ? 0 : 1))"),
                          ("download-queue", "\(s.downloads.count)"), ("downloads-active", "\(s.activeFetches)"),
-                         ("placeholders", "\(partial)")]
+                         ("placeholders", "\(partial)"),
+                         ("conflicts", "\(s.bases.values.filter { $0.record.conflicts > 0 && !$0.record.deleted }.count)")]
             if let u = s.upload { lines.append(("uploading", "\(u.item) \(u.sent)/\(u.total)")) }
             lines += [("bytes-downloaded", "\(s.bytesDownloaded)"), ("bytes-uploaded", "\(s.bytesUploaded)"),
                       ("cache-used", "\(s.cacheUsed)"), ("cache-limit", options.cacheLimit.map { "\($0)" } ?? "none"),
@@ -295,6 +296,7 @@ extension SyncEngine: SyncStatusSource {
         state.withLock { s in
             if s.failed.contains(item) { return "error" }
             if s.deviceLocal.contains(item) { return "local" }
+            if let b = s.bases[item], b.record.conflicts > 0 { return "conflict" }
             // Queued, being pushed, written here and not yet uploaded, or never uploaded.
             if s.inFlight == item || s.queued.contains(item) || s.writing.contains(item) { return "uploading" }
             if s.bases[item] == nil && !item.isRoot { return "uploading" }
@@ -309,6 +311,7 @@ extension SyncEngine: SyncStatusSource {
         state.withLock { s in
             switch name {
             case "version": return s.bases[item].map { "\($0.version)" } ?? "none"
+            case "conflicts": return "\(s.bases[item]?.record.conflicts ?? 0)"
             case "pinned": return s.pinned.contains(item) || ancestors.contains(where: s.pinned.contains) ? "1" : "0"
             case "error":
                 if s.failed.contains(item) { return s.itemErrors[item] ?? "the server refused the upload (see the mount log)" }

@@ -26,6 +26,8 @@ enum MountSurface {
             switch e {
             case EBUSY: what = "kept: open, being written, waiting for upload, downloading, or pinned through its folder"
             case EIO: what = "the server cannot be reached (or sync is paused); try again when online"
+            case EINVAL: what = "the server refused: no such version, or not a conflict version (see nimbus versions)"
+            case ENOENT: what = "not on the server yet (never uploaded) or no such version"
             case EPERM, ENOTSUP, EOPNOTSUPP: what = "not a synced Nimbus mount (or not a file or folder)"
             default: what = String(cString: strerror(e))
             }
@@ -262,6 +264,74 @@ struct Resume: ParsableCommand {
         let root = try MountSurface.root(of: path ?? FileManager.default.currentDirectoryPath)
         try MountSurface.set(root, "paused", "0")
         print("resumed \(root)")
+    }
+}
+
+/// `nimbus versions PATH`: the versions the server keeps of a file (docs/sync.md "Conflicts and
+/// versions"), read from `user.nimbus.versions`.
+struct Versions: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "List the versions of a file: current, unresolved conflict versions, and history.")
+    @Argument(help: "A file in a synced mount.") var path: String
+    @Flag(help: "One JSON object per version.") var json = false
+
+    func run() throws {
+        _ = try MountSurface.root(of: path)
+        let size = getxattr(path, MountSurface.prefix + "versions", nil, 0)
+        guard size >= 0 else {
+            throw CLIFailure(errno == EIO ? .network : .usage,
+                             "\(path): \(errno == EIO ? "the server cannot be reached (or sync is paused); try again when online" : String(cString: strerror(errno)))")
+        }
+        var buf = [UInt8](repeating: 0, count: size + 4096)
+        let n = getxattr(path, MountSurface.prefix + "versions", &buf, buf.count)
+        guard n >= 0 else { throw CLIFailure(.network, "\(path): \(String(cString: strerror(errno)))") }
+        let rows = String(decoding: buf[0..<n], as: UTF8.self).split(separator: "\n").map { $0.split(separator: "\t", omittingEmptySubsequences: false).map(String.init) }
+        if json {
+            for r in rows where r.count == 5 {
+                let obj: [String: Any] = ["version": Int(r[0]) ?? 0, "role": r[1], "device": r[2], "time": r[3], "size": Int(r[4]) ?? 0]
+                print(String(decoding: try JSONSerialization.data(withJSONObject: obj, options: [.sortedKeys]), as: UTF8.self))
+            }
+            return
+        }
+        guard !rows.isEmpty else { print("no versions yet (not uploaded)"); return }
+        let header = ["VERSION", "ROLE", "DEVICE", "TIME (UTC)", "SIZE"]
+        let table = [header] + rows.filter { $0.count == 5 }.map { [$0[0], $0[1] == "conflict" ? "conflict!" : $0[1], $0[2], $0[3], $0[4]] }
+        let widths = (0..<5).map { c in table.map { $0[c].count }.max() ?? 0 }
+        for r in table {
+            print((0..<5).map { c in c == 4 ? r[c] : r[c].padding(toLength: widths[c], withPad: " ", startingAt: 0) }.joined(separator: "  "))
+        }
+    }
+}
+
+/// `nimbus resolve PATH --keep current|VERSION`.
+struct Resolve: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Resolve a file's conflict: keep the current version, or make another version current; the other conflict versions are discarded.")
+    @Argument(help: "A file in a synced mount.") var path: String
+    @Option(help: "current, or the version number to keep (see nimbus versions).") var keep: String
+
+    func validate() throws {
+        if keep != "current" && Int64(keep) == nil { throw ValidationError("--keep: give current or a version number") }
+    }
+
+    func run() throws {
+        _ = try MountSurface.root(of: path)
+        try MountSurface.set(path, "resolve", keep)
+        print("resolved \(path): kept \(keep == "current" ? "the current version" : "version \(keep)")")
+    }
+}
+
+/// `nimbus restore PATH --version V`.
+struct Restore: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Make an earlier version of a file current again (its conflict versions stay).")
+    @Argument(help: "A file in a synced mount.") var path: String
+    @Option(help: "The version to bring back (see nimbus versions).") var version: Int64
+
+    func run() throws {
+        _ = try MountSurface.root(of: path)
+        try MountSurface.set(path, "restore", "\(version)")
+        print("restored \(path) to version \(version)")
     }
 }
 #endif

@@ -1,0 +1,92 @@
+import ContainerFS
+import Foundation
+import FuseKit
+import NimbusCore
+import NimbusProtocol
+import NimbusRemote
+
+// Conflicts and versions through the mount (docs/sync.md "Conflicts and versions"): the
+// conflict count of each item comes with its server record; the version list, resolving and
+// restoring go to the server, bounded by the read timeout (EIO when it cannot answer).
+
+extension SyncEngine {
+    /// Items with unresolved conflict versions, and how many each has.
+    public func conflictedItems() -> [(ItemID, Int)] {
+        state.withLock { s in s.bases.compactMap { id, b in b.record.conflicts > 0 && !b.record.deleted ? (id, b.record.conflicts) : nil } }
+    }
+
+    /// `user.nimbus.versions`: one line per version, newest first:
+    /// `VERSION<TAB>ROLE<TAB>DEVICE<TAB>TIME<TAB>SIZE` (TIME: the content's modification time, UTC).
+    public func fetchItemAttribute(_ name: String, item: ItemID) throws(Errno) -> String? {
+        guard name == "versions" else { return nil }
+        guard state.withLock({ $0.bases[item] }) != nil else { return "" }  // never uploaded: no versions yet
+        let versions = try bounded { try await self.client.versions(self.container, item) }
+        return versions.map { v in
+            "\(v.version)\t\(v.role.rawValue)\t\(v.deviceName)\t\(Self.utc(v.state.modified))\t\(v.state.size)\n"
+        }.joined()
+    }
+
+    /// `user.nimbus.resolve` (`current`, or a version number to keep) and `user.nimbus.restore`
+    /// (a previous version to make current again), and `user.nimbus.discard` (a conflict version
+    /// to drop). The server's answer is shown at once; the journal tells the other devices.
+    func resolveAttribute(_ name: String, value: String, item: ItemID) throws(Errno) {
+        let request: ResolveRequest
+        switch (name, value) {
+        case ("resolve", "current"): request = ResolveRequest(action: .keepCurrent)
+        case ("resolve", _):
+            guard let v = Int64(value) else { throw .EINVAL }
+            request = ResolveRequest(action: .keepVersion, version: v)
+        case ("restore", _):
+            guard let v = Int64(value) else { throw .EINVAL }
+            request = ResolveRequest(action: .restore, version: v)
+        case ("discard", _):
+            guard let v = Int64(value) else { throw .EINVAL }
+            request = ResolveRequest(action: .discard, versions: [v])
+        default: throw .EPERM
+        }
+        guard state.withLock({ $0.bases[item] }) != nil else { throw .ENOENT }
+        let r = try bounded { try await self.client.resolve(self.container, item, request) }
+        do { try apply([r.item]) } catch { log("showing the resolved \(item) failed: \(error)") }
+    }
+
+    /// Runs a server call from a FUSE thread, waiting at most the read timeout: EIO when the
+    /// server cannot answer in time or sync is paused, EINVAL/ENOENT for requests it refuses.
+    func bounded<T: Sendable>(_ call: @escaping @Sendable () async throws -> T) throws(Errno) -> T {
+        if isPaused { throw .EIO }
+        let box = ResultBox<T>()
+        let done = DispatchSemaphore(value: 0)
+        let task = Task {
+            do { box.set(.success(try await call())) } catch { box.set(.failure(error)) }
+            done.signal()
+        }
+        if done.wait(timeout: .now() + .seconds(Int(options.hydrationSeconds))) == .timedOut {
+            task.cancel()
+            throw .EIO
+        }
+        switch box.get() {
+        case .success(let v)?: return v
+        case .failure(let e)?:
+            log("server call failed: \(e)")
+            switch (e as? RemoteError)?.code {
+            case "not_found", "item_not_found": throw .ENOENT
+            case "bad_request", "invalid_json", "not_a_conflict", "version_not_found": throw .EINVAL
+            default: throw .EIO
+            }
+        case nil: throw .EIO
+        }
+    }
+
+    static func utc(_ ns: Int64) -> String {
+        let f = ISO8601DateFormatter()
+        f.formatOptions = [.withInternetDateTime]
+        return f.string(from: Date(timeIntervalSince1970: Double(ns) / 1e9))
+    }
+}
+
+final class ResultBox<T: Sendable>: @unchecked Sendable {
+    // @unchecked: guarded by `lock`.
+    private let lock = NSLock()
+    private var value: Result<T, any Error>?
+    func set(_ v: Result<T, any Error>) { lock.lock(); value = v; lock.unlock() }
+    func get() -> Result<T, any Error>? { lock.lock(); defer { lock.unlock() }; return value }
+}

@@ -1,0 +1,76 @@
+import Foundation
+import Glibc
+import NimbusTesting
+import Testing
+
+/// Conflict versions reachable with ordinary tools (issue 6, docs/sync.md "Conflicts and
+/// versions"): status and count xattrs, `.nimbus/conflicts`, `nimbus versions|resolve|restore`.
+@Suite(.serialized, .enabled(if: SyncEnv.usable, "needs FUSE"))
+struct ConflictTests {
+    static let nimbus = NimbusBinary.path
+
+    static func xattr(_ path: String, _ name: String) -> String {
+        shStatus("getfattr --absolute-names --only-values -n user.nimbus.\(name) \(q(path))").1
+    }
+
+    /// `nimbus versions --json` rows.
+    static func versions(_ path: String) throws -> [[String: Any]] {
+        try sh("\(q(nimbus)) versions --json \(q(path))").split(separator: "\n").compactMap {
+            try JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any]
+        }
+    }
+
+    @Test func airplaneModeEndsAsCurrentPlusAConflictVersionAndResolvesEverywhere() async throws {
+        try await SyncWorld.run("airplane") { w in
+            let a = try await w.mount("a"), b = try await w.mount("b")
+            try sh("printf v1 > \(q(a))/doc.txt")
+            try await eventually("v1 on B", "test \"$(cat \(q(b))/doc.txt)\" = v1")
+            try sh("\(q(Self.nimbus)) pause \(q(a)) && \(q(Self.nimbus)) pause \(q(b))")
+            try sh("printf 'edit on a' > \(q(a))/doc.txt")
+            usleep(1_100_000)  // B's edit is the later one: it becomes current
+            try sh("printf 'edit on b, later' > \(q(b))/doc.txt")
+            // While offline, versions cannot be listed: a clear error, not a hang.
+            let offline = shStatus("\(q(Self.nimbus)) versions \(q(a))/doc.txt")
+            #expect(offline.0 == 3 && offline.1.contains("cannot be reached"), "\(offline)")
+            try sh("\(q(Self.nimbus)) resume \(q(a)) && \(q(Self.nimbus)) resume \(q(b))")
+
+            // Both devices: the later edit is current, one conflict version holds the other.
+            for mp in [a, b] {
+                try await eventually("current content on \(mp)", seconds: 30, "test \"$(cat \(q(mp))/doc.txt)\" = 'edit on b, later'")
+                try await eventually("conflict status on \(mp)", seconds: 30,
+                                     "test \"$(getfattr --absolute-names --only-values -n user.nimbus.status \(q(mp))/doc.txt)\" = conflict")
+                #expect(Self.xattr(mp + "/doc.txt", "conflicts") == "1")
+                #expect(try sh("cat \(q(mp))/.nimbus/conflicts") == "1 /doc.txt\n")
+                #expect(try sh("grep '^conflicts:' \(q(mp))/.nimbus/status") == "conflicts: 1\n")
+            }
+            let table = try sh("\(q(Self.nimbus)) versions \(q(b))/doc.txt")
+            #expect(table.contains("conflict!") && table.contains("current") && table.contains("VERSION"), "\(table)")
+            let rows = try Self.versions(b + "/doc.txt")
+            let conflict = try #require(rows.first { ($0["role"] as? String) == "conflict" }, "\(rows)")
+            #expect(conflict["device"] as? String == "a" && conflict["size"] as? Int == 9, "\(conflict)")
+            let current = try #require(rows.first { ($0["role"] as? String) == "current" })
+            #expect(current["device"] as? String == "b", "\(current)")
+
+            // Resolve on B by keeping the conflict version: A shows it, no conflict anywhere.
+            let resolvedAt = Date()
+            try sh("\(q(Self.nimbus)) resolve \(q(b))/doc.txt --keep \(conflict["version"] as? Int ?? 0)")
+            try await eventually("A shows the kept version", "test \"$(cat \(q(a))/doc.txt)\" = 'edit on a'")
+            print("sync figures: a resolve on B reached A's files after \(Date().timeIntervalSince(resolvedAt)) s")
+            for mp in [a, b] {
+                try await eventually("no conflict left on \(mp)", "test \"$(getfattr --absolute-names --only-values -n user.nimbus.conflicts \(q(mp))/doc.txt)\" = 0")
+                // `current`, or `cloud` where the kept version was not read yet.
+                try await eventually("no conflict status on \(mp)", "getfattr --absolute-names --only-values -n user.nimbus.status \(q(mp))/doc.txt | grep -qxE 'current|cloud'")
+                #expect(try sh("cat \(q(mp))/.nimbus/conflicts") == "")
+                #expect(try sh("cat \(q(mp))/doc.txt") == "edit on a")
+            }
+            #expect(try Self.versions(a + "/doc.txt").allSatisfy { ($0["role"] as? String) != "conflict" })
+
+            // Restore the first version: every device shows it; bad requests are clear errors.
+            let first = try Self.versions(a + "/doc.txt").compactMap { $0["version"] as? Int }.min() ?? 0
+            try sh("\(q(Self.nimbus)) restore \(q(a))/doc.txt --version \(first)")
+            try await eventually("B shows the restored version", "test \"$(cat \(q(b))/doc.txt)\" = v1")
+            let bad = shStatus("\(q(Self.nimbus)) resolve \(q(a))/doc.txt --keep 999999")
+            #expect(bad.0 != 0 && bad.1.contains("refused"), "\(bad)")
+        }
+    }
+}
