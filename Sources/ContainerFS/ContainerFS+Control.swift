@@ -15,7 +15,7 @@ extension ContainerFS {
         st.st_gid = owner.gid
         let ts = Self.ts(mountTime)
         st.st_atim = ts; st.st_mtim = ts; st.st_ctim = ts
-        if node == Self.controlDirNode {
+        if node == Self.controlDirNode || node == Self.controlVersionsNode {
             st.st_mode = S_IFDIR | 0o555
             st.st_nlink = 2
             st.st_size = 4096

@@ -3,8 +3,12 @@ import Glibc
 
 extension ContainerFS {
     public func opendir(node: UInt64) throws(Errno) -> UInt64 {
-        try lock.withLock { () throws(Errno) -> UInt64 in
-            let snap = try snapshot(node)
+        // `.nimbus/versions` listings may ask the server: taken outside the lock.
+        var virtual: DirSnapshot?
+        if Self.isVersionsNode(node) { virtual = try versionsSnapshot(node) }
+        return try lock.withLock { () throws(Errno) -> UInt64 in
+            let snap: DirSnapshot
+            if let virtual { snap = virtual } else { snap = try snapshot(node) }
             let h = t.nextDirHandle
             t.nextDirHandle += 1
             t.dirs[h] = snap
@@ -16,7 +20,8 @@ extension ContainerFS {
     /// never listed in the root; it lists its own files.
     func snapshot(_ node: UInt64) throws(Errno) -> DirSnapshot {
         if node == Self.controlDirNode {
-            return DirSnapshot(node: node, entries: [(".", node), ("..", Self.rootNode)] + Self.controlFiles.map { ($0.name, $0.node) })
+            return DirSnapshot(node: node, entries: [(".", node), ("..", Self.rootNode)] + Self.controlFiles.map { ($0.name, $0.node) }
+                               + [("versions", Self.controlVersionsNode)])
         }
         let n = try self.node(node)
         guard n.isDir else { throw .ENOTDIR }
@@ -30,7 +35,7 @@ extension ContainerFS {
     /// "." and ".." carries attributes and counts as a lookup (only if it fit in the buffer).
     public func readdir(node: UInt64, handle: UInt64, offset: Int64, into buffer: inout DirectoryBuffer, plus: Bool) throws(Errno) {
         try lock.withLock { () throws(Errno) in
-            if offset == 0 {
+            if offset == 0 && !Self.isVersionsNode(node) {
                 // rewinddir (or the first read): take a fresh listing.
                 t.dirs[handle] = try snapshot(node)
             }
@@ -42,6 +47,10 @@ extension ContainerFS {
                 let isDot = i < 2
                 if child < 16, child != Self.rootNode {
                     e = controlEntry(child)
+                    if isDot { e.node = 0 }
+                } else if child >= Self.virtualBase {
+                    guard let v = try? versionsEntry(child) else { i += 1; continue }
+                    e = v
                     if isDot { e.node = 0 }
                 } else if let c = t.nodes[child], (c.linked || isDot) {
                     e = entry(c)

@@ -10,7 +10,8 @@ import NimbusCore
 extension ContainerFS {
     public func open(node: UInt64, flags: Int32) throws(Errno) -> FuseOpen {
         if Self.isControlFile(node) { return openControl(node) }
-        if node == Self.controlDirNode { throw .EISDIR }
+        if node == Self.controlDirNode || node == Self.controlVersionsNode { throw .EISDIR }
+        if node >= Self.virtualBase { return try openVersionEntry(node, flags: flags) }
         // The cache file is opened under the lock: a remote version swapping the file (and the
         // node) cannot slip between choosing the node and opening its file.
         let fd = try lock.withLock { () throws(Errno) -> Int32 in

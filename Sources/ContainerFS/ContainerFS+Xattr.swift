@@ -21,7 +21,7 @@ extension ContainerFS {
 
     public func getxattr(node: UInt64, name: String) throws(Errno) -> [UInt8] {
         guard name.hasPrefix("user.") else { throw .ENODATA }
-        if node < 16 && node != Self.rootNode { throw .ENODATA }
+        if (node < 16 && node != Self.rootNode) || node >= Self.virtualBase { throw .ENODATA }
         if name == "user.nimbus.versions", let sync = syncStatus {
             // Asks the server: outside the lock, bounded by the engine.
             let id = try lock.withLock { () throws(Errno) -> ItemID in try self.node(node).rec.id }
@@ -51,7 +51,7 @@ extension ContainerFS {
 
     /// The names, each NUL-terminated (the listxattr(2) format).
     public func listxattr(node: UInt64) throws(Errno) -> [UInt8] {
-        if node < 16 && node != Self.rootNode { return [] }
+        if (node < 16 && node != Self.rootNode) || node >= Self.virtualBase { return [] }
         return try lock.withLock { () throws(Errno) -> [UInt8] in
             let n = try self.node(node)
             var out: [UInt8] = []

@@ -59,6 +59,8 @@ public final class ContainerFS: @unchecked Sendable {
     public let events: EventLog
     /// Presenters over the local socket (PresenterHub.swift, docs/presenters.md).
     public let presenters: PresenterHub
+    /// `.nimbus/versions/` nodes (ContainerFS+Versions.swift).
+    let versionsTree = VersionsTree()
 
     public init(store: LocalStore, options: Options = Options(), content: any ContentProvider = LocalContent(),
                 observer: (any ChangeObserver)? = nil, syncStatus: (any SyncStatusSource)? = nil) throws {
@@ -222,8 +224,10 @@ public final class ContainerFS: @unchecked Sendable {
         if parent == Self.rootNode && name == Self.controlName { return controlEntry(Self.controlDirNode) }
         if parent == Self.controlDirNode {
             if let f = Self.controlFiles.first(where: { $0.name == name }) { return controlEntry(f.node) }
+            if name == "versions" { return controlEntry(Self.controlVersionsNode) }
             throw .ENOENT
         }
+        if Self.isVersionsNode(parent) { return try versionsLookup(parent: parent, name: name) }
         return try lock.withLock { () throws(Errno) -> FuseEntry in
             let p = try folder(parent)
             // ENOENT becomes a cached negative entry in FuseAdapter (negativeTimeout).
@@ -233,7 +237,7 @@ public final class ContainerFS: @unchecked Sendable {
     }
 
     public func forget(node: UInt64, count: UInt64) {
-        if node < 16 { return }
+        if node < 16 || node >= Self.virtualBase { return }
         lock.withLock {
             guard let n = t.nodes[node] else { return }
             n.lookups -= min(count, n.lookups)
@@ -242,7 +246,8 @@ public final class ContainerFS: @unchecked Sendable {
     }
 
     public func getattr(node: UInt64) throws(Errno) -> stat {
-        if node == Self.controlDirNode || Self.isControlFile(node) { return controlAttr(node) }
+        if node == Self.controlDirNode || node == Self.controlVersionsNode || Self.isControlFile(node) { return controlAttr(node) }
+        if node >= Self.virtualBase { return try versionsAttr(node) }
         return try lock.withLock { () throws(Errno) -> stat in attr(try self.node(node)) }
     }
 

@@ -61,11 +61,17 @@ public protocol SyncStatusSource: Sendable {
     func fetchItemAttribute(_ name: String, item: ItemID) throws(Errno) -> String?
     /// Items with unresolved conflict versions and their counts (`.nimbus/conflicts`).
     func conflictedItems() -> [(ItemID, Int)]
+    /// The other (conflict and earlier) versions of a file; bounded, without the filesystem lock.
+    func versionEntries(_ item: ItemID) throws(Errno) -> [VersionEntry]
+    /// The bytes of one version; bounded, without the filesystem lock.
+    func versionContent(_ item: ItemID, version: Int64) throws(Errno) -> [UInt8]
 }
 
 extension SyncStatusSource {
     public func fetchItemAttribute(_ name: String, item: ItemID) throws(Errno) -> String? { nil }
     public func conflictedItems() -> [(ItemID, Int)] { [] }
+    public func versionEntries(_ item: ItemID) throws(Errno) -> [VersionEntry] { [] }
+    public func versionContent(_ item: ItemID, version: Int64) throws(Errno) -> [UInt8] { throw .ENOENT }
 }
 
 /// The kernel's caches, for changes that did not come through the kernel (remote changes).

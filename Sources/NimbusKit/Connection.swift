@@ -1,29 +1,35 @@
+// NimbusKit: the client side of a mount's presenter socket (docs/presenters.md).
 import Dispatch
 import Foundation
+import Synchronization
 #if canImport(Glibc)
 import Glibc
 #endif
 
-/// Where a path lives: the mount root, its presenter socket, and the container path.
+/// Where a path lives: the mount root, its presenter socket (nil: `presenter-socket: none`), and
+/// the container path (`/` for the root).
 struct MountLocation {
     let root: String
-    let socket: String
+    let socket: String?
     let containerPath: String
 
     /// Walks up from `path` to the directory that has `.nimbus/status` (found by name: `.nimbus`
-    /// is never listed). Nil outside a mount.
+    /// is never listed), then through symlinks if that found nothing. Nil outside a mount.
     static func find(_ path: String) -> MountLocation? {
-        let full = URL(fileURLWithPath: path).standardizedFileURL.path
-        var isDir: ObjCBool = false
-        var dir = FileManager.default.fileExists(atPath: full, isDirectory: &isDir) && isDir.boolValue
-            ? full : (full as NSString).deletingLastPathComponent
+        let url = URL(fileURLWithPath: path)
+        return search(url.standardizedFileURL.path) ?? search(url.resolvingSymlinksInPath().path)
+    }
+
+    private static func search(_ full: String) -> MountLocation? {
+        var dir = full  // a file or a missing item has no `.nimbus` below it: it just goes up
         while true {
-            if access(dir + "/.nimbus/status", F_OK) == 0 {
-                guard let text = readAll(dir + "/.nimbus/status") else { return nil }
-                let line = text.split(separator: "\n").first { $0.hasPrefix("presenter-socket: ") }
-                guard let socket = line.map({ String($0.dropFirst("presenter-socket: ".count)) }), socket != "none" else { return nil }
+            let status = (dir == "/" ? "" : dir) + "/.nimbus/status"
+            if access(status, F_OK) == 0 {
+                let key = "presenter-socket: "
+                let line = readAll(status).split(separator: "\n").first { $0.hasPrefix(key) }
+                let socket = line.map { $0.dropFirst(key.count).trimmingCharacters(in: .whitespaces) }
                 let rel = full == dir ? "/" : String(full.dropFirst(dir == "/" ? 0 : dir.count))
-                return MountLocation(root: dir, socket: socket, containerPath: rel)
+                return MountLocation(root: dir, socket: socket == "none" || socket == "" ? nil : socket, containerPath: rel)
             }
             if dir == "/" || dir.isEmpty { return nil }
             dir = (dir as NSString).deletingLastPathComponent
@@ -31,9 +37,9 @@ struct MountLocation {
     }
 
     /// Control files report size 0 (they are generated when opened): read to the end.
-    static func readAll(_ path: String) -> String? {
+    static func readAll(_ path: String) -> String {
         let fd = open(path, O_RDONLY | O_CLOEXEC)
-        guard fd >= 0 else { return nil }
+        guard fd >= 0 else { return "" }
         defer { close(fd) }
         var out: [UInt8] = []
         var buf = [UInt8](repeating: 0, count: 16384)
@@ -48,52 +54,141 @@ struct MountLocation {
 }
 
 /// One connection to one mount's daemon, shared by every presenter and coordinator of this
-/// process in that mount. A reader thread takes the daemon's lines: replies wake the waiting
-/// request, asks and events go to the presenter's queue.
-final class MountConnection: @unchecked Sendable {
-    // @unchecked: every mutable field is guarded by `lock`.
+/// process in that mount, made on first use and again after it dropped (presenting the
+/// registered presenters again). A reader thread takes the daemon's lines: replies wake the
+/// waiting request; asks and events go to the presenter's own queue.
+final class MountConnection: Sendable {
     struct Entry {
         weak var presenter: (any FilePresenter)?
         var path: String
-        var reacquirer: (@Sendable () -> Void)?
-        /// Own coordinated writes under way, and until when their `changed` events are dropped.
-        var writing = 0
-        var quietUntil = Date.distantPast
+        /// Reacquirers of answered relinquish asks, run in order as `reacquire` events come.
+        var reacquirers: [@Sendable () -> Void] = []
+        /// Relinquish asks whose `writer` was not called yet, and `reacquire` events that came
+        /// before it was (the daemon went on after its bound): those reacquirers run at once.
+        var relinquishing = 0
+        var earlyReacquires = 0
+        /// This presenter's coordinated writes by container path: how many run, and until when
+        /// their `changed` events are dropped.
+        var ownWrites: [String: (running: Int, quietUntil: ContinuousClock.Instant)] = [:]
     }
-
-    final class Pending: @unchecked Sendable {
-        // @unchecked: `reply` is written once before `done` is signalled.
+    struct Reply: Sendable {
+        let ok: Bool
+        let error: String?
+    }
+    /// A request waiting for its reply: matched by kind, then token and path when both have one.
+    final class Pending: Sendable {
+        let kind: String, token: Int?, path: String?
         let done = DispatchSemaphore(value: 0)
-        var reply: [String: Any]?
+        let reply = Mutex<Reply?>(nil)  // set before `done` is signalled; nil: the connection dropped
+        init(_ kind: String, _ token: Int?, _ path: String?) { (self.kind, self.token, self.path) = (kind, token, path) }
+    }
+    struct State {
+        var fd: Int32 = -1
+        var ready = false  // hello answered on `fd`
+        var pending: [Pending] = []
+        var entries: [Int: Entry] = [:]  // by token
     }
 
-    let location: MountLocation
-    private let lock = NSLock()
-    private let writeLock = NSLock()
-    private var fd: Int32 = -1
-    private var pending: [String: [Pending]] = [:]
-    private(set) var entries: [Int: Entry] = [:]
+    let root: String
+    let socket: String
+    private let state = Mutex(State())
+    private let connecting = Mutex(())  // held while (re)connecting: hello and presenting again
+    private let sendLock = Mutex(())  // one line at a time on the socket
 
-    init(_ location: MountLocation) { self.location = location }
+    init(root: String, socket: String) { (self.root, self.socket) = (root, socket) }
 
-    func entry(_ token: Int) -> Entry? { lock.lock(); defer { lock.unlock() }; return entries[token] }
-    func update(_ token: Int, _ f: (inout Entry) -> Void) {
-        lock.lock(); defer { lock.unlock() }
-        if var e = entries[token] { f(&e); entries[token] = e }
-    }
+    private var closed: CoordinationError { .unreachable(socket: socket, reason: "the connection closed (is the mount running?)") }
 
-    /// Connects (and re-presents what was registered) unless connected.
+    // MARK: what FileCoordinator uses
+
+    /// Connects, says hello and presents the registered presenters again, unless connected.
     func ensureConnected() throws {
-        lock.lock()
-        if fd >= 0 { lock.unlock(); return }
-        let s = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
-        guard s >= 0 else { lock.unlock(); throw CoordinationError.unreachable(socket: location.socket, reason: String(cString: strerror(errno))) }
+        try connecting.withLock { _ in
+            if state.withLock({ $0.ready }) { return }
+            let s = try openSocket()
+            state.withLock { $0.fd = s }
+            let reader = Thread { [self] in readLoop(s) }
+            reader.name = "nimbuskit \(root)"
+            reader.start()
+            do {
+                let r = try request(["op": "hello", "version": 1, "pid": Int(getpid()), "name": ProcessInfo.processInfo.processName], "hello")
+                guard r.ok else { throw CoordinationError.refused(r.error ?? "hello was not accepted") }
+            } catch {
+                drop(s)
+                throw error
+            }
+            let again = state.withLock { st -> [(Int, String)] in
+                guard st.fd == s else { return [] }
+                st.ready = true
+                return st.entries.compactMap { $0.value.presenter == nil ? nil : ($0.key, $0.value.path) }
+            }
+            for (token, path) in again { _ = try? request(["op": "present", "token": token, "path": path], "present", token: token) }
+        }
+    }
+
+    func register(_ token: Int, _ p: any FilePresenter, path: String) throws {
+        try ensureConnected()
+        state.withLock { $0.entries[token] = Entry(presenter: p, path: path) }
+        do {
+            let r = try request(["op": "present", "token": token, "path": path], "present", token: token)
+            guard r.ok else { throw CoordinationError.refused(r.error ?? "present was not accepted") }
+        } catch {
+            state.withLock { _ = $0.entries.removeValue(forKey: token) }
+            throw error
+        }
+    }
+
+    func unregister(_ token: Int) {
+        let live = state.withLock { $0.entries.removeValue(forKey: token) != nil && $0.ready }
+        if live { _ = try? request(["op": "unpresent", "token": token], "unpresent", token: token) }
+    }
+
+    /// `will-write`: returns when the other presenters answered or the daemon's bound passed.
+    func willWrite(token: Int, path: String, file: String, deadline: ContinuousClock.Instant, timeout: Duration) throws {
+        try ensureConnected()
+        ownWrite(token, path, starts: true)
+        do {
+            let r = try request(["op": "will-write", "token": token, "path": path], "will-write", path: path,
+                                within: max(deadline - .now, .milliseconds(1)), late: .timedOut(path: file, seconds: timeout.seconds))
+            guard r.ok else { throw CoordinationError.refused(r.error ?? "will-write was not accepted") }
+        } catch {
+            ownWrite(token, path, starts: false, quiet: .zero)
+            throw error
+        }
+    }
+
+    /// `did-write`: the other presenters reacquire; the writer's own `changed` events of the
+    /// next 2 s are dropped.
+    func didWrite(token: Int, path: String) {
+        _ = try? request(["op": "did-write", "token": token, "path": path], "did-write", path: path)
+        ownWrite(token, path, starts: false, quiet: .seconds(2))
+    }
+
+    private func ownWrite(_ token: Int, _ path: String, starts: Bool, quiet: Duration = .zero) {
+        guard token != 0 else { return }
+        state.withLock { st in
+            guard var e = st.entries[token] else { return }
+            let now = ContinuousClock.now
+            var w = e.ownWrites[path] ?? (0, now)
+            w.running += starts ? 1 : -1
+            if !starts { w.quietUntil = max(w.quietUntil, now + quiet) }
+            e.ownWrites = e.ownWrites.filter { $0.value.running > 0 || $0.value.quietUntil > now }
+            if w.running > 0 || w.quietUntil > now { e.ownWrites[path] = w } else { e.ownWrites[path] = nil }
+            st.entries[token] = e
+        }
+    }
+
+    // MARK: the socket
+
+    private func openSocket() throws -> Int32 {
+        let s = Glibc.socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+        guard s >= 0 else { throw CoordinationError.unreachable(socket: socket, reason: String(cString: strerror(errno))) }
         var addr = sockaddr_un()
         addr.sun_family = sa_family_t(AF_UNIX)
-        let path = Array(location.socket.utf8)
+        let path = Array(socket.utf8)
         guard path.count < MemoryLayout.size(ofValue: addr.sun_path) else {
-            close(s); lock.unlock()
-            throw CoordinationError.unreachable(socket: location.socket, reason: "path too long")
+            close(s)
+            throw CoordinationError.unreachable(socket: socket, reason: "the path is too long for a socket")
         }
         withUnsafeMutableBytes(of: &addr.sun_path) { raw in
             for (i, b) in path.enumerated() { raw[i] = b }
@@ -104,87 +199,85 @@ final class MountConnection: @unchecked Sendable {
         }
         guard rc == 0 else {
             let reason = String(cString: strerror(errno))
-            close(s); lock.unlock()
-            throw CoordinationError.unreachable(socket: location.socket, reason: reason + " (is the mount running?)")
+            close(s)
+            throw CoordinationError.unreachable(socket: socket, reason: reason + " (is the mount running?)")
         }
-        fd = s
-        let again = entries
-        lock.unlock()
-        let t = Thread { [self] in readLoop(s) }
-        t.name = "nimbuskit \(location.root)"
-        t.start()
-        _ = try request(["op": "hello", "version": 1, "pid": Int(getpid()), "name": ProcessInfo.processInfo.processName],
-                        key: "hello", timeout: 5)
-        for (token, e) in again where e.presenter != nil {
-            _ = try? request(["op": "present", "token": token, "path": e.path], key: "present:\(token)", timeout: 5)
-        }
+        var tv = timeval(tv_sec: 5, tv_usec: 0)  // a daemon that stops reading cannot block a writer for long
+        setsockopt(s, SOL_SOCKET, SO_SNDTIMEO, &tv, socklen_t(MemoryLayout<timeval>.size))
+        return s
     }
 
-    func register(_ token: Int, _ p: any FilePresenter, path: String) throws {
-        lock.lock(); entries[token] = Entry(presenter: p, path: path); lock.unlock()
-        try ensureConnected()
-        let r = try request(["op": "present", "token": token, "path": path], key: "present:\(token)", timeout: 5)
-        if r["ok"] as? Bool != true {
-            lock.lock(); entries[token] = nil; lock.unlock()
-            throw CoordinationError.refused(r["error"] as? String ?? "present failed")
+    /// Sends one message and waits (at most `within`) for its reply; `late` is thrown on timeout.
+    private func request(_ message: [String: Any], _ kind: String, token: Int? = nil, path: String? = nil,
+                         within: Duration = .seconds(5), late: CoordinationError? = nil) throws -> Reply {
+        let p = Pending(kind, token, path)
+        let s = state.withLock { st in
+            if st.fd >= 0 { st.pending.append(p) }
+            return st.fd
         }
-    }
-
-    func unregister(_ token: Int) {
-        lock.lock(); let had = entries.removeValue(forKey: token) != nil; let connected = fd >= 0; lock.unlock()
-        if had && connected { _ = try? request(["op": "unpresent", "token": token], key: "unpresent:\(token)", timeout: 5) }
-    }
-
-    /// Sends one message and waits (at most `timeout` seconds) for the reply filed under `key`.
-    func request(_ message: [String: Any], key: String, timeout: Double) throws -> [String: Any] {
-        let p = Pending()
-        lock.lock()
-        let s = fd
-        pending[key, default: []].append(p)
-        lock.unlock()
-        guard s >= 0, send(message, on: s) else {
+        guard s >= 0 else { throw closed }
+        guard write(message, on: s) else {
+            forget(p)
             drop(s)
-            throw CoordinationError.unreachable(socket: location.socket, reason: "the connection closed")
+            throw closed
         }
-        if p.done.wait(timeout: .now() + timeout) == .timedOut {
-            lock.lock(); pending[key]?.removeAll { $0 === p }; lock.unlock()
-            throw CoordinationError.unreachable(socket: location.socket, reason: "no answer within \(timeout) s")
+        if p.done.wait(timeout: .now() + within.seconds) == .timedOut {
+            forget(p)
+            throw late ?? .unreachable(socket: socket, reason: "no answer to \(kind) within \(CoordinationError.text(within.seconds)) s")
         }
-        guard let reply = p.reply else { throw CoordinationError.unreachable(socket: location.socket, reason: "the connection closed") }
+        guard let reply = p.reply.withLock({ $0 }) else { throw closed }
         return reply
     }
 
-    func send(_ message: [String: Any]) {
-        lock.lock(); let s = fd; lock.unlock()
-        if s >= 0, !send(message, on: s) { drop(s) }
+    private func forget(_ p: Pending) { state.withLock { $0.pending.removeAll { $0 === p } } }
+
+    /// Sends without waiting (acks, unpresenting a presenter that is gone).
+    private func send(_ message: [String: Any]) {
+        let s = state.withLock { $0.fd }
+        if s >= 0, !write(message, on: s) { drop(s) }
     }
 
-    private func send(_ message: [String: Any], on s: Int32) -> Bool {
+    private func write(_ message: [String: Any], on s: Int32) -> Bool {
+        // JSONSerialization escapes newlines in strings and adds none without .prettyPrinted.
         guard var bytes = try? [UInt8](JSONSerialization.data(withJSONObject: message, options: [.withoutEscapingSlashes])) else { return false }
         bytes.append(UInt8(ascii: "\n"))
-        writeLock.lock(); defer { writeLock.unlock() }  // one line at a time
-        var off = 0
-        while off < bytes.count {
-            let n = bytes.withUnsafeBytes { Glibc.send(s, $0.baseAddress! + off, bytes.count - off, Int32(MSG_NOSIGNAL)) }
-            if n < 0 {
-                if errno == EINTR { continue }
-                return false
+        return sendLock.withLock { _ in
+            var off = 0
+            while off < bytes.count {
+                let n = bytes.withUnsafeBytes { Glibc.send(s, $0.baseAddress! + off, $0.count - off, Int32(MSG_NOSIGNAL)) }
+                if n < 0 {
+                    if errno == EINTR { continue }
+                    return false
+                }
+                off += n
             }
-            off += n
+            return true
         }
-        return true
     }
 
-    /// The connection is gone: waiting requests fail; the next use reconnects.
+    /// The connection is gone: waiting requests fail, relinquished presenters reacquire (their
+    /// `reacquire` event cannot come any more), and the next use reconnects.
     private func drop(_ s: Int32) {
-        lock.lock()
-        guard s >= 0, fd == s else { lock.unlock(); return }
-        fd = -1
-        let waiting = pending.values.flatMap { $0 }
-        pending = [:]
-        lock.unlock()
-        shutdown(s, Int32(SHUT_RDWR))
+        let (waiting, reacquire) = state.withLock { st -> ([Pending], [(any FilePresenter, [@Sendable () -> Void])]) in
+            guard s >= 0, st.fd == s else { return ([], []) }
+            st.fd = -1
+            st.ready = false
+            defer { st.pending = [] }
+            var runs: [(any FilePresenter, [@Sendable () -> Void])] = []
+            for (token, var e) in st.entries {
+                if let p = e.presenter, !e.reacquirers.isEmpty { runs.append((p, e.reacquirers)) }
+                e.reacquirers = []
+                e.earlyReacquires = e.relinquishing
+                st.entries[token] = e
+            }
+            return (st.pending, runs)
+        }
+        shutdown(s, Int32(SHUT_RDWR))  // the reader sees the end and closes `s`
         for p in waiting { p.done.signal() }
+        for (p, blocks) in reacquire {
+            let queue = p.presentedItemOperationQueue
+            for b in blocks { queue.async(execute: b) }
+        }
     }
 
     private func readLoop(_ s: Int32) {
@@ -196,39 +289,46 @@ final class MountConnection: @unchecked Sendable {
             if n <= 0 { break }
             buffer += chunk[0..<n]
             while let nl = buffer.firstIndex(of: UInt8(ascii: "\n")) {
-                let line = Array(buffer[..<nl])
+                let line = Data(buffer[..<nl])
                 buffer.removeSubrange(...nl)
-                if let obj = (try? JSONSerialization.jsonObject(with: Data(line))) as? [String: Any] { dispatch(obj) }
+                if let m = (try? JSONSerialization.jsonObject(with: line)) as? [String: Any] { dispatch(m) }
             }
         }
         drop(s)
         close(s)
     }
 
+    // MARK: the daemon's lines
+
     private func dispatch(_ m: [String: Any]) {
+        let token = (m["token"] as? NSNumber)?.intValue
+        let path = m["path"] as? String
         if let re = m["re"] as? String {
-            let key: String
-            switch re {
-            case "present", "unpresent": key = "\(re):\((m["token"] as? NSNumber)?.intValue ?? 0)"
-            case "will-write", "did-write": key = "\(re):\(m["path"] as? String ?? "")"
-            default: key = re
+            let reply = Reply(ok: m["ok"] as? Bool == true, error: m["error"] as? String)
+            func fits(_ p: Pending) -> Bool {
+                p.kind == re && (token == nil || p.token == nil || p.token == token) && (path == nil || p.path == nil || p.path == path)
             }
-            lock.lock()
-            let p = pending[key]?.isEmpty == false ? pending[key]!.removeFirst() : nil
-            lock.unlock()
-            p?.reply = m
+            let p = state.withLock { st -> Pending? in
+                guard let i = st.pending.firstIndex(where: fits) ?? st.pending.firstIndex(where: { $0.kind == re }) else { return nil }
+                return st.pending.remove(at: i)
+            }
+            p?.reply.withLock { $0 = reply }
             p?.done.signal()
             return
         }
-        let token = (m["token"] as? NSNumber)?.intValue ?? 0
-        let path = m["path"] as? String ?? "/"
-        let askID = (m["ask"] as? NSNumber)?.intValue
-        guard let e = entry(token), let presenter = e.presenter else {
-            if let askID { send(["op": "ack", "ask": askID]) }  // nobody to ask any more
+        let ask = (m["ask"] as? NSNumber)?.intValue
+        let (presenter, stale) = state.withLock { st -> ((any FilePresenter)?, Bool) in
+            guard let token, let e = st.entries[token] else { return (nil, false) }
+            if e.presenter == nil { st.entries[token] = nil }
+            return (e.presenter, e.presenter == nil)
+        }
+        guard let presenter, let token else {
+            if let ask { send(["op": "ack", "ask": ask]) }  // nobody to ask any more
+            if stale, let token { send(["op": "unpresent", "token": token]) }
             return
         }
         let queue = presenter.presentedItemOperationQueue
-        if let ask = askID {
+        if let ask {
             switch m["kind"] as? String {
             case "save":
                 queue.async { [self] in
@@ -239,33 +339,60 @@ final class MountConnection: @unchecked Sendable {
                         send(["op": "ack", "ask": ask, "error": "\(error)"])
                     }
                 }
-            default:  // relinquish
+            case "relinquish":
+                state.withLock { $0.entries[token]?.relinquishing += 1 }
                 queue.async { [self] in
                     let once = Once()
                     presenter.relinquishPresentedItem { [self] reacquirer in
                         guard once.first() else { return }
-                        update(token) { $0.reacquirer = reacquirer }
+                        let now = state.withLock { st -> Bool in
+                            guard var e = st.entries[token] else { return false }
+                            defer { st.entries[token] = e }
+                            e.relinquishing = max(0, e.relinquishing - 1)
+                            if e.earlyReacquires > 0 {
+                                e.earlyReacquires -= 1
+                                return true
+                            }
+                            if let reacquirer { e.reacquirers.append(reacquirer) }
+                            return false
+                        }
                         send(["op": "ack", "ask": ask])
+                        if now, let reacquirer { queue.async(execute: reacquirer) }
                     }
                 }
+            default:
+                send(["op": "ack", "ask": ask])  // an ask this client does not know: go ahead
             }
             return
         }
         switch m["event"] as? String {
         case "reacquire":
-            var r: (@Sendable () -> Void)?
-            update(token) { r = $0.reacquirer; $0.reacquirer = nil }
+            let r = state.withLock { st -> (@Sendable () -> Void)? in
+                guard var e = st.entries[token] else { return nil }
+                defer { st.entries[token] = e }
+                if !e.reacquirers.isEmpty { return e.reacquirers.removeFirst() }
+                if e.relinquishing > e.earlyReacquires { e.earlyReacquires += 1 }
+                return nil
+            }
             if let r { queue.async(execute: r) }
         case "changed":
-            if e.writing > 0 || Date() < e.quietUntil { return }  // our own coordinated write
-            queue.async { presenter.presentedItemDidChange() }
+            let to = m["to"] as? String
+            let own = state.withLock { st -> Bool in
+                guard let e = st.entries[token] else { return true }
+                let now = ContinuousClock.now
+                return e.ownWrites.contains { written, w in
+                    (w.running > 0 || now < w.quietUntil) && (written == e.path || written == path || written == to)
+                }
+            }
+            if !own { queue.async { presenter.presentedItemDidChange() } }
         case "moved":
-            let to = m["to"] as? String ?? path
-            update(token) { $0.path = to }
-            let url = URL(fileURLWithPath: location.root + (to == "/" ? "" : to))
+            guard let to = m["to"] as? String else { return }
+            state.withLock { $0.entries[token]?.path = to }
+            let url = URL(fileURLWithPath: to == "/" ? root : (root == "/" ? "" : root) + to)
             queue.async { presenter.presentedItemDidMove(to: url) }
         case "deleted":
-            lock.lock(); entries[token] = nil; lock.unlock()
+            state.withLock { _ = $0.entries.removeValue(forKey: token) }
+            FileCoordinator.forget(token: token, on: self)
             queue.async { presenter.accommodatePresentedItemDeletion() }
         case "version":
             let v = (m["version"] as? NSNumber)?.intValue ?? 0
@@ -278,15 +405,8 @@ final class MountConnection: @unchecked Sendable {
     }
 }
 
-/// True exactly once (a relinquish answered twice would ack twice).
-final class Once: @unchecked Sendable {
-    // @unchecked: guarded by `lock`.
-    private let lock = NSLock()
-    private var done = false
-    func first() -> Bool {
-        lock.lock(); defer { lock.unlock() }
-        if done { return false }
-        done = true
-        return true
-    }
+/// True exactly once: a `writer` called twice acks once.
+final class Once: Sendable {
+    private let done = Atomic(false)
+    func first() -> Bool { done.compareExchange(expected: false, desired: true, ordering: .relaxed).exchanged }
 }

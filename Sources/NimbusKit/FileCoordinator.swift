@@ -1,3 +1,4 @@
+// NimbusKit: coordinated reads and writes, and the process's presenters (docs/presenters.md).
 import Dispatch
 import Foundation
 import Synchronization
@@ -14,7 +15,7 @@ public final class FileCoordinator: Sendable {
     private let presenter: (any FilePresenter)?
 
     /// `filePresenter`: the presenter on whose behalf this coordinator writes; it is not told
-    /// of its own changes.
+    /// of its own changes (`changed` events of the written path are dropped until 2 s after).
     public init(filePresenter: (any FilePresenter)? = nil) {
         presenter = filePresenter
     }
@@ -29,25 +30,39 @@ public final class FileCoordinator: Sendable {
     struct Registry {
         var connections: [String: MountConnection] = [:]  // by socket path
         var registrations: [ObjectIdentifier: Registration] = [:]
-        var nextToken = 1
+        var nextToken = 1  // process-wide, so unique on every connection
     }
     static let registry = Mutex(Registry())
 
-    static func connection(for location: MountLocation) -> MountConnection {
+    static func connection(root: String, socket: String) -> MountConnection {
         registry.withLock { r in
-            if let c = r.connections[location.socket] { return c }
-            let c = MountConnection(location)
-            r.connections[location.socket] = c
+            if let c = r.connections[socket] { return c }
+            let c = MountConnection(root: root, socket: socket)
+            r.connections[socket] = c
             return c
         }
     }
 
-    /// Presents `p.presentedItemURL` to its mount's daemon. Throws when the URL is not in a
-    /// Nimbus mount or the daemon cannot be reached or refuses.
+    /// The registration of `p` if it is live (not an older object at the same address).
+    static func registration(of p: any FilePresenter) -> Registration? {
+        registry.withLock { r in r.registrations[ObjectIdentifier(p)].flatMap { $0.presenter === p ? $0 : nil } }
+    }
+
+    /// The daemon ended a presentation (the item was deleted).
+    static func forget(token: Int, on c: MountConnection) {
+        registry.withLock { r in r.registrations = r.registrations.filter { $0.value.token != token || $0.value.connection !== c } }
+    }
+
+    /// Presents `p.presentedItemURL` to its mount's daemon (again, if it was presented already).
+    /// Throws when the URL is not in a Nimbus mount, or the daemon cannot be reached or refuses.
     public static func addFilePresenter(_ p: any FilePresenter) throws {
-        guard let url = p.presentedItemURL else { throw CoordinationError.notInMount("(no presentedItemURL)") }
+        guard let url = p.presentedItemURL else { throw CoordinationError.notInMount("(the presenter has no presentedItemURL)") }
         guard let loc = MountLocation.find(url.path) else { throw CoordinationError.notInMount(url.path) }
-        let conn = connection(for: loc)
+        guard let socket = loc.socket else {
+            throw CoordinationError.refused("the mount at \(loc.root) has no presenter socket (`presenter-socket: none` in .nimbus/status)")
+        }
+        removeFilePresenter(p)
+        let conn = connection(root: loc.root, socket: socket)
         let token = registry.withLock { r in
             defer { r.nextToken += 1 }
             return r.nextToken
@@ -56,60 +71,52 @@ public final class FileCoordinator: Sendable {
         registry.withLock { $0.registrations[ObjectIdentifier(p)] = Registration(presenter: p, token: token, connection: conn) }
     }
 
+    /// Ends the presentation of `p` (nothing if it was not presented).
     public static func removeFilePresenter(_ p: any FilePresenter) {
-        guard let reg = registry.withLock({ $0.registrations.removeValue(forKey: ObjectIdentifier(p)) }) else { return }
-        reg.connection.unregister(reg.token)
-        PresenterQueues.forget(p)
+        let reg = registry.withLock { r -> Registration? in
+            guard let reg = r.registrations[ObjectIdentifier(p)], reg.presenter === p else { return nil }
+            r.registrations[ObjectIdentifier(p)] = nil
+            return reg
+        }
+        if let reg { reg.connection.unregister(reg.token) }
     }
 
+    /// The presenters registered in this process (and still alive).
     public static var filePresenters: [any FilePresenter] {
         registry.withLock { r in r.registrations.values.compactMap(\.presenter) }
     }
 
     // MARK: coordinated access
 
-    /// Runs `accessor` while holding a shared claim on the file (waits at most `timeout` for an
-    /// exclusive holder to let go). Reads never ask presenters anything.
+    /// Runs `accessor` while holding a shared claim on the file: waits at most `timeout` for an
+    /// exclusive holder to let go, then `CoordinationError.timedOut`. Reads never ask presenters
+    /// anything. A missing file throws `CoordinationError.posix` (`ENOENT`).
     public func coordinate<T>(readingItemAt url: URL, timeout: Duration = .seconds(30),
                               byAccessor accessor: (URL) throws -> T) throws -> T {
+        let deadline = ContinuousClock.now + timeout
         let fd = open(url.path, O_RDONLY | O_CLOEXEC)
         guard fd >= 0 else { throw CoordinationError.posix(path: url.path, errno: errno) }
         defer { close(fd) }
-        try Self.lock(fd, LOCK_SH, path: url.path, timeout: timeout)
+        try Self.lock(fd, LOCK_SH, path: url.path, deadline: deadline, timeout: timeout)
+        defer { flock(fd, LOCK_UN) }
         return try accessor(url)
     }
 
-    /// Asks the file's other presenters to relinquish it (bounded), runs `accessor` while
-    /// holding an exclusive claim, then lets them reacquire. A file that does not exist yet is
-    /// written without a claim (nothing to race with).
+    /// Asks the file's other presenters to relinquish it (`will-write`), runs `accessor` while
+    /// holding an exclusive claim, then lets them reacquire (`did-write`); all waits together take
+    /// at most `timeout`. A file that does not exist yet is written without a claim (nothing to
+    /// race with). Throws when the mount's daemon cannot be reached or refuses.
     public func coordinate<T>(writingItemAt url: URL, timeout: Duration = .seconds(30),
                               byAccessor accessor: (URL) throws -> T) throws -> T {
-        let seconds = Double(timeout.components.seconds) + Double(timeout.components.attoseconds) / 1e18
-        let loc = MountLocation.find(url.path)
-        var conn: MountConnection?
-        var token = 0
-        if let loc {
-            let c = Self.connection(for: loc)
-            try c.ensureConnected()
-            conn = c
-            if let presenter, let reg = Self.registry.withLock({ $0.registrations[ObjectIdentifier(presenter)] }), reg.connection === c {
-                token = reg.token
-                c.update(token) { $0.writing += 1 }
-            }
-            let r = try c.request(["op": "will-write", "token": token, "path": loc.containerPath],
-                                  key: "will-write:\(loc.containerPath)", timeout: seconds)
-            if r["ok"] as? Bool != true { throw CoordinationError.refused(r["error"] as? String ?? "will-write failed") }
+        let deadline = ContinuousClock.now + timeout
+        var write: (conn: MountConnection, token: Int, path: String)?
+        if let loc = MountLocation.find(url.path), let socket = loc.socket {
+            let c = Self.connection(root: loc.root, socket: socket)
+            let token = presenter.flatMap { Self.registration(of: $0) }.flatMap { $0.connection === c ? $0.token : nil } ?? 0
+            try c.willWrite(token: token, path: loc.containerPath, file: url.path, deadline: deadline, timeout: timeout)
+            write = (c, token, loc.containerPath)
         }
-        defer {
-            if let conn, let loc {
-                _ = try? conn.request(["op": "did-write", "token": token, "path": loc.containerPath],
-                                      key: "did-write:\(loc.containerPath)", timeout: 5)
-                if token != 0 {
-                    // Our own change events come after the write: drop those of the next 2 s.
-                    conn.update(token) { $0.writing -= 1; $0.quietUntil = Date().addingTimeInterval(2) }
-                }
-            }
-        }
+        defer { if let write { write.conn.didWrite(token: write.token, path: write.path) } }
         var fd = open(url.path, O_RDWR | O_CLOEXEC)
         if fd < 0 && (errno == EACCES || errno == EISDIR) { fd = open(url.path, O_RDONLY | O_CLOEXEC) }
         if fd < 0 {
@@ -117,21 +124,21 @@ public final class FileCoordinator: Sendable {
             throw CoordinationError.posix(path: url.path, errno: errno)
         }
         defer { close(fd) }
-        try Self.lock(fd, LOCK_EX, path: url.path, timeout: timeout)
+        try Self.lock(fd, LOCK_EX, path: url.path, deadline: deadline, timeout: timeout)
+        defer { flock(fd, LOCK_UN) }
         return try accessor(url)
     }
 
-    /// `flock` without blocking forever: retries with growing pauses until `timeout`.
-    static func lock(_ fd: Int32, _ op: Int32, path: String, timeout: Duration) throws {
-        let deadline = ContinuousClock.now + timeout
+    /// `flock` without blocking forever: retries with growing pauses (2 ms doubling to 50 ms)
+    /// until `deadline`.
+    static func lock(_ fd: Int32, _ op: Int32, path: String, deadline: ContinuousClock.Instant, timeout: Duration) throws {
         var pause: Duration = .milliseconds(2)
         while flock(fd, op | LOCK_NB) != 0 {
-            guard errno == EWOULDBLOCK || errno == EINTR else { throw CoordinationError.posix(path: path, errno: errno) }
-            if ContinuousClock.now >= deadline {
-                throw CoordinationError.timedOut(path: path, seconds: Double(timeout.components.seconds))
-            }
-            let ns = pause.components.attoseconds / 1_000_000_000 + pause.components.seconds * 1_000_000_000
-            usleep(useconds_t(ns / 1000))
+            let e = errno
+            guard e == EWOULDBLOCK || e == EINTR else { throw CoordinationError.posix(path: path, errno: e) }
+            let now = ContinuousClock.now
+            if now >= deadline { throw CoordinationError.timedOut(path: path, seconds: timeout.seconds) }
+            Thread.sleep(forTimeInterval: min(pause, deadline - now).seconds)
             pause = min(pause * 2, .milliseconds(50))
         }
     }

@@ -26,6 +26,31 @@ extension SyncEngine {
         }.joined()
     }
 
+    /// The other versions of `item` for `.nimbus/versions/` (conflict and earlier ones).
+    public func versionEntries(_ item: ItemID) throws(Errno) -> [VersionEntry] {
+        guard state.withLock({ $0.bases[item] }) != nil else { return [] }
+        let versions = try bounded { try await self.client.versions(self.container, item) }
+        return versions.filter { $0.role != .current && !$0.state.deleted }.map {
+            VersionEntry(version: $0.version, device: $0.deviceName, modified: $0.state.modified, size: $0.state.size,
+                         conflict: $0.role == .conflict)
+        }
+    }
+
+    /// The bytes of one version, fetched chunk by chunk (at most 256 MiB: it is served from
+    /// memory), waiting at most the read timeout plus a second per 8 MB.
+    public func versionContent(_ item: ItemID, version: Int64) throws(Errno) -> [UInt8] {
+        let versions = try bounded { try await self.client.versions(self.container, item) }
+        guard let v = versions.first(where: { $0.version == version }) else { throw .ENOENT }
+        guard v.state.size <= 256 << 20 else { throw .EFBIG }
+        let chunks = v.state.chunks
+        return try bounded(extra: Int(v.state.size / 8_000_000)) {
+            var out: [UInt8] = []
+            out.reserveCapacity(Int(v.state.size))
+            for c in chunks { out += try await self.fetchClient.getChunk(c.hash) }
+            return out
+        }
+    }
+
     /// `user.nimbus.resolve` (`current`, or a version number to keep) and `user.nimbus.restore`
     /// (a previous version to make current again), and `user.nimbus.discard` (a conflict version
     /// to drop). The server's answer is shown at once; the journal tells the other devices.
@@ -51,7 +76,7 @@ extension SyncEngine {
 
     /// Runs a server call from a FUSE thread, waiting at most the read timeout: EIO when the
     /// server cannot answer in time or sync is paused, EINVAL/ENOENT for requests it refuses.
-    func bounded<T: Sendable>(_ call: @escaping @Sendable () async throws -> T) throws(Errno) -> T {
+    func bounded<T: Sendable>(extra: Int = 0, _ call: @escaping @Sendable () async throws -> T) throws(Errno) -> T {
         if isPaused { throw .EIO }
         let box = ResultBox<T>()
         let done = DispatchSemaphore(value: 0)
@@ -59,7 +84,7 @@ extension SyncEngine {
             do { box.set(.success(try await call())) } catch { box.set(.failure(error)) }
             done.signal()
         }
-        if done.wait(timeout: .now() + .seconds(Int(options.hydrationSeconds))) == .timedOut {
+        if done.wait(timeout: .now() + .seconds(Int(options.hydrationSeconds) + extra)) == .timedOut {
             task.cancel()
             throw .EIO
         }

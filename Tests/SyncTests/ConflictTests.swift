@@ -73,4 +73,49 @@ struct ConflictTests {
             #expect(bad.0 != 0 && bad.1.contains("refused"), "\(bad)")
         }
     }
+
+    /// Two devices edit one file while paused; `.nimbus/versions/` shows the conflict version as
+    /// an ordinary read-only file. Resolving by `cp ENTRY file && rm ENTRY` works like
+    /// `nimbus resolve`.
+    @Test func resolvingWithCpAndRmThroughNimbusVersions() async throws {
+        try await SyncWorld.run("versions-dir") { w in
+            let a = try await w.mount("a"), b = try await w.mount("b")
+            try sh("mkdir \(q(a))/notes && printf v1 > \(q(a))/notes/todo.md")
+            try await eventually("v1 on B", "test \"$(cat \(q(b))/notes/todo.md)\" = v1")
+            try sh("\(q(Self.nimbus)) pause \(q(a)) && \(q(Self.nimbus)) pause \(q(b))")
+            try sh("printf 'from a' > \(q(a))/notes/todo.md")
+            usleep(1_100_000)
+            try sh("printf 'from b, later' > \(q(b))/notes/todo.md")
+            try sh("\(q(Self.nimbus)) resume \(q(a)) && \(q(Self.nimbus)) resume \(q(b))")
+            try await eventually("the conflict on B", seconds: 30, "grep -q '^1 /notes/todo.md$' \(q(b))/.nimbus/conflicts")
+
+            // The mirror: folders are folders, a file is a folder of its other versions.
+            let dir = b + "/.nimbus/versions/notes/todo.md"
+            #expect(try sh("ls \(q(b))/.nimbus/versions") == "notes\n")
+            #expect(try sh("ls \(q(b))/.nimbus/versions/notes") == "todo.md\n")
+            let entries = try sh("ls \(q(dir))").split(separator: "\n").map(String.init)
+            let conflict = try #require(entries.first { $0.hasSuffix(" conflict.md") }, "\(entries)")
+            let earlier = try #require(entries.first { !$0.contains("conflict") }, "\(entries)")
+            #expect(conflict.hasPrefix("todo v") && conflict.contains(" a "), "\(conflict)")
+            #expect(try sh("cat \(q(dir + "/" + conflict))") == "from a")
+            #expect(try sh("cat \(q(dir + "/" + earlier))") == "v1")
+            #expect(try sh("stat -c '%s %A' \(q(dir + "/" + conflict))") == "6 -r--r--r--\n")
+            // Read-only: no writing into versions, no removing history.
+            #expect(shStatus("printf x > \(q(dir + "/" + conflict))").0 != 0)
+            let rmEarlier = shStatus("rm -f \(q(dir + "/" + earlier))")
+            #expect(rmEarlier.0 != 0 && rmEarlier.1.contains("Operation not permitted"), "\(rmEarlier)")
+
+            // Keep A's edit with plain tools.
+            try sh("cp \(q(dir + "/" + conflict)) \(q(b))/notes/todo.md && rm \(q(dir + "/" + conflict))")
+            for mp in [a, b] {
+                try await eventually("A's edit current on \(mp)", "test \"$(cat \(q(mp))/notes/todo.md)\" = 'from a'")
+                try await eventually("no conflict left on \(mp)", "test -z \"$(cat \(q(mp))/.nimbus/conflicts)\"")
+            }
+            #expect(!(try sh("ls \(q(dir))")).contains("conflict"))
+            // Offline, a file's versions cannot be listed: EIO at once, not a hang.
+            try sh("\(q(Self.nimbus)) pause \(q(a))")
+            let offline = shStatus("ls \(q(a))/.nimbus/versions/notes/todo.md/")
+            #expect(offline.0 != 0 && offline.1.contains("Input/output error"), "\(offline)")
+        }
+    }
 }
