@@ -145,7 +145,7 @@ extension SyncEngine {
     /// Shows server states here. Items with local changes not yet pushed are left alone: their
     /// commit carries the old base, the server merges or keeps both, and the commit's answer is
     /// applied then (a remote change never overwrites unsynced local bytes).
-    func apply(_ items: [ServerItem]) throws {
+    func apply(_ items: [ServerItem], force: Set<ItemID> = []) throws {
         guard let fs = state.withLock({ $0.fs }) else { return }
         var claims: [Claim] = []
         defer { for c in claims { c.release() } }
@@ -154,7 +154,7 @@ extension SyncEngine {
         var oldBases: [ItemID: Base?] = [:]
         for item in items {
             let (old, busy) = state.withLock { s in (s.bases[item.id], s.queued.contains(item.id) || s.inFlight == item.id) }
-            if let old, old.version >= item.version { continue }  // our own commit coming back, or old news
+            if let old, old.version >= item.version, !force.contains(item.id) { continue }  // our own commit coming back, or old news
             if busy {
                 // Its push answers it: a commit's answer supersedes it (or the server keeps both),
                 // a push that finds nothing to send applies it then (never dropped).
@@ -217,6 +217,7 @@ extension SyncEngine {
             }
             shown[id] = nb
         }
+        if !shown.isEmpty { state.withLock { s in for id in shown.keys { s.skippedRemote[id] = nil } } }
         try persistBases(shown)
         // New content of pinned files is downloaded at once.
         if !state.withLock({ $0.pinned.isEmpty }) {
@@ -235,6 +236,10 @@ extension SyncEngine {
             if let item = byID[id], item.kind == .file, !item.deleted, case .some(.some) = oldBases[id] {
                 state.withLock { _ = $0.heldForWriter.updateValue(item, forKey: id) }
                 try? store.setMeta("sync.relist", "1")
+            } else if let item = byID[id] {
+                // Its name is taken here (by an item not uploaded yet) or its folder is missing:
+                // tried again after each push, which may rename or create what was in the way.
+                state.withLock { _ = $0.skippedRemote.updateValue(item, forKey: id) }
             }
             log("remote item \(id) not shown here yet (its folder is missing, its name is taken, or it is being written here)")
         }

@@ -62,9 +62,14 @@ extension SyncEngine: ChangeObserver {
                 // Pushed and nobody writing it any more: it is not "being written" (the tick loop
                 // also clears this; seen stuck once after a conflict made while paused).
                 let closed = state.withLock { $0.fs }?.writeState(id).map { $0.writers == 0 } ?? true
-                state.withLock { s in
+                let retry: [ServerItem] = state.withLock { s in
                     s.inFlight = nil; s.failed.remove(id); s.itemErrors[id] = nil; s.upload = nil
                     if closed { s.writing.remove(id) }
+                    return s.queue.isEmpty ? s.skippedRemote.values.sorted { $0.version < $1.version } : []
+                }
+                // The queue is empty: what was in the way of skipped remote items has moved.
+                if !retry.isEmpty {
+                    do { try apply(retry) } catch { log("showing skipped remote items failed: \(error)") }
                 }
                 backoff = 1
             } catch {
@@ -79,6 +84,7 @@ extension SyncEngine: ChangeObserver {
                 }
                 log("upload of \(id) failed: \(error)\(retry ? "; retrying in \(backoff) s" : "; dropped")")
                 if !retry { try? store.removeSyncOps(id, upTo: Int64.max) }
+                if (error as? RemoteError)?.code == "move_cycle" { await revertToServer(id) }
                 if retry {
                     try? await Task.sleep(for: .seconds(backoff))
                     backoff = min(backoff * 2, 30)
@@ -89,6 +95,21 @@ extension SyncEngine: ChangeObserver {
 
     /// Transport failures and ordering races are retried; a request the server rejects for what
     /// it is (a bad name, a kind change) would fail forever, so it is dropped and logged.
+    /// A move the server refused (a cycle made together with another device's move): the item
+    /// goes back to where the server has it, and what waited for it is shown.
+    func revertToServer(_ id: ItemID) async {
+        do {
+            let item = try await client.item(container, id)
+            state.withLock { s in s.failed.remove(id); s.itemErrors[id] = nil }
+            try apply([item], force: [id])
+            let retry = state.withLock { Array($0.skippedRemote.values).sorted { $0.version < $1.version } }
+            if !retry.isEmpty { try apply(retry) }
+            log("the move of \(item.name.value) was refused by the server (a cycle); put back where the server has it")
+        } catch {
+            log("could not put \(id) back after a refused move: \(error)")
+        }
+    }
+
     static func isRetryable(_ e: any Error) -> Bool {
         guard let r = e as? RemoteError else { return !(e is ChunkReadError) }
         switch r {

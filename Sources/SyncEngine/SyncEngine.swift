@@ -79,6 +79,8 @@ public final class SyncEngine: Sendable {
         var failed: Set<ItemID> = []
         /// Never-synced files with a device-local name (SQLite's journals): kept here only.
         var deviceLocal: Set<ItemID> = []
+        /// Remote items not shown because their name was taken or their folder missing here.
+        var skippedRemote: [ItemID: ServerItem] = [:]
         /// After a download could not reach the server, reads fail at once until then (so a
         /// read answers EIO within one deadline, not one per kernel retry or read-ahead).
         var offlineUntil: ContinuousClock.Instant?
