@@ -96,6 +96,9 @@ extension SyncEngine {
                 var last: [ItemID: Change] = [:]
                 for c in r.changes { last[c.item.id] = c }
                 try await applyAskingPresenters(last.values.sorted { $0.seq < $1.seq }.map(\.item))
+                // Items skipped earlier (name taken, folder missing) may fit now that this page moved things.
+                let skipped = state.withLock { s in s.skippedRemote.values.filter { r in last[r.id] == nil }.sorted { $0.version < $1.version } }
+                if !skipped.isEmpty { try apply(skipped) }
                 try setCursor(r.cursor)
                 setConnection("online")
                 backoff = 1

@@ -28,15 +28,20 @@ extension SyncEngine: ChangeObserver {
             state.withLock { _ = $0.writing.insert(id) }
             return
         }
-        state.withLock { s in
+        let nowComplete: Base? = state.withLock { s in
+            if s.queued.insert(id).inserted { s.queue.append(id) }
             // Content is written only into fully present files (open for writing downloads
             // first) or after O_TRUNC: either way the whole file is here now.
             if case .contentChanged = change, var b = s.bases[id], !b.complete {
                 b.present = nil
                 s.bases[id] = b
+                return b
             }
-            if s.queued.insert(id).inserted { s.queue.append(id) }
+            return nil
         }
+        // Kept on disk at once: after a kill -9 a base still marked "not downloaded" made the
+        // restarted push think the file unchanged here, and the edit was lost (SimulationTests).
+        if let nowComplete { try? saveBase(id, nowComplete) }
         wake.yield()
     }
 
