@@ -83,9 +83,17 @@ def main():
                 target = os.path.join(mp, rel)
                 with open(target, "w") as fh:
                     fh.write(content)
-                item = itemid(target)
+                    fh.flush()
+                    # The item written, asked through the open descriptor: a path may meanwhile
+                    # name another item (a remote rename), a descriptor cannot.
+                    try:
+                        item = os.getxattr(fh.fileno(), "user.nimbus.itemid").decode()
+                    except OSError:
+                        item = None
                 if item:
                     state["last"]["%d %s" % (d, item)] = content
+                else:
+                    print("round %d device %d: wrote %s but could not tell its item" % (r, d, rel))
             elif op in ("rename", "move") and present:
                 rel = rnd.choice(present)
                 folder = os.path.dirname(rel) if op == "rename" else rnd.choice(FOLDERS)
@@ -94,7 +102,11 @@ def main():
                     os.rename(os.path.join(mp, rel), dest)
             elif op == "delete" and present:
                 target = os.path.join(mp, rnd.choice(present))
-                item = itemid(target)
+                fd = os.open(target, os.O_RDONLY)
+                try:
+                    item = os.getxattr(fd, "user.nimbus.itemid").decode()
+                finally:
+                    os.close(fd)
                 os.unlink(target)
                 if item:
                     state["last"].pop("%d %s" % (d, item), None)  # its own delete: nothing to keep

@@ -70,7 +70,25 @@ extension FuseAdapter {
         let request = fs.coordinator.newRequest()
         if wait { reply.watchInterrupt(token: request) }
         let box = ReplyBox(reply)
-        fs.coordinator.lock(request, item: id, owner: who, range: range, mode: mode, wait: wait) { result in
+        let coordinator = fs.coordinator
+        coordinator.lock(request, item: id, owner: who, range: range, mode: mode, wait: wait) { result in
+            // Only the sync engine is in the way (a read claim while it chunks the file for an
+            // upload, a write claim while it applies a version): those last milliseconds, so a
+            // program's non-blocking lock waits for them (at most 2 s) instead of failing —
+            // sqlite3 without a busy timeout reported "database is locked" on a file just created.
+            if case .failure(.wouldBlock(let blockers)) = result, !blockers.isEmpty,
+               blockers.allSatisfy({ if case .claim = $0.kind { true } else { false } }) {
+                coordinator.lock(coordinator.newRequest(), item: id, owner: who, range: range, mode: mode, wait: true,
+                                 timeout: .seconds(2)) { second in
+                    guard let r = box.take() else { return }
+                    switch second {
+                    case .success: r.ok()
+                    case .failure(.deadlock): r.error(.EDEADLK)
+                    case .failure: r.error(.EAGAIN)
+                    }
+                }
+                return
+            }
             guard let r = box.take() else { return }
             switch result {
             case .success: r.ok()

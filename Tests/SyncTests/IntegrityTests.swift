@@ -89,6 +89,10 @@ struct IntegrityTests {
             // Concurrent edits while both devices are offline: one becomes the current version,
             // the other a conflict version of the same item.
             let nimbus = NimbusBinary.path
+            // Settled first, and read on both devices (`cmp`), so both hold the whole database:
+            // offline, a database not downloaded here cannot be opened (EIO, docs/sync.md).
+            try await eventually("the devices agree after the live phase", seconds: 60,
+                                 "cmp \(q(a))/notes.db \(q(b))/notes.db && grep -q '^upload-queue: 0' \(q(a))/.nimbus/status && grep -q '^upload-queue: 0' \(q(b))/.nimbus/status && cmp \(q(a))/notes.db \(q(b))/notes.db")
             try sh("\(q(nimbus)) pause \(q(a)) && \(q(nimbus)) pause \(q(b))")
             try sh("sqlite3 \(q(a))/notes.db \"INSERT INTO t VALUES ('offline a', 1)\"")
             usleep(1_100_000)
