@@ -7,8 +7,9 @@ Runs ROUNDS random operations on the mounts MP... (one per device): create, writ
 move, delete, and going offline/online (`nimbus pause|resume`). All choices come from SEED, so
 a failing run replays. STATE (JSON) carries across calls: which devices are offline, and for
 every (device, item) the last content the device wrote. Contents that must survive are listed
-under "must": the last content a device wrote to an item when it came back online (or at the
-end, `sim.py STATE --finish`), unless that device deleted the item itself.
+under "must" at the end (`sim.py STATE --finish`): the last content each device wrote to each
+item, unless that device deleted the item itself. (An earlier write that the same device
+overwrote before it reached the server may be gone: a device syncs states, not every write.)
 """
 import json, os, random, subprocess, sys, time
 
@@ -74,7 +75,6 @@ def main():
             elif op == "online" and d in state["offline"]:
                 subprocess.run([nimbus, "resume", mp], check=True, capture_output=True)
                 state["offline"].remove(d)
-                flush(state, d)
             elif op in ("write", "create"):
                 if op == "write" and present:
                     rel = rnd.choice(present)
