@@ -66,15 +66,59 @@ extension ContainerFS {
                 for s in pending {
                     switch applyOne(s, &actions, applied) {
                     case .done: break
-                    case .waitForParent: rest.append(s)
+                    case .waitForParent, .waitForName: rest.append(s)
                     case .skip: skipped.append(s.id)
                     }
                 }
-                if rest.count == pending.count { skipped += rest.map(\.id); break }
+                if rest.count == pending.count {
+                    // No progress: the names wanted may form a cycle (X takes Y's name while Y
+                    // takes X's — the server renamed one of two same-name creates while the
+                    // other moved). Setting one of the cycle aside lets the others move; it
+                    // then takes its own new place in the next pass.
+                    guard setAsideOneOfACycle(rest) else { skipped += rest.map(\.id); break }
+                }
                 pending = rest
             }
             return (actions, skipped)
         }
+    }
+
+    /// Among states that wait for a name held by another of them, finds a cycle and unlinks the
+    /// name of one of its items from its folder (lock held). That item is in `waiting`, so the
+    /// next pass links it at its new place, which the cycle frees. False when there is no cycle.
+    private func setAsideOneOfACycle(_ waiting: [RemoteState]) -> Bool {
+        let ids = Set(waiting.map(\.id))
+        // Each waiting state → the waiting item holding the name it wants.
+        var holder: [ItemID: ItemID] = [:]
+        for s in waiting where !s.deleted {
+            guard let pnode = t.byID[s.parent], let p = t.nodes[pnode], let occupant = p.children[s.name],
+                  let o = t.nodes[occupant], o.rec.id != s.id, ids.contains(o.rec.id) else { continue }
+            holder[s.id] = o.rec.id
+        }
+        let byID = Dictionary(waiting.map { ($0.id, $0) }, uniquingKeysWith: { _, b in b })
+        for start in holder.keys {
+            var path: [ItemID] = [start]
+            var cur = start
+            while let next = holder[cur] {
+                if let at = path.firstIndex(of: next) {
+                    // The cycle is path[at...]. Only when every move in it is sure to go through in
+                    // the next pass (else the one set aside could be left without a name).
+                    let cycle = path[at...]
+                    let movable = cycle.allSatisfy { id in
+                        guard let st = byID[id], let node = t.byID[id], let n = t.nodes[node], let p = t.nodes[n.parentNode],
+                              p.children[n.rec.name] == n.node, let tnode = t.byID[st.parent], let tp = t.nodes[tnode],
+                              tp.isDir, tp.linked else { return false }
+                        return !(n.isDir && isInside(tp, n)) && !(n.rec.kind == .file && st.resetContent && (n.metaDirty || n.writers > 0))
+                    }
+                    guard movable, let node = t.byID[next], let n = t.nodes[node], let p = t.nodes[n.parentNode] else { return false }
+                    p.children[n.rec.name] = nil  // `applyOne` moves it from here (its parent is unchanged)
+                    return true
+                }
+                path.append(next)
+                cur = next
+            }
+        }
+        return false
     }
 
     /// The item's current local state, `nil` when it is gone (deleted here).
@@ -158,7 +202,7 @@ extension ContainerFS {
         return id
     }
 
-    private enum ApplyResult { case done, waitForParent, skip }
+    private enum ApplyResult { case done, waitForParent, waitForName, skip }
 
     /// One state (lock held).
     private func applyOne(_ s: RemoteState, _ actions: inout [KernelAction], _ applied: (ItemID) -> Void) -> ApplyResult {
@@ -176,14 +220,16 @@ extension ContainerFS {
             // apply the new version then; never replace bytes being written.
             if n.rec.kind == .file && s.resetContent && (n.metaDirty || n.writers > 0) { return .skip }
             if n.rec.parent != s.parent || n.rec.name != s.name {
-                if let occupant = p.children[s.name], occupant != n.node { return .skip }
+                // Taken: perhaps by an item this batch moves away (retried after it).
+                if let occupant = p.children[s.name], occupant != n.node { return .waitForName }
                 if n.isDir && isInside(p, n) { return .skip }
             }
             applied(s.id)
             let oldPath = pathLocked(n)
             if n.rec.parent != s.parent || n.rec.name != s.name {
                 if let old = t.nodes[n.parentNode] {
-                    old.children[n.rec.name] = nil
+                    // (Not there when set aside to break a cycle, and then maybe taken already.)
+                    if old.children[n.rec.name] == n.node { old.children[n.rec.name] = nil }
                     if n.isDir { old.subdirs -= 1 }
                     actions.append(.entry(parent: old.node, name: n.rec.name))
                 }
@@ -220,7 +266,7 @@ extension ContainerFS {
             actions.append(.node(n.node))
             return .done
         }
-        if p.children[s.name] != nil { return .skip }
+        if p.children[s.name] != nil { return .waitForName }
         applied(s.id)
         let type: UInt32 = switch s.kind {
         case .file: UInt32(S_IFREG)

@@ -71,7 +71,11 @@ public final class ContainerFS: @unchecked Sendable {
         self.observer = observer
         self.syncStatus = syncStatus
         self.owner = (getuid(), getgid())
-        events = EventLog(firstSequence: (try? store.meta("events.seq")).flatMap { $0.flatMap { UInt64($0) } } ?? 1)
+        // Sequence numbers keep increasing across restarts, also after kill -9: this run's first
+        // numbers are promised on disk before the first line (EventLog.reserve).
+        let first = (try? store.meta("events.seq")).flatMap { $0.flatMap { UInt64($0) } } ?? 1
+        try store.setMeta("events.seq", "\(first + EventLog.reservation)")
+        events = EventLog(firstSequence: first, reserve: { [store] next in try? store.setMeta("events.seq", "\(next)") })
         presenters = PresenterHub(timeout: options.presenterTimeout)
         events.setListener { [presenters] in presenters.event($0) }
         try loadTree()

@@ -10,12 +10,16 @@ import Synchronization
 ///
 /// The file grows like a log: its size is every byte written since the mount started, so
 /// `tail -f` (which polls the size on FUSE) follows it; the last `capacity` bytes can be read
-/// back. Sequence numbers increase for the life of the state directory (the last one is kept in
-/// the database when the mount stops). Its own mutex: lines are added with the filesystem lock
+/// back. Sequence numbers increase for the life of the state directory (the next one is kept in
+/// the database when the mount stops; numbers are reserved ahead in blocks, so a run after
+/// kill -9 skips some numbers but never repeats one). Its own mutex: lines are added with the filesystem lock
 /// held or not.
 public final class EventLog: Sendable {
     struct State {
         var seq: UInt64
+        /// Numbers below this are promised to this run: a run after a crash starts here, so a
+        /// number is never given twice (there is a gap instead).
+        var reserved: UInt64
         /// Stream offset of `buffer[0]`.
         var base: Int64 = 0
         var buffer: [UInt8] = []
@@ -42,9 +46,18 @@ public final class EventLog: Sendable {
         listener.withLock { $0 = f }
     }
 
-    public init(firstSequence: UInt64 = 1, capacity: Int = 1 << 20) {
+    /// Keeps a new reservation (the sequence a restart after a crash must start from).
+    private let reserve: (@Sendable (UInt64) -> Void)?
+    static let reservation: UInt64 = 1024
+    /// Serial, so reservations are kept in the order made.
+    private let reserveQueue = DispatchQueue(label: "nimbus.events-reserve")
+
+    /// `reserve` is called, off the caller's thread, when the numbers promised run low; the
+    /// owner keeps `firstSequence + reservation` itself before the first line (at start).
+    public init(firstSequence: UInt64 = 1, capacity: Int = 1 << 20, reserve: (@Sendable (UInt64) -> Void)? = nil) {
         self.capacity = capacity
-        state = Mutex(State(seq: firstSequence))
+        self.reserve = reserve
+        state = Mutex(State(seq: firstSequence, reserved: firstSequence + Self.reservation))
     }
 
     /// The sequence number the next line will get.
@@ -60,10 +73,16 @@ public final class EventLog: Sendable {
                        coalesce: Set<String> = []) {
         let time = Self.time()
         let now = ContinuousClock.now
+        var renewed: UInt64?
         let seq: UInt64? = state.withLock { s in
             if !coalesce.isEmpty, let last = s.last, last.path == path, last.origin == origin,
                coalesce.contains(last.kind), now - last.at < .seconds(1) {
                 return nil
+            }
+            // Half the reservation left: the next one is kept long before it is needed.
+            if s.seq + Self.reservation / 2 >= s.reserved {
+                s.reserved = s.seq + Self.reservation
+                renewed = s.reserved
             }
             let seq = s.seq
             s.last = (kind, origin, path, now)
@@ -82,6 +101,7 @@ public final class EventLog: Sendable {
             }
             return seq
         }
+        if let renewed, let reserve { reserveQueue.async { reserve(renewed) } }
         if let seq, let f = listener.withLock({ $0 }) {
             f(Record(seq: seq, kind: kind, origin: origin, path: path, to: to, detail: detail))
         }

@@ -156,8 +156,12 @@ extension SyncEngine {
         var newBases: [ItemID: Base?] = [:]
         var oldBases: [ItemID: Base?] = [:]
         for item in items {
-            let (old, busy) = state.withLock { s in (s.bases[item.id], s.queued.contains(item.id) || s.inFlight == item.id) }
-            if let old, old.version >= item.version, !force.contains(item.id) { continue }  // our own commit coming back, or old news
+            let (old, busy, notShown) = state.withLock { s in
+                (s.bases[item.id], s.queued.contains(item.id) || s.inFlight == item.id, s.skippedRemote[item.id]?.version == item.version)
+            }
+            // Our own commit coming back, or old news — unless it is a state not shown yet (a
+            // commit's answer whose place was taken here: its base is already that version).
+            if let old, old.version > item.version || (old.version == item.version && !notShown), !force.contains(item.id) { continue }
             if busy {
                 // Its push answers it: a commit's answer supersedes it (or the server keeps both),
                 // a push that finds nothing to send applies it then (never dropped).
@@ -236,7 +240,8 @@ extension SyncEngine {
         for id in skipped {
             // The old base stays: the item is retried on its next change or commit answer.
             // A file that opened for writing meanwhile: its version waits like those above.
-            if let item = byID[id], item.kind == .file, !item.deleted, case .some(.some) = oldBases[id] {
+            if let item = byID[id], item.kind == .file, !item.deleted, case .some(.some) = oldBases[id],
+               let ws = fs.writeState(id), ws.writers > 0 || ws.dirty {
                 state.withLock { _ = $0.heldForWriter.updateValue(item, forKey: id) }
                 try? store.setMeta("sync.relist", "1")
             } else if let item = byID[id] {

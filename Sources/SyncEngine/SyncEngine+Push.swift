@@ -190,7 +190,12 @@ extension SyncEngine: ChangeObserver {
                 draft.chunks = chunks
             }
         }
-        if let base, ItemDraft(base.record) == draft.withModified(base.record.modified), !base.record.deleted {
+        // A save that leaves everything but the modification time as it was sends nothing (no
+        // false conflicts); a time set on purpose (touch -d, cp -p, rsync -t: an "attributes"
+        // change) is sent.
+        let timeSet = try base.map { $0.record.modified != draft.modified } == true
+            && store.syncOps().contains { $0.item == id && $0.kind == "attributes" }
+        if let base, !timeSet, ItemDraft(base.record) == draft.withModified(base.record.modified), !base.record.deleted {
             try store.removeSyncOps(id, upTo: upTo)  // nothing the server does not have
             // A newer version that waited for this file's writer goes in now.
             if let held = state.withLock({ $0.heldForWriter[id] }), let ws = fs.writeState(id), ws.writers == 0, !ws.dirty {
@@ -256,8 +261,17 @@ extension SyncEngine: ChangeObserver {
         let shown = ItemDraft(item).withModified(sent.modified)
         if !sameContent || shown.parent != sent.parent || shown.name != sent.name || shown.mode != sent.mode {
             guard let fs = state.withLock({ $0.fs }) else { return }
-            let (actions, _) = fs.applyRemote([Self.remoteState(item, resetContent: item.kind == .file && !sameContent)])
+            let (actions, skipped) = fs.applyRemote([Self.remoteState(item, resetContent: item.kind == .file && !sameContent)])
             sendKernel(actions)
+            if skipped.contains(id) {
+                // The server's place for it is taken here (or its folder missing): it stays where
+                // it is for now, under its previous base (so the answer still counts as news),
+                // and is shown when the way is free — retried after pulls and pushes, and after a
+                // restart by listing the container again.
+                if let previous { try saveBase(id, previous) }
+                state.withLock { _ = $0.skippedRemote.updateValue(item, forKey: id) }
+                try? store.setMeta("sync.relist", "1")
+            }
         }
         if r.outcome == .conflict { log("conflict on \(item.name.value): the server kept both (yours: \(r.yours ?? "?"))") }
     }

@@ -37,7 +37,8 @@ enum MountSupport {
     static func startDaemon(mountpoint mp: String, state: String, cacheTimeout: Double, timeout: Double, remote: RemoteConfig?) throws {
         try FileManager.default.createDirectory(atPath: state, withIntermediateDirectories: true)
         let logPath = state + "/mount.log"
-        _ = FileManager.default.createFile(atPath: logPath, contents: nil)
+        // Appended to, never truncated: the log of a daemon that died is what explains it.
+        if !FileManager.default.fileExists(atPath: logPath) { _ = FileManager.default.createFile(atPath: logPath, contents: nil) }
         guard let log = FileHandle(forWritingAtPath: logPath) else { throw CLIFailure(.storage, "cannot write \(logPath)") }
         log.seekToEndOfFile()
         let logStart = log.offsetInFile

@@ -63,6 +63,15 @@ struct EventsTests {
             try await eventually("event after remount", "grep -q 'created remote /h.txt' \(q(b))/.nimbus/events")
             let after = Self.sequences(try sh("cat \(q(b))/.nimbus/events"))
             #expect(after.first.map { $0 > last } == true, "after remount \(after) follows \(last)")
+
+            // And after kill -9 (no clean unmount to save the next number): never a number twice.
+            let beforeCrash = Self.sequences(try sh("cat \(q(b))/.nimbus/events")).last ?? 0
+            try w.crash(b)
+            try w.remount("b")
+            try sh("printf four > \(q(a))/i.txt")
+            try await eventually("event after kill -9", "grep -q 'created remote /i.txt' \(q(b))/.nimbus/events")
+            let afterCrash = Self.sequences(try sh("cat \(q(b))/.nimbus/events"))
+            #expect(afterCrash.first.map { $0 > beforeCrash } == true, "after kill -9 \(afterCrash) follows \(beforeCrash)")
         }
     }
 }

@@ -70,6 +70,25 @@ struct RaceTests {
             #expect(tree == "./Y/\n./Y/X/\n./Y/X/x.txt x\n./Y/y.txt y\n", "\(tree)")
             try sh("rm -r \(q(a))/Y")
 
+            // Folder deleted on one device while a file in it is edited on the other: the edited
+            // file survives with its folder; what was not edited goes. In both orders: the delete
+            // reaching the server first, then the edit first.
+            for (deleter, editor, label) in [(a, b, "delete first"), (b, a, "edit first")] {
+                try sh("mkdir \(q(a))/F && printf old > \(q(a))/F/old.txt && printf keep > \(q(a))/F/other.txt")
+                try await eventually("F on B (\(label))", "test \"$(cat \(q(b))/F/old.txt 2>/dev/null)\" = old && test -f \(q(b))/F/other.txt")
+                let before = try sh("getfattr --absolute-names --only-values -n user.nimbus.itemid \(q(a))/F/old.txt")
+                if label == "delete first" {
+                    try await Self.race(deleter, editor, onA: "rm -r \(q(deleter))/F", onB: "printf edited > \(q(editor))/F/old.txt")
+                } else {
+                    try await Self.race(editor, deleter, onA: "printf edited > \(q(editor))/F/old.txt", onB: "rm -r \(q(deleter))/F")
+                }
+                tree = try await Self.converge(a, b)
+                #expect(tree == "./F/\n./F/old.txt edited\n", "\(label): \(tree)")
+                #expect(try sh("getfattr --absolute-names --only-values -n user.nimbus.itemid \(q(a))/F/old.txt") == before, "\(label): the same item survived")
+                try sh("rm -r \(q(a))/F")
+                try await eventually("F gone on B (\(label))", "! test -e \(q(b))/F")
+            }
+
             // Case-only rename: the other device shows the new case and not the old name.
             try sh("printf r > \(q(a))/Readme.md")
             try await eventually("Readme on B", "test -f \(q(b))/Readme.md")

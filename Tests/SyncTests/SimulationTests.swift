@@ -65,6 +65,9 @@ struct SimulationTests {
             do {
                 try await eventually("seed \(seed): the devices agree", seconds: 90, same)
             } catch {
+                if let keep = ProcessInfo.processInfo.environment["NIMBUS_SIM_KEEP"].map({ "\($0)/\(seed)" }) {
+                    try? sh("mkdir -p \(q(keep)) && cp \(q(state)) \(q(keep))/ && for d in a b c; do cp \(q(w.base))/$d/.nimbus/events \(q(keep))/$d.events; cp \(q(w.base))/$d-state/mount.log \(q(keep))/$d.log; cat \(q(w.base))/$d/.nimbus/status > \(q(keep))/$d.status; done")
+                }
                 let trees: [String] = mps.map { mp in "\(mp):\n" + ((try? sh(Self.listing(mp))) ?? "?") }
                 Issue.record("seed \(seed) (replay: NIMBUS_SIM_SEEDS=\(seed)):\n\(trees.joined())")
                 throw error
@@ -92,7 +95,7 @@ struct SimulationTests {
                     lost.append("\(item): \(content.trimmingCharacters(in: .newlines)) — versions: \(vs)")
                 }
             }
-            if !lost.isEmpty, let keep = ProcessInfo.processInfo.environment["NIMBUS_SIM_KEEP"] {
+            if !lost.isEmpty, let keep = ProcessInfo.processInfo.environment["NIMBUS_SIM_KEEP"].map({ "\($0)/\(seed)" }) {
                 // For a post-mortem: each device's events and log, and the driver's state.
                 try? sh("mkdir -p \(q(keep)) && cp \(q(state)) \(q(keep))/ && for d in a b c; do cp \(q(w.base))/$d/.nimbus/events \(q(keep))/$d.events; cp \(q(w.base))/$d-state/mount.log \(q(keep))/$d.log; done")
             }
