@@ -11,9 +11,7 @@ struct Serve: AsyncParsableCommand {
             Stops gracefully on SIGINT or SIGTERM. --listen 127.0.0.1:0 picks a free port.
             Any number of instances may share one --database and one --chunks (see docs/deploy.md).
             s3:// chunks read AWS_ENDPOINT_URL, AWS_REGION, AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY.
-            History: an earlier version of an item is pruned when it is both beyond the item's last
-            --keep-versions previous versions and older than --keep-days days (pruned when the item
-            next changes); the current and unresolved conflict versions are always kept.
+            History: an earlier version of an item is pruned when it is both beyond the item's last --keep-versions previous versions and older than --keep-days days, when the item next changes; the current and unresolved conflict versions are always kept (docs/deploy.md).
             """)
 
     @Option(help: "Data directory: metadata.sqlite and chunks/ live here (created if missing).")
