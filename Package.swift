@@ -144,10 +144,11 @@ let package = Package(
 )
 
 // Developer switch: NIMBUS_SERVER_ONLY=1 leaves the FUSE targets out (and the mount from the CLI),
-// so the server side builds and tests on its own while the mount is being changed.
+// so the server side builds and tests on its own while the mount is being changed. NimbusProtocol
+// and NimbusRemote stay: the server, its tests and the integration tests need them.
 import Foundation
 if ProcessInfo.processInfo.environment["NIMBUS_SERVER_ONLY"] != nil {
-    let fuse: Set<String> = ["CFuse3", "NimbusProtocol", "NimbusRemote", "FuseKit", "LocalStore", "ContainerFS", "SyncEngine", "FuseKitTests", "LocalStoreTests", "ContainerFSTests", "MountTests", "SyncEngineTests", "SyncTests"]
+    let fuse: Set<String> = ["CFuse3", "FuseKit", "LocalStore", "ContainerFS", "SyncEngine", "FuseKitTests", "LocalStoreTests", "ContainerFSTests", "MountTests", "SyncEngineTests", "SyncTests"]
     package.targets.removeAll { fuse.contains($0.name) }
     let cli = Context.packageDirectory + "/Sources/nimbus"
     let mountFiles = ((try? FileManager.default.contentsOfDirectory(atPath: cli)) ?? []).filter { $0.hasPrefix("Mount") }

@@ -4,23 +4,36 @@ import NimbusProtocol
 /// Applies one commit or resolve inside a store transaction, following DESIGN §3:
 /// the state at the committer's base is compared by `ConflictRules`, placement rules (parent must
 /// be a live folder — a deleted one is restored —, no cycles, `name 2.ext` on a taken name) are
-/// applied, and every change gets its own journal sequence number and version row.
+/// applied, and every change gets its own journal sequence number and version row. Last, the
+/// earlier versions of the items it touched are pruned under `history` (CommitEngine+History).
+///
+/// `now` is the server's time for this operation, passed in: the engine reads no clock.
 struct CommitEngine<T: StoreTransaction> {
     let tx: T
     let device: DeviceRecord
     let now: Int64
+    let history: HistoryRetention
     private(set) var restored: [ItemID] = []
     private(set) var lastSeq: Int64 = 0
+    /// Items that got a new earlier version in this operation, in order: the ones to prune.
+    var retiredItems: [ItemID] = []
 
-    init(tx: T, device: DeviceRecord, now: Int64) {
+    init(tx: T, device: DeviceRecord, now: Int64, history: HistoryRetention) {
         self.tx = tx
         self.device = device
         self.now = now
+        self.history = history
     }
 
     // MARK: commit
 
     mutating func commit(_ req: CommitRequest) throws -> CommitResponse {
+        let response = try apply(req)
+        try pruneHistory()
+        return response
+    }
+
+    private mutating func apply(_ req: CommitRequest) throws -> CommitResponse {
         try Self.validate(req)
         let incoming = req.state.state(by: device.id)
         try checkChunks(incoming.content)
@@ -55,7 +68,7 @@ struct CommitEngine<T: StoreTransaction> {
                 var next = winner
                 renamed = try place(&next, id: current.id, previous: current.state)
                 let seq = try tx.nextSeq()
-                if let old = try tx.currentVersionSeq(of: current.id) { try tx.setRole(item: current.id, seq: old, role: .conflict) }
+                if let old = try tx.currentVersionSeq(of: current.id) { try setRole(current.id, old, .conflict) }
                 try tx.insertVersion(item: current.id, seq: seq, role: .current, wasCurrent: true, state: next)
                 item = StoredItem(id: current.id, version: seq, conflicts: current.conflicts + 1, state: next)
                 try tx.saveItem(item)
@@ -97,7 +110,7 @@ struct CommitEngine<T: StoreTransaction> {
             renamed = try place(&state, id: current.id, previous: current.state)
         }
         let seq = try tx.nextSeq()
-        if let old = try tx.currentVersionSeq(of: current.id) { try tx.setRole(item: current.id, seq: old, role: .previous) }
+        if let old = try tx.currentVersionSeq(of: current.id) { try setRole(current.id, old, .previous) }
         try tx.insertVersion(item: current.id, seq: seq, role: .current, wasCurrent: true, state: state)
         let item = StoredItem(id: current.id, version: seq, conflicts: conflicts ?? current.conflicts, state: state)
         try tx.saveItem(item)
@@ -144,7 +157,7 @@ struct CommitEngine<T: StoreTransaction> {
         state.deleted = false
         _ = try place(&state, id: id, previous: folder.state)
         let seq = try tx.nextSeq()
-        if let old = try tx.currentVersionSeq(of: id) { try tx.setRole(item: id, seq: old, role: .previous) }
+        if let old = try tx.currentVersionSeq(of: id) { try setRole(id, old, .previous) }
         try tx.insertVersion(item: id, seq: seq, role: .current, wasCurrent: true, state: state)
         let item = StoredItem(id: id, version: seq, conflicts: folder.conflicts, state: state)
         try tx.saveItem(item)
@@ -188,12 +201,18 @@ struct CommitEngine<T: StoreTransaction> {
     // MARK: resolve
 
     mutating func resolve(_ req: ResolveRequest, item id: ItemID) throws -> CommitResponse {
+        let response = try apply(req, item: id)
+        try pruneHistory()
+        return response
+    }
+
+    private mutating func apply(_ req: ResolveRequest, item id: ItemID) throws -> CommitResponse {
         guard let current = try tx.loadItem(id) else { throw APIError.itemNotFound(id) }
         let conflicts = try tx.versionSeqs(item: id, role: .conflict)
         switch req.action {
         case .keepCurrent:
             if conflicts.isEmpty { return response(.unchanged, current) }
-            for seq in conflicts { try tx.setRole(item: id, seq: seq, role: .discarded) }
+            for seq in conflicts { try setRole(id, seq, .discarded) }
             return try bump(current, conflicts: 0, kind: .resolve)
         case .discard:
             let wanted = req.versions ?? []
@@ -201,19 +220,19 @@ struct CommitEngine<T: StoreTransaction> {
             for seq in wanted where !conflicts.contains(seq) {
                 throw APIError(.notAConflict, "version \(seq) is not an unresolved conflict version of this item; list them with GET …/versions")
             }
-            for seq in Set(wanted) { try tx.setRole(item: id, seq: seq, role: .discarded) }
+            for seq in Set(wanted) { try setRole(id, seq, .discarded) }
             return try bump(current, conflicts: conflicts.count - Set(wanted).count, kind: .resolve)
         case .keepVersion, .restore:
             guard let seq = req.version else { throw APIError(.badRequest, "\"\(req.action.rawValue)\" needs \"version\"") }
             guard let (role, state) = try tx.version(item: id, seq: seq), role != .discarded else {
-                throw APIError(.versionNotFound, "item \(id) has no version \(seq); list them with GET …/versions")
+                throw APIError(.versionNotFound, "item \(id) has no version \(seq): it never had one, it was discarded, or the server's history retention pruned it; list the versions with GET …/versions")
             }
             if req.action == .restore, role == .conflict {
                 throw APIError(.badRequest, "version \(seq) is a conflict version; use \"keep_version\" to make it current")
             }
             var keptConflicts = conflicts
             if req.action == .keepVersion {
-                for other in conflicts { try tx.setRole(item: id, seq: other, role: .discarded) }
+                for other in conflicts { try setRole(id, other, .discarded) }
                 keptConflicts = []
             } else if role == .current {
                 return response(.unchanged, current)
@@ -221,7 +240,7 @@ struct CommitEngine<T: StoreTransaction> {
             if role == .current {
                 return try bump(current, conflicts: 0, kind: .resolve)
             }
-            if role == .conflict { try tx.setRole(item: id, seq: seq, role: .discarded) }
+            if role == .conflict { try setRole(id, seq, .discarded) }
             var next = state
             next.location = current.state.location
             next.deleted = false
@@ -242,6 +261,13 @@ struct CommitEngine<T: StoreTransaction> {
     }
 
     // MARK: helpers
+
+    /// Every role change goes through here: it stamps the time and remembers items that got an
+    /// earlier version, for `pruneHistory`.
+    private mutating func setRole(_ id: ItemID, _ seq: Int64, _ role: StoredRole) throws {
+        try tx.setRole(item: id, seq: seq, role: role, at: now)
+        if role.isEarlier, !retiredItems.contains(id) { retiredItems.append(id) }
+    }
 
     private mutating func journal(_ seq: Int64, _ kind: ChangeKind, _ item: StoredItem) throws {
         try tx.appendJournal(seq: seq, kind: kind, item: item, device: device.id)

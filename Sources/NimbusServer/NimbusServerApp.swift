@@ -22,9 +22,9 @@ public struct NimbusServerApp: Sendable {
     }
 
     /// The embedded configuration: `DIR/metadata.sqlite` and `DIR/chunks`.
-    public static func embedded(dataDir: String) throws -> NimbusServerApp {
+    public static func embedded(dataDir: String, history: HistoryRetention = .default) throws -> NimbusServerApp {
         try FileManager.default.createDirectory(atPath: dataDir, withIntermediateDirectories: true)
-        return NimbusServerApp(store: try SQLiteStore(path: dataDir + "/metadata.sqlite"),
+        return NimbusServerApp(store: try SQLiteStore(path: dataDir + "/metadata.sqlite", history: history),
                                chunks: try DirectoryChunkStore(root: dataDir + "/chunks"))
     }
 

@@ -79,6 +79,21 @@ enum PostgresSchema {
                 PRIMARY KEY (account_id, hash))
             """,
         ]),
+        // History retention (as SQLite's "v2-history"): earlier versions record when they were
+        // retired (NULL exactly on current and conflict rows; rows already earlier count as
+        // retired now), items remember the newest pruned row that was current.
+        (2, [
+            "ALTER TABLE versions ADD COLUMN retired BIGINT",
+            """
+            UPDATE versions SET retired = (extract(epoch FROM now()) * 1000000000)::bigint
+            WHERE role IN ('previous', 'discarded')
+            """,
+            """
+            ALTER TABLE versions ADD CONSTRAINT versions_retired_when_earlier
+                CHECK ((role IN ('previous', 'discarded')) = (retired IS NOT NULL))
+            """,
+            "ALTER TABLE items ADD COLUMN history_floor BIGINT NOT NULL DEFAULT 0 CHECK (history_floor >= 0)",
+        ]),
     ]
 
     /// Arbitrary constant naming the advisory lock held while migrating ("nimbus" in ASCII).

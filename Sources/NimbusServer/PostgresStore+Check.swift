@@ -4,7 +4,8 @@ import PostgresNIO
 extension PostgresStore {
     /// The same invariants `SQLiteStore.consistencyProblems` checks: gap-free journals ending at
     /// their cursors, one current version equal to each item row, item versions matching their last
-    /// journal entry, conflict counts, live items inside live folders, no orphan journal entries.
+    /// journal entry, conflict counts, live items inside live folders, no orphan journal entries,
+    /// history pruning never reached the current version.
     /// Runs in one REPEATABLE READ transaction so concurrent commits cannot produce false alarms.
     public func consistencyProblems() async throws -> [String] {
         try await write(locking: nil) { db in
@@ -20,20 +21,22 @@ extension PostgresStore {
                 }
             }
             for row in try db.rows("""
-                SELECT i.id, i.version, i.conflicts, i.state, i.deleted, i.parent_id,
+                SELECT i.id, i.version, i.conflicts, i.state, i.deleted, i.parent_id, i.history_floor,
                   (SELECT state FROM versions v WHERE v.container_id = i.container_id AND v.item_id = i.id AND v.role = 'current'),
+                  (SELECT seq FROM versions v WHERE v.container_id = i.container_id AND v.item_id = i.id AND v.role = 'current'),
                   (SELECT count(*) FROM versions v WHERE v.container_id = i.container_id AND v.item_id = i.id AND v.role = 'conflict'),
                   (SELECT max(seq) FROM journal j WHERE j.container_id = i.container_id AND j.item_id = i.id),
                   (SELECT p.deleted FROM items p WHERE p.container_id = i.container_id AND p.id = i.parent_id),
                   (SELECT p.kind FROM items p WHERE p.container_id = i.container_id AND p.id = i.parent_id)
                 FROM items i
                 """) {
-                let (id, version, conflicts, state, deleted, parent, cur, nconf, last, parentDeleted, parentKind) =
-                    try row.decode((String, Int64, Int64, String, Bool, String, String?, Int64, Int64?, Bool?, String?).self)
+                let (id, version, conflicts, state, deleted, parent, floor, cur, curSeq, nconf, last, parentDeleted, parentKind) =
+                    try row.decode((String, Int64, Int64, String, Bool, String, Int64, String?, Int64?, Int64, Int64?, Bool?, String?).self)
                 if cur == nil { problems.append("item \(id): no current version") }
                 else if cur != state { problems.append("item \(id): current version differs from the item row") }
                 if last != version { problems.append("item \(id): version is not its last journal entry") }
                 if nconf != conflicts { problems.append("item \(id): conflict count does not match its conflict versions") }
+                if let curSeq, floor >= curSeq { problems.append("item \(id): history pruned up to \(floor), past its current version \(curSeq)") }
                 if !deleted, parent != ItemID.root.description {
                     if parentKind != "folder" { problems.append("item \(id): parent \(parent) is not a folder") }
                     else if parentDeleted != false { problems.append("item \(id): live inside deleted folder \(parent)") }

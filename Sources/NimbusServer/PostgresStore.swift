@@ -22,12 +22,15 @@ public final class PostgresStore: ServerStore {
     /// one, so there are as many as the pool has connections for writes.
     let threads: NIOThreadPool
     let logger: Logger
+    /// What commits and resolves prune (`HistoryRetention`).
+    public let history: HistoryRetention
     /// The NOTIFY channel on which commits announce "CONTAINER:CURSOR".
     static let channel = "nimbus_commits"
 
-    private init(location: PostgresLocation, logger: Logger) {
+    private init(location: PostgresLocation, logger: Logger, history: HistoryRetention) {
         self.location = location
         self.logger = logger
+        self.history = history
         // The pool's own chatter (reconnects, closing on shutdown) only at warning and above.
         var background = logger
         background.logLevel = max(logger.logLevel, .warning)
@@ -40,8 +43,9 @@ public final class PostgresStore: ServerStore {
 
     /// Connects, applies pending schema migrations and returns the store. Fails with a message
     /// naming the database when it cannot be reached.
-    public static func open(_ location: PostgresLocation, logger: Logger = Logger(label: "nimbus.postgres")) async throws -> PostgresStore {
-        let store = PostgresStore(location: location, logger: logger)
+    public static func open(_ location: PostgresLocation, logger: Logger = Logger(label: "nimbus.postgres"),
+                            history: HistoryRetention = .default) async throws -> PostgresStore {
+        let store = PostgresStore(location: location, logger: logger, history: history)
         do {
             let applied = try await store.client.withConnection { conn in try await PostgresSchema.migrate(conn, logger: logger) }
             if !applied.isEmpty { logger.info("applied schema migrations \(applied) to \(location)") }
@@ -172,7 +176,7 @@ public final class PostgresStore: ServerStore {
 
     public func commit(_ request: CommitRequest, in container: ContainerRecord, by device: DeviceRecord, now: Int64) async throws -> CommitResponse {
         try await write(locking: container) { db in
-            var engine = CommitEngine(tx: PostgresTransaction(db: db, container: container), device: device, now: now)
+            var engine = CommitEngine(tx: PostgresTransaction(db: db, container: container), device: device, now: now, history: self.history)
             let response = try engine.commit(request)
             try Self.announce(db, container, response)
             return response
@@ -181,7 +185,7 @@ public final class PostgresStore: ServerStore {
 
     public func resolve(_ request: ResolveRequest, item: ItemID, in container: ContainerRecord, by device: DeviceRecord, now: Int64) async throws -> CommitResponse {
         try await write(locking: container) { db in
-            var engine = CommitEngine(tx: PostgresTransaction(db: db, container: container), device: device, now: now)
+            var engine = CommitEngine(tx: PostgresTransaction(db: db, container: container), device: device, now: now, history: self.history)
             let response = try engine.resolve(request, item: item)
             try Self.announce(db, container, response)
             return response

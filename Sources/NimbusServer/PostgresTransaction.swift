@@ -38,10 +38,14 @@ struct PostgresTransaction: StoreTransaction {
     }
 
     func stateCurrent(at version: Int64, of id: ItemID) throws -> ItemState? {
-        try db.rows("""
-            SELECT state FROM versions WHERE container_id = \(cid) AND item_id = \(id.description) AND was_current AND seq <= \(version)
-            ORDER BY seq DESC LIMIT 1
-            """).first.map { try Codec.decode(ItemState.self, try $0.decode(String.self)) }
+        guard let row = try db.rows("""
+            SELECT v.seq, v.state, i.history_floor FROM versions v
+            JOIN items i ON i.container_id = v.container_id AND i.id = v.item_id
+            WHERE v.container_id = \(cid) AND v.item_id = \(id.description) AND v.was_current AND v.seq <= \(version)
+            ORDER BY v.seq DESC LIMIT 1
+            """).first else { return nil }
+        let (seq, state, floor) = try row.decode((Int64, String, Int64).self)
+        return seq > floor ? try Codec.decode(ItemState.self, state) : nil
     }
 
     func isNameTaken(parent: ItemID, name: String, excluding id: ItemID) throws -> Bool {
@@ -87,8 +91,12 @@ struct PostgresTransaction: StoreTransaction {
             """)
     }
 
-    func setRole(item: ItemID, seq: Int64, role: StoredRole) throws {
-        try db.exec("UPDATE versions SET role = \(role.rawValue) WHERE container_id = \(cid) AND item_id = \(item.description) AND seq = \(seq)")
+    func setRole(item: ItemID, seq: Int64, role: StoredRole, at time: Int64) throws {
+        let retired: Int64? = role.isEarlier ? time : nil
+        try db.exec("""
+            UPDATE versions SET role = \(role.rawValue), retired = \(retired)
+            WHERE container_id = \(cid) AND item_id = \(item.description) AND seq = \(seq)
+            """)
     }
 
     func version(item: ItemID, seq: Int64) throws -> (role: StoredRole, state: ItemState)? {
@@ -102,6 +110,33 @@ struct PostgresTransaction: StoreTransaction {
     func versionSeqs(item: ItemID, role: StoredRole) throws -> [Int64] {
         try db.rows("SELECT seq FROM versions WHERE container_id = \(cid) AND item_id = \(item.description) AND role = \(role.rawValue) ORDER BY seq")
             .map { try $0.decode(Int64.self) }
+    }
+
+    func earlierVersions(of id: ItemID) throws -> [EarlierVersion] {
+        try db.rows("""
+            SELECT seq, role, was_current, retired FROM versions
+            WHERE container_id = \(cid) AND item_id = \(id.description) AND role IN ('previous', 'discarded')
+            """).map { row in
+            let (seq, role, wasCurrent, retired) = try row.decode((Int64, String, Bool, Int64?).self)
+            guard let r = StoredRole(rawValue: role), let retired else {
+                throw APIError(.internal, "corrupt earlier version \(seq) of item \(id) in the database")
+            }
+            return EarlierVersion(seq: seq, role: r, wasCurrent: wasCurrent, retired: retired)
+        }
+    }
+
+    func deleteVersions(item: ItemID, seqs: [Int64], historyFloor: Int64?) throws {
+        // Only earlier rows, whatever the caller asks: the current and conflict versions stay.
+        try db.exec("""
+            DELETE FROM versions WHERE container_id = \(cid) AND item_id = \(item.description)
+              AND role IN ('previous', 'discarded') AND seq = ANY(\(seqs))
+            """)
+        if let historyFloor {
+            try db.exec("""
+                UPDATE items SET history_floor = GREATEST(history_floor, \(historyFloor))
+                WHERE container_id = \(cid) AND id = \(item.description)
+                """)
+        }
     }
 
     func appendJournal(seq: Int64, kind: ChangeKind, item: StoredItem, device: DeviceID) throws {

@@ -4,7 +4,8 @@ import NimbusCore
 extension SQLiteStore {
     /// Checks the invariants a crash must never break: the journal of each container has no gaps
     /// and ends at its cursor; every item has exactly one current version equal to its row; every
-    /// item's version is its last journal entry; conflict counts match; live items live in live folders.
+    /// item's version is its last journal entry; conflict counts match; live items live in live folders;
+    /// history pruning never reached the current version (earlier versions may have gaps: pruned).
     public func consistencyProblems() async throws -> [String] {
         try await pool.read { db in
             var problems: [String] = []
@@ -18,8 +19,9 @@ extension SQLiteStore {
                 }
             }
             for row in try Row.fetchAll(db, sql: """
-                SELECT i.container_id, i.id, i.version, i.conflicts, i.state, i.deleted, i.parent_id, i.kind,
+                SELECT i.container_id, i.id, i.version, i.conflicts, i.state, i.deleted, i.parent_id, i.kind, i.history_floor,
                   (SELECT state FROM versions v WHERE v.container_id = i.container_id AND v.item_id = i.id AND v.role = 'current') AS cur,
+                  (SELECT seq FROM versions v WHERE v.container_id = i.container_id AND v.item_id = i.id AND v.role = 'current') AS cur_seq,
                   (SELECT count(*) FROM versions v WHERE v.container_id = i.container_id AND v.item_id = i.id AND v.role = 'conflict') AS nconf,
                   (SELECT max(seq) FROM journal j WHERE j.container_id = i.container_id AND j.item_id = i.id) AS last,
                   (SELECT p.deleted FROM items p WHERE p.container_id = i.container_id AND p.id = i.parent_id) AS parent_deleted,
@@ -32,6 +34,9 @@ extension SQLiteStore {
                 else if cur != (row["state"] as String) { problems.append("item \(id): current version differs from the item row") }
                 if (row["last"] as Int64?) != (row["version"] as Int64) { problems.append("item \(id): version is not its last journal entry") }
                 if (row["nconf"] as Int64) != (row["conflicts"] as Int64) { problems.append("item \(id): conflict count does not match its conflict versions") }
+                if let curSeq = row["cur_seq"] as Int64?, (row["history_floor"] as Int64) >= curSeq {
+                    problems.append("item \(id): history pruned up to \(row["history_floor"] as Int64), past its current version \(curSeq)")
+                }
                 let parent: String = row["parent_id"]
                 if (row["deleted"] as Int64) == 0, parent != ItemID.root.description {
                     if (row["parent_kind"] as String?) != "folder" { problems.append("item \(id): parent \(parent) is not a folder") }

@@ -13,9 +13,12 @@ import NimbusProtocol
 public final class SQLiteStore: ServerStore {
     let pool: DatabasePool
     let batcher: WriteBatcher
+    /// What commits and resolves prune (`HistoryRetention`).
+    public let history: HistoryRetention
 
     /// Opens (creating if needed) the database at `path` and applies pending migrations.
-    public init(path: String) throws {
+    public init(path: String, history: HistoryRetention = .default) throws {
+        self.history = history
         var config = Configuration()
         config.busyMode = .timeout(10)
         config.prepareDatabase { db in
@@ -89,6 +92,36 @@ public final class SQLiteStore: ServerStore {
                     PRIMARY KEY (account_id, hash)) WITHOUT ROWID;
                 """)
         }
+        // History retention: earlier versions record when they were retired (NULL exactly on
+        // current and conflict rows), and items remember the newest pruned row that was current.
+        // Rows already earlier count as retired now, so they are kept the full --keep-days.
+        // SQLite cannot add a CHECK over existing rows, so versions is rebuilt (GRDB turns foreign
+        // keys off during a migration and checks them all before committing it).
+        m.registerMigration("v2-history") { db in
+            try db.execute(sql: """
+                CREATE TABLE versions_v2 (
+                    container_id INTEGER NOT NULL,
+                    item_id TEXT NOT NULL,
+                    seq INTEGER NOT NULL CHECK (seq > 0),
+                    role TEXT NOT NULL CHECK (role IN ('current', 'previous', 'conflict', 'discarded')),
+                    was_current INTEGER NOT NULL CHECK (was_current IN (0, 1)),
+                    device_id TEXT NOT NULL,
+                    state TEXT NOT NULL,
+                    retired INTEGER,
+                    CHECK ((role IN ('previous', 'discarded')) = (retired IS NOT NULL)),
+                    PRIMARY KEY (container_id, item_id, seq),
+                    FOREIGN KEY (container_id, item_id) REFERENCES items(container_id, id) DEFERRABLE INITIALLY DEFERRED
+                ) WITHOUT ROWID;
+                INSERT INTO versions_v2(container_id, item_id, seq, role, was_current, device_id, state, retired)
+                    SELECT container_id, item_id, seq, role, was_current, device_id, state,
+                           CASE WHEN role IN ('previous', 'discarded') THEN CAST(strftime('%s', 'now') AS INTEGER) * 1000000000 END
+                    FROM versions;
+                DROP TABLE versions;
+                ALTER TABLE versions_v2 RENAME TO versions;
+                CREATE UNIQUE INDEX versions_one_current ON versions(container_id, item_id) WHERE role = 'current';
+                ALTER TABLE items ADD COLUMN history_floor INTEGER NOT NULL DEFAULT 0 CHECK (history_floor >= 0);
+                """)
+        }
         return m
     }
 
@@ -148,14 +181,14 @@ public final class SQLiteStore: ServerStore {
 
     public func commit(_ request: CommitRequest, in container: ContainerRecord, by device: DeviceRecord, now: Int64) async throws -> CommitResponse {
         try await batcher.write { db in
-            var engine = CommitEngine(tx: SQLiteTransaction(db: db, container: container), device: device, now: now)
+            var engine = CommitEngine(tx: SQLiteTransaction(db: db, container: container), device: device, now: now, history: self.history)
             return try engine.commit(request)
         }
     }
 
     public func resolve(_ request: ResolveRequest, item: ItemID, in container: ContainerRecord, by device: DeviceRecord, now: Int64) async throws -> CommitResponse {
         try await pool.write { db in
-            var engine = CommitEngine(tx: SQLiteTransaction(db: db, container: container), device: device, now: now)
+            var engine = CommitEngine(tx: SQLiteTransaction(db: db, container: container), device: device, now: now, history: self.history)
             return try engine.resolve(request, item: item)
         }
     }

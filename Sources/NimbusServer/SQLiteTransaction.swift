@@ -17,10 +17,15 @@ struct SQLiteTransaction: StoreTransaction {
     }
 
     func stateCurrent(at version: Int64, of id: ItemID) throws -> ItemState? {
-        try String.fetchOne(db, sql: """
-            SELECT state FROM versions WHERE container_id = ? AND item_id = ? AND was_current = 1 AND seq <= ?
-            ORDER BY seq DESC LIMIT 1
-            """, arguments: [container.id, id.description, version]).map { try Codec.decode(ItemState.self, $0) }
+        guard let row = try Row.fetchOne(db, sql: """
+            SELECT v.seq, v.state, i.history_floor FROM versions v
+            JOIN items i ON i.container_id = v.container_id AND i.id = v.item_id
+            WHERE v.container_id = ? AND v.item_id = ? AND v.was_current = 1 AND v.seq <= ?
+            ORDER BY v.seq DESC LIMIT 1
+            """, arguments: [container.id, id.description, version]),
+            (row["seq"] as Int64) > (row["history_floor"] as Int64)
+        else { return nil }
+        return try Codec.decode(ItemState.self, row["state"] as String)
     }
 
     func isNameTaken(parent: ItemID, name: String, excluding id: ItemID) throws -> Bool {
@@ -64,9 +69,9 @@ struct SQLiteTransaction: StoreTransaction {
             """, arguments: [container.id, item.description, seq, role.rawValue, wasCurrent, state.modifiedBy.description, try encode(state)])
     }
 
-    func setRole(item: ItemID, seq: Int64, role: StoredRole) throws {
-        try db.execute(sql: "UPDATE versions SET role = ? WHERE container_id = ? AND item_id = ? AND seq = ?",
-                       arguments: [role.rawValue, container.id, item.description, seq])
+    func setRole(item: ItemID, seq: Int64, role: StoredRole, at time: Int64) throws {
+        try db.execute(sql: "UPDATE versions SET role = ?, retired = ? WHERE container_id = ? AND item_id = ? AND seq = ?",
+                       arguments: [role.rawValue, role.isEarlier ? time : nil, container.id, item.description, seq])
     }
 
     func version(item: ItemID, seq: Int64) throws -> (role: StoredRole, state: ItemState)? {
@@ -79,6 +84,35 @@ struct SQLiteTransaction: StoreTransaction {
     func versionSeqs(item: ItemID, role: StoredRole) throws -> [Int64] {
         try Int64.fetchAll(db, sql: "SELECT seq FROM versions WHERE container_id = ? AND item_id = ? AND role = ? ORDER BY seq",
                            arguments: [container.id, item.description, role.rawValue])
+    }
+
+    func earlierVersions(of id: ItemID) throws -> [EarlierVersion] {
+        try Row.fetchAll(db, sql: """
+            SELECT seq, role, was_current, retired FROM versions
+            WHERE container_id = ? AND item_id = ? AND role IN ('previous', 'discarded')
+            """, arguments: [container.id, id.description]).map { row in
+            guard let role = StoredRole(rawValue: row["role"]), let retired = row["retired"] as Int64? else {
+                throw APIError(.internal, "corrupt earlier version \(row["seq"] as Int64) of item \(id) in the database")
+            }
+            return EarlierVersion(seq: row["seq"], role: role, wasCurrent: row["was_current"], retired: retired)
+        }
+    }
+
+    func deleteVersions(item: ItemID, seqs: [Int64], historyFloor: Int64?) throws {
+        // Only earlier rows, whatever the caller asks: the current and conflict versions stay.
+        for start in stride(from: 0, to: seqs.count, by: 500) {
+            let part = seqs[start..<min(start + 500, seqs.count)]
+            var args: [any DatabaseValueConvertible] = [container.id, item.description]
+            args.append(contentsOf: Array(part))
+            try db.execute(sql: """
+                DELETE FROM versions WHERE container_id = ? AND item_id = ? AND role IN ('previous', 'discarded')
+                  AND seq IN (\(part.map { _ in "?" }.joined(separator: ",")))
+                """, arguments: StatementArguments(args))
+        }
+        if let historyFloor {
+            try db.execute(sql: "UPDATE items SET history_floor = max(history_floor, ?) WHERE container_id = ? AND id = ?",
+                           arguments: [historyFloor, container.id, item.description])
+        }
     }
 
     func appendJournal(seq: Int64, kind: ChangeKind, item: StoredItem, device: DeviceID) throws {

@@ -9,11 +9,15 @@ public struct StorageOptions: Sendable {
     public var dataDir: String?
     public var database: String?
     public var chunks: String?
+    /// How much history commits keep (`--keep-versions`, `--keep-days`); tools that do not
+    /// commit (`nimbus admin`) leave the default.
+    public var history: HistoryRetention
 
-    public init(dataDir: String?, database: String?, chunks: String?) {
+    public init(dataDir: String?, database: String?, chunks: String?, history: HistoryRetention = .default) {
         self.dataDir = dataDir
         self.database = database
         self.chunks = chunks
+        self.history = history
     }
 
     /// A sentence saying what is missing, or nil when the options are complete.
@@ -31,11 +35,11 @@ public struct StorageOptions: Sendable {
     public func openStore(logger: Logger) async throws -> any ServerStore {
         if let problem { throw APIError(.badRequest, problem) }
         if let database {
-            return try await PostgresStore.open(try PostgresLocation.parse(database), logger: logger)
+            return try await PostgresStore.open(try PostgresLocation.parse(database), logger: logger, history: history)
         }
         let dir = dataDir!
         try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
-        return try SQLiteStore(path: dir + "/metadata.sqlite")
+        return try SQLiteStore(path: dir + "/metadata.sqlite", history: history)
     }
 
     /// Opens the chunk store.

@@ -17,10 +17,12 @@ public struct LiveServer: Sendable {
         return token
     }
 
-    public static func with<T: Sendable>(_ body: @Sendable (LiveServer) async throws -> T) async throws -> T {
+    /// `history` is the server's retention (`nimbus serve --keep-versions/--keep-days`).
+    public static func with<T: Sendable>(history: HistoryRetention = .default,
+                                         _ body: @Sendable (LiveServer) async throws -> T) async throws -> T {
         let dir = FileManager.default.temporaryDirectory.appendingPathComponent("nimbus-live-\(UUID().uuidString)").path
         defer { try? FileManager.default.removeItem(atPath: dir) }
-        let app = try NimbusServerApp.embedded(dataDir: dir)
+        let app = try NimbusServerApp.embedded(dataDir: dir, history: history)
         let logger = {
             var l = Logger(label: "nimbus.test-server")
             l.logLevel = .critical

@@ -50,12 +50,13 @@ public enum PostgresScratch {
         }
     }
 
-    /// An open store on a fresh database, shut down and dropped after `body`.
-    public static func withStore<T: Sendable>(_ body: @Sendable (PostgresStore) async throws -> T) async throws -> T {
+    /// An open store (with `history` retention) on a fresh database, shut down and dropped after `body`.
+    public static func withStore<T: Sendable>(history: HistoryRetention = .default,
+                                              _ body: @Sendable (PostgresStore) async throws -> T) async throws -> T {
         try await withDatabase { location in
             var quiet = Logger(label: "nimbus.test-postgres")
             quiet.logLevel = .warning
-            let store = try await PostgresStore.open(location, logger: quiet)
+            let store = try await PostgresStore.open(location, logger: quiet, history: history)
             do {
                 let result = try await body(store)
                 await store.shutdown()

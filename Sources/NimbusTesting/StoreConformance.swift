@@ -4,8 +4,9 @@ import NimbusProtocol
 import NimbusServer
 
 /// The conformance suite every `ServerStore` engine must pass. Each case is a function of a fresh
-/// store; test targets run every case on every engine (`@Test(arguments: StoreConformance.allCases)`).
-/// A failed expectation throws `ConformanceFailure` with what differed.
+/// store; test targets run every case on every engine (`@Test(arguments: StoreConformance.allCases)`),
+/// opening the store with the case's `retention`. A failed expectation throws `ConformanceFailure`
+/// with what differed.
 public enum StoreConformance: String, CaseIterable, Sendable {
     case versionsAndJournalOrder
     case cursorPaging
@@ -22,6 +23,22 @@ public enum StoreConformance: String, CaseIterable, Sendable {
     case missingChunksRejected
     case accountsAreIsolated
     case retriesAreIdempotent
+    case historyKeepsLastVersions
+    case historyKeepsRecentVersions
+    case historyNeverPrunesConflicts
+    case historyPrunedBaseIsUnknown
+
+    /// The history retention to open the store with for this case (the default for all but the
+    /// history cases, which are in StoreConformance+History.swift).
+    public var retention: HistoryRetention {
+        switch self {
+        case .historyKeepsLastVersions: HistoryRetention(keepVersions: 2, keepDays: 0)!
+        case .historyKeepsRecentVersions: HistoryRetention(keepVersions: 2, keepDays: 30)!
+        case .historyNeverPrunesConflicts: HistoryRetention(keepVersions: 0, keepDays: 0)!
+        case .historyPrunedBaseIsUnknown: HistoryRetention(keepVersions: 5, keepDays: 0)!
+        default: .default
+        }
+    }
 
     public func run(_ store: any ServerStore) async throws {
         let f = try await StoreFixture.make(store)
@@ -41,6 +58,10 @@ public enum StoreConformance: String, CaseIterable, Sendable {
         case .missingChunksRejected: try await Self.missingChunks(f)
         case .accountsAreIsolated: try await Self.accountsAreIsolated(f)
         case .retriesAreIdempotent: try await Self.retries(f)
+        case .historyKeepsLastVersions: try await Self.historyKeepsLastVersions(f)
+        case .historyKeepsRecentVersions: try await Self.historyKeepsRecentVersions(f)
+        case .historyNeverPrunesConflicts: try await Self.historyNeverPrunesConflicts(f)
+        case .historyPrunedBaseIsUnknown: try await Self.historyPrunedBaseIsUnknown(f)
         }
         let problems = try await store.consistencyProblems()
         try check(problems.isEmpty, "store inconsistent after \(rawValue): \(problems)")

@@ -34,10 +34,20 @@ public struct StoreFixture: Sendable {
                   mode: mode, modified: t, deleted: deleted)
     }
 
+    /// Commits at server time `now` (ns; history retention ages versions by it).
     @discardableResult
-    public func commit(_ id: ItemID, base: Int64?, _ draft: ItemDraft, by device: DeviceRecord? = nil, seen: Int64? = nil) async throws -> CommitResponse {
+    public func commit(_ id: ItemID, base: Int64?, _ draft: ItemDraft, by device: DeviceRecord? = nil, seen: Int64? = nil,
+                       now: Int64 = 5_000) async throws -> CommitResponse {
         try await store.commit(CommitRequest(item: id, baseVersion: base, state: draft, seenCursor: seen),
-                               in: container, by: device ?? a, now: 5_000)
+                               in: container, by: device ?? a, now: now)
+    }
+
+    public func resolve(_ id: ItemID, _ request: ResolveRequest, by device: DeviceRecord? = nil, now: Int64 = 5_000) async throws -> CommitResponse {
+        try await store.resolve(request, item: id, in: container, by: device ?? a, now: now)
+    }
+
+    public func versions(_ id: ItemID) async throws -> [VersionRecord] {
+        try await store.versions(of: id, in: container)
     }
 
     /// Creates an item and returns its id and version.

@@ -11,6 +11,7 @@ struct Serve: AsyncParsableCommand {
             Stops gracefully on SIGINT or SIGTERM. --listen 127.0.0.1:0 picks a free port.
             Any number of instances may share one --database and one --chunks (see docs/deploy.md).
             s3:// chunks read AWS_ENDPOINT_URL, AWS_REGION, AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY.
+            History: an earlier version of an item is pruned when it is both beyond the item's last --keep-versions previous versions and older than --keep-days days, when the item next changes; the current and unresolved conflict versions are always kept (docs/deploy.md).
             """)
 
     @Option(help: "Data directory: metadata.sqlite and chunks/ live here (created if missing).")
@@ -22,7 +23,18 @@ struct Serve: AsyncParsableCommand {
     @Option(help: "Chunks in this directory or S3-compatible bucket (s3://BUCKET/PREFIX) instead of DATA/chunks.")
     var chunks: String?
 
-    var storage: StorageOptions { StorageOptions(dataDir: data, database: database, chunks: chunks) }
+    @Option(name: .customLong("keep-versions"), parsing: .unconditional,
+            help: ArgumentHelp("Keep each item's last N previous versions whatever their age (0: only what --keep-days keeps).", valueName: "N"))
+    var keepVersions: Int = HistoryRetention.default.keepVersions
+
+    @Option(name: .customLong("keep-days"), parsing: .unconditional,
+            help: ArgumentHelp("Keep every earlier version younger than D days however many (0: only what --keep-versions keeps).", valueName: "D"))
+    var keepDays: Int = HistoryRetention.default.keepDays
+
+    var storage: StorageOptions {
+        StorageOptions(dataDir: data, database: database, chunks: chunks,
+                       history: HistoryRetention(keepVersions: keepVersions, keepDays: keepDays) ?? .default)
+    }
 
     @Option(help: "Address to listen on, HOST:PORT.")
     var listen: String = "127.0.0.1:7070"
@@ -34,6 +46,7 @@ struct Serve: AsyncParsableCommand {
         _ = try HostPort.parse(listen)
         guard Logger.Level(rawValue: logLevel) != nil else { throw ValidationError("unknown log level \(logLevel)") }
         if let problem = storage.problem { throw ValidationError(problem) }
+        if let problem = HistoryRetention.problem(keepVersions: keepVersions, keepDays: keepDays) { throw ValidationError(problem) }
     }
 
     func run() async throws {
@@ -50,6 +63,7 @@ struct Serve: AsyncParsableCommand {
             throw CLIFailure(.storage, "cannot open the storage (\(storage.summary)): \(error)")
         }
         let dataDir = storage.summary
+        logger.info("history: \(storage.history)")
         do {
             try await app.run(host: host, port: port, logger: logger) { bound in
                 FileHandle.standardOutput.write(Data("nimbus serve: listening on http://\(host):\(bound) (\(dataDir))\n".utf8))

@@ -1,4 +1,7 @@
 import Foundation
+import NimbusCore
+import NimbusProtocol
+import NimbusRemote
 import NimbusTesting
 import Testing
 
@@ -47,5 +50,41 @@ import Testing
         defer { try? FileManager.default.removeItem(atPath: dir + "-2") }
         #expect(r.status == 3, "exit 3 (network), got \(r.status): \(r.stderr)")
         #expect(r.stderr.contains("--listen"), "\(r.stderr)")
+    }
+
+    @Test func serveRejectsBadHistorySettings() async throws {
+        let dir = Self.tempDir()
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        for (args, says) in [(["--keep-versions", "-1"], "--keep-versions"), (["--keep-days", "-3"], "--keep-days"),
+                             (["--keep-days", "40000"], "0…36500"), (["--keep-versions", "many"], "many")] {
+            let r = try await NimbusBinary.run(["serve", "--data", dir, "--listen", "127.0.0.1:0"] + args, timeout: .seconds(30))
+            #expect(r.status == 64, "\(args): exit 64 (a bad option value), got \(r.status): \(r.stderr)")
+            #expect(r.stderr.contains(says), "\(args): \(r.stderr)")
+        }
+    }
+
+    /// `nimbus serve --keep-versions 1 --keep-days 0`: each item keeps its current version and one
+    /// earlier one, and `nimbus admin check` passes on the pruned history.
+    @Test func serveKeepsTheConfiguredHistory() async throws {
+        let dir = Self.tempDir()
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let add = try await NimbusBinary.run(["admin", "add-device", "--data", dir, "--account", "alice", "--device", "laptop"])
+        #expect(add.status == 0, "\(add.stderr)")
+        let server = ServerProcess(dataDir: dir, extraArgs: ["--keep-versions", "1", "--keep-days", "0"])
+        defer { server.stop() }
+        try await server.start()
+        let client = NimbusClient(baseURL: server.url, token: add.stdout.trimmingCharacters(in: .whitespacesAndNewlines))
+        _ = try await client.createContainer("com.example.cli")
+        let file = ItemID(UUID())
+        var base: Int64? = nil
+        for i in 0..<4 {
+            let chunk = try await client.upload(Array(repeating: UInt8(i + 1), count: 10))
+            let draft = ItemDraft(kind: .file, parent: .root, name: ItemName(trusted: "h.txt"), chunks: [chunk], mode: 0o644, modified: Int64(i + 1))
+            base = try await client.commit("com.example.cli", CommitRequest(item: file, baseVersion: base, state: draft)).item.version
+        }
+        let versions = try await client.versions("com.example.cli", file)
+        #expect(versions.map(\.role) == [.current, .previous], "\(versions.map(\.version))")
+        let check = try await NimbusBinary.run(["admin", "check", "--data", dir])
+        #expect(check.status == 0 && check.stdout == "consistent\n", "\(check.stdout) \(check.stderr)")
     }
 }

@@ -248,4 +248,28 @@ import Testing
             #expect(versions.count == 2 && versions[0].role == .current && versions[0].deviceName == "a")
         }
     }
+
+    /// With --keep-versions 1 --keep-days 0 the versions listing shows the current version and the
+    /// last earlier one; restoring a pruned version answers 404 `version_not_found`.
+    @Test func prunedVersionsAreNotListedAndNotRestorable() async throws {
+        try await LiveServer.with(history: HistoryRetention(keepVersions: 1, keepDays: 0)!) { s in
+            let a = NimbusClient(baseURL: s.url, token: try await s.token())
+            _ = try await a.createContainer(Self.container)
+            let file = ItemID(UUID())
+            var versions: [Int64] = []
+            for i in 0..<3 {
+                let chunk = try await a.upload(Array(repeating: UInt8(i + 1), count: 10))
+                let r = try await a.commit(Self.container, CommitRequest(item: file, baseVersion: versions.last, state: Self.draft("p.txt", chunks: [chunk])))
+                versions.append(r.item.version)
+            }
+            let listed = try await a.versions(Self.container, file)
+            #expect(listed.map(\.version) == [versions[2], versions[1]] && listed.map(\.role) == [.current, .previous], "\(listed)")
+            let body = try JSONEncoder().encode(ResolveRequest(action: .restore, version: versions[0]))
+            let r = try await a.send(.POST, "/v1/containers/\(Self.container)/items/\(file)/resolve",
+                                     body: ByteBuffer(bytes: body), contentType: "application/json")
+            #expect(r.status == 404, "\(r.status) \(r.text)")
+            #expect(try Self.error(of: r).error.code == APIErrorCode.versionNotFound.rawValue)
+            #expect(try await s.app.store.consistencyProblems().isEmpty)
+        }
+    }
 }

@@ -9,7 +9,7 @@ import Testing
 struct PostgresConformanceTests {
     @Test(arguments: StoreConformance.allCases)
     func conformance(_ c: StoreConformance) async throws {
-        try await PostgresScratch.withStore { store in try await c.run(store) }
+        try await PostgresScratch.withStore(history: c.retention) { store in try await c.run(store) }
     }
 
     /// Migrations are versioned and applied once: reopening finds nothing to do and keeps the data.

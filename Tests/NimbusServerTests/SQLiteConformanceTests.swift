@@ -10,7 +10,7 @@ import Testing
         let dir = FileManager.default.temporaryDirectory.appendingPathComponent("nimbus-conf-\(UUID().uuidString)").path
         try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(atPath: dir) }
-        let store = try SQLiteStore(path: dir + "/metadata.sqlite")
+        let store = try SQLiteStore(path: dir + "/metadata.sqlite", history: c.retention)
         try await c.run(store)
     }
 }
