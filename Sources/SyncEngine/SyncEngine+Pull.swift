@@ -236,7 +236,8 @@ extension SyncEngine {
         for id in skipped {
             // The old base stays: the item is retried on its next change or commit answer.
             // A file that opened for writing meanwhile: its version waits like those above.
-            if let item = byID[id], item.kind == .file, !item.deleted, case .some(.some) = oldBases[id] {
+            if let item = byID[id], item.kind == .file, !item.deleted, case .some(.some) = oldBases[id],
+               let ws = fs.writeState(id), ws.writers > 0 || ws.dirty {
                 state.withLock { _ = $0.heldForWriter.updateValue(item, forKey: id) }
                 try? store.setMeta("sync.relist", "1")
             } else if let item = byID[id] {

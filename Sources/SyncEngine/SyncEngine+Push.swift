@@ -256,8 +256,17 @@ extension SyncEngine: ChangeObserver {
         let shown = ItemDraft(item).withModified(sent.modified)
         if !sameContent || shown.parent != sent.parent || shown.name != sent.name || shown.mode != sent.mode {
             guard let fs = state.withLock({ $0.fs }) else { return }
-            let (actions, _) = fs.applyRemote([Self.remoteState(item, resetContent: item.kind == .file && !sameContent)])
+            let (actions, skipped) = fs.applyRemote([Self.remoteState(item, resetContent: item.kind == .file && !sameContent)])
             sendKernel(actions)
+            if skipped.contains(id) {
+                // The server's place for it is taken here (or its folder missing): it stays where
+                // it is for now, under its previous base (so the answer still counts as news),
+                // and is shown when the way is free — retried after pulls and pushes, and after a
+                // restart by listing the container again.
+                if let previous { try saveBase(id, previous) }
+                state.withLock { _ = $0.skippedRemote.updateValue(item, forKey: id) }
+                try? store.setMeta("sync.relist", "1")
+            }
         }
         if r.outcome == .conflict { log("conflict on \(item.name.value): the server kept both (yours: \(r.yours ?? "?"))") }
     }
