@@ -100,6 +100,9 @@ extension SyncEngine: ChangeObserver {
 
     /// Transport failures and ordering races are retried; a request the server rejects for what
     /// it is (a bad name, a kind change) would fail forever, so it is dropped and logged.
+    /// `container_not_found` is an ordering race too: a first sync that has not reached the
+    /// server yet (offline at mount) creates the container in the pull loop, and the push loop
+    /// may get there first (EngineSimTests: a folder made right after the first start was dropped).
     /// A move the server refused (a cycle made together with another device's move): the item
     /// goes back to where the server has it, and what waited for it is shown.
     func revertToServer(_ id: ItemID) async {
@@ -121,7 +124,8 @@ extension SyncEngine: ChangeObserver {
         case .transport: return true
         case .unexpected(let status, _): return status >= 500
         case .server(let status, let code, _, _):
-            return status >= 500 || ["missing_chunks", "parent_not_found", "item_not_found", "unavailable"].contains(code)
+            return status >= 500
+                || ["missing_chunks", "parent_not_found", "item_not_found", "unavailable", "container_not_found"].contains(code)
         }
     }
 
