@@ -30,6 +30,8 @@ public final class LocalStore: @unchecked Sendable {
     private var wantsFullSync = false
     /// Someone waits in `commitQueued()`: commit without gathering a burst first.
     private var hurry = false
+    /// `abandon()` was called: direct writes are refused.
+    private var abandoned = false
     private var stopping = false
     private var writerDone = false
     public private(set) var lastError: String?
@@ -138,19 +140,25 @@ public final class LocalStore: @unchecked Sendable {
 
     /// What a `kill -9` leaves on disk, for tests that simulate a crash in process
     /// (Tests/EngineSimTests): the writer thread stops, dropping the changes queued and not yet
-    /// committed (a batch being committed finishes or not, as one transaction), and the database
-    /// closes, so nothing the process does afterwards reaches it — later `enqueue`s are dropped,
-    /// `sync()` returns at once, direct writes throw. Returns false when the database could not
-    /// be closed (a statement still in use): direct writes then still work.
-    @discardableResult
-    public func abandon() -> Bool {
+    /// committed (a batch being committed finishes or not, as one transaction), and nothing the
+    /// process does afterwards reaches the database: later `enqueue`s are dropped, `sync()`
+    /// returns at once, direct writes (bases, meta, pins) throw. (Closing the pool instead
+    /// crashed in SQLite: other threads were still reading.)
+    public func abandon() {
         queueLock.lock()
         pending.removeAll()
         stopping = true
+        abandoned = true
         queueLock.broadcast()
         while !writerDone { queueLock.wait() }
         queueLock.unlock()
-        return (try? pool.close()) != nil
+    }
+
+    /// A direct write (not through the queue); refused once the store was abandoned.
+    func write<T>(_ body: (Database) throws -> T) throws -> T {
+        let dead = queueLock.withLock { abandoned }
+        if dead { throw StoreAbandoned() }
+        return try pool.write(body)
     }
 
     /// A read-only look at the database (tests, status, the sync engine later).
@@ -227,4 +235,9 @@ public enum WallClock {
         clock_gettime(CLOCK_REALTIME, &ts)
         return Int64(ts.tv_sec) * 1_000_000_000 + Int64(ts.tv_nsec)
     }
+}
+
+/// A write to a store that was abandoned (a simulated crash): nothing reaches the disk any more.
+public struct StoreAbandoned: Error, CustomStringConvertible {
+    public var description: String { "the local state was abandoned (simulated crash)" }
 }
