@@ -135,6 +135,16 @@ let package = Package(
         .testTarget(name: "SyncEngineTests", dependencies: ["SyncEngine", "NimbusCore", "NimbusProtocol", "LocalStore"], swiftSettings: strict),
         // Two real mounts (the built binary) on one `nimbus serve`.
         .testTarget(name: "SyncTests", dependencies: ["NimbusCore", "NimbusServer", "NimbusTesting", "NimbusKit"], swiftSettings: strict),
+        // Three devices (LocalStore + ContainerFS + SyncEngine, no mount) on one in-process server,
+        // driven by a seeded plan (NimbusTesting SimulationPlan.swift); docs/sync.md "Simulation".
+        .testTarget(
+            name: "EngineSimTests",
+            dependencies: [
+                "SyncEngine", "ContainerFS", "LocalStore", "FuseKit", "NimbusCore", "NimbusProtocol", "NimbusRemote", "NimbusTesting",
+                .product(name: "Crypto", package: "swift-crypto"),
+            ],
+            swiftSettings: strict
+        ),
         .testTarget(name: "FuseKitTests", dependencies: ["FuseKit"], swiftSettings: strict),
         .testTarget(name: "LocalStoreTests", dependencies: ["LocalStore", "NimbusCore"], swiftSettings: strict),
         .testTarget(name: "ContainerFSTests", dependencies: ["ContainerFS", "LocalStore", "NimbusCore"], swiftSettings: strict),
@@ -148,7 +158,7 @@ let package = Package(
 // and NimbusRemote stay: the server, its tests and the integration tests need them.
 import Foundation
 if ProcessInfo.processInfo.environment["NIMBUS_SERVER_ONLY"] != nil {
-    let fuse: Set<String> = ["CFuse3", "FuseKit", "LocalStore", "ContainerFS", "SyncEngine", "FuseKitTests", "LocalStoreTests", "ContainerFSTests", "MountTests", "SyncEngineTests", "SyncTests"]
+    let fuse: Set<String> = ["CFuse3", "FuseKit", "LocalStore", "ContainerFS", "SyncEngine", "FuseKitTests", "LocalStoreTests", "ContainerFSTests", "MountTests", "SyncEngineTests", "SyncTests", "EngineSimTests"]
     package.targets.removeAll { fuse.contains($0.name) }
     let cli = Context.packageDirectory + "/Sources/nimbus"
     let mountFiles = ((try? FileManager.default.contentsOfDirectory(atPath: cli)) ?? []).filter { $0.hasPrefix("Mount") }

@@ -43,7 +43,7 @@ extension LocalStore {
     }
 
     public func saveSyncBase(_ b: SyncBase) throws {
-        try pool.write { db in
+        try write { db in
             try db.execute(sql: """
                 INSERT INTO sync_item (id, version, record, present) VALUES (?, ?, ?, ?)
                 ON CONFLICT(id) DO UPDATE SET version = excluded.version, record = excluded.record, present = excluded.present
@@ -54,7 +54,7 @@ extension LocalStore {
     /// Saves and removes many bases in one transaction (a first sync writes one per item).
     public func saveSyncBases(_ bases: [SyncBase], removing gone: [ItemID] = []) throws {
         guard !bases.isEmpty || !gone.isEmpty else { return }
-        try pool.write { db in
+        try write { db in
             let upsert = try db.cachedStatement(sql: """
                 INSERT INTO sync_item (id, version, record, present) VALUES (?, ?, ?, ?)
                 ON CONFLICT(id) DO UPDATE SET version = excluded.version, record = excluded.record, present = excluded.present
@@ -68,7 +68,7 @@ extension LocalStore {
     }
 
     public func removeSyncBase(_ id: ItemID) throws {
-        try pool.write { try $0.execute(sql: "DELETE FROM sync_item WHERE id = ?", arguments: [id.description]) }
+        try write { try $0.execute(sql: "DELETE FROM sync_item WHERE id = ?", arguments: [id.description]) }
     }
 
     /// The upload queue, oldest first (committed entries only: call `sync()` first for all).
@@ -82,7 +82,7 @@ extension LocalStore {
 
     /// Drops the queue entries of `item` up to `seq` (they are committed on the server).
     public func removeSyncOps(_ item: ItemID, upTo seq: Int64) throws {
-        try pool.write { try $0.execute(sql: "DELETE FROM sync_op WHERE item = ? AND seq <= ?", arguments: [item.description, seq]) }
+        try write { try $0.execute(sql: "DELETE FROM sync_op WHERE item = ? AND seq <= ?", arguments: [item.description, seq]) }
     }
 
     /// Items that exist locally but were never synced (their queue entries may have been lost
@@ -100,7 +100,7 @@ extension LocalStore {
     }
 
     public func setMeta(_ key: String, _ value: String) throws {
-        try pool.write {
+        try write {
             try $0.execute(sql: "INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value",
                            arguments: [key, value])
         }
@@ -121,7 +121,7 @@ extension LocalStore {
     }
 
     public func setPinned(_ id: ItemID, _ on: Bool) throws {
-        try pool.write { db in
+        try write { db in
             if on {
                 try db.execute(sql: "INSERT OR IGNORE INTO sync_pin (id) VALUES (?)", arguments: [id.description])
             } else {

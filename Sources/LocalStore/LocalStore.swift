@@ -28,6 +28,10 @@ public final class LocalStore: @unchecked Sendable {
     private var enqueued: UInt64 = 0
     private var committed: UInt64 = 0
     private var wantsFullSync = false
+    /// Someone waits in `commitQueued()`: commit without gathering a burst first.
+    private var hurry = false
+    /// `abandon()` was called: direct writes are refused.
+    private var abandoned = false
     private var stopping = false
     private var writerDone = false
     public private(set) var lastError: String?
@@ -87,6 +91,7 @@ public final class LocalStore: @unchecked Sendable {
     /// Queues a change; returns at once. Order is preserved.
     public func enqueue(_ change: StoreChange) {
         queueLock.lock()
+        if writerDone { return queueLock.unlock() }  // closed or abandoned: nobody would commit it
         pending.append(change)
         enqueued += 1
         if pending.count == 1 { queueLock.signal() }
@@ -106,6 +111,20 @@ public final class LocalStore: @unchecked Sendable {
         return lastError
     }
 
+    /// Waits until every change enqueued before this call is committed (not fsynced). For state
+    /// written directly that must never be on disk without the queued changes it describes (the
+    /// sync engine's bases and cursor after the tree changes they stand for): WAL commits are
+    /// ordered, so the order holds after `kill -9` and power loss alike.
+    public func commitQueued() {
+        queueLock.lock()
+        defer { queueLock.unlock() }
+        let target = enqueued
+        guard committed < target else { return }
+        hurry = true
+        queueLock.broadcast()
+        while committed < target && !writerDone { queueLock.wait() }
+    }
+
     /// Number of changes not yet committed (shown in `.nimbus/status`).
     public var backlog: UInt64 { queueLock.lock(); defer { queueLock.unlock() }; return enqueued - committed }
 
@@ -119,6 +138,29 @@ public final class LocalStore: @unchecked Sendable {
         queueLock.unlock()
     }
 
+    /// What a `kill -9` leaves on disk, for tests that simulate a crash in process
+    /// (Tests/EngineSimTests): the writer thread stops, dropping the changes queued and not yet
+    /// committed (a batch being committed finishes or not, as one transaction), and nothing the
+    /// process does afterwards reaches the database: later `enqueue`s are dropped, `sync()`
+    /// returns at once, direct writes (bases, meta, pins) throw. (Closing the pool instead
+    /// crashed in SQLite: other threads were still reading.)
+    public func abandon() {
+        queueLock.lock()
+        pending.removeAll()
+        stopping = true
+        abandoned = true
+        queueLock.broadcast()
+        while !writerDone { queueLock.wait() }
+        queueLock.unlock()
+    }
+
+    /// A direct write (not through the queue); refused once the store was abandoned.
+    func write<T>(_ body: (Database) throws -> T) throws -> T {
+        let dead = queueLock.withLock { abandoned }
+        if dead { throw StoreAbandoned() }
+        return try pool.write(body)
+    }
+
     /// A read-only look at the database (tests, status, the sync engine later).
     public func read<T>(_ body: (Database) throws -> T) throws -> T { try pool.read(body) }
 
@@ -128,9 +170,10 @@ public final class LocalStore: @unchecked Sendable {
             while pending.isEmpty && !stopping && !wantsFullSync { queueLock.wait() }
             // Let a burst (untar, cp -r) gather into one transaction: wait up to 5 ms unless
             // someone is waiting in sync() (broadcast wakes us at once).
-            if !pending.isEmpty && !wantsFullSync && !stopping {
+            if !pending.isEmpty && !wantsFullSync && !hurry && !stopping {
                 _ = queueLock.wait(until: Date(timeIntervalSinceNow: 0.005))
             }
+            hurry = false
             if pending.isEmpty && stopping {
                 writerDone = true
                 queueLock.broadcast()
@@ -192,4 +235,9 @@ public enum WallClock {
         clock_gettime(CLOCK_REALTIME, &ts)
         return Int64(ts.tv_sec) * 1_000_000_000 + Int64(ts.tv_nsec)
     }
+}
+
+/// A write to a store that was abandoned (a simulated crash): nothing reaches the disk any more.
+public struct StoreAbandoned: Error, CustomStringConvertible {
+    public var description: String { "the local state was abandoned (simulated crash)" }
 }

@@ -225,6 +225,11 @@ extension SyncEngine {
             shown[id] = nb
         }
         if !shown.isEmpty { state.withLock { s in for id in shown.keys { s.skippedRemote[id] = nil } } }
+        // The tree changes go through the store's write-behind queue, the bases (and then the
+        // cursor) are written directly: commit the queue first, so no crash leaves a base or a
+        // cursor on disk that says an item is shown while its row is not (EngineSimTests: a
+        // folder created elsewhere never appeared on a device that crashed just after applying it).
+        if !shown.isEmpty { store.commitQueued() }
         try persistBases(shown)
         // New content of pinned files is downloaded at once.
         if !state.withLock({ $0.pinned.isEmpty }) {

@@ -100,6 +100,9 @@ extension SyncEngine: ChangeObserver {
 
     /// Transport failures and ordering races are retried; a request the server rejects for what
     /// it is (a bad name, a kind change) would fail forever, so it is dropped and logged.
+    /// `container_not_found` is an ordering race too: a first sync that has not reached the
+    /// server yet (offline at mount) creates the container in the pull loop, and the push loop
+    /// may get there first (EngineSimTests: a folder made right after the first start was dropped).
     /// A move the server refused (a cycle made together with another device's move): the item
     /// goes back to where the server has it, and what waited for it is shown.
     func revertToServer(_ id: ItemID) async {
@@ -121,7 +124,8 @@ extension SyncEngine: ChangeObserver {
         case .transport: return true
         case .unexpected(let status, _): return status >= 500
         case .server(let status, let code, _, _):
-            return status >= 500 || ["missing_chunks", "parent_not_found", "item_not_found", "unavailable"].contains(code)
+            return status >= 500
+                || ["missing_chunks", "parent_not_found", "item_not_found", "unavailable", "container_not_found"].contains(code)
         }
     }
 
@@ -257,21 +261,30 @@ extension SyncEngine: ChangeObserver {
         let sameContent = item.chunks == sent.chunks
         let present: [Bool]? = sameContent ? (previous.flatMap { $0.record.chunks == sent.chunks ? $0.present : nil }) : nil
         let base = sameContent ? Base(record: item, present: present) : Base.placeholder(item)
-        try saveBase(id, base)
         let shown = ItemDraft(item).withModified(sent.modified)
-        if !sameContent || shown.parent != sent.parent || shown.name != sent.name || shown.mode != sent.mode {
-            guard let fs = state.withLock({ $0.fs }) else { return }
-            let (actions, skipped) = fs.applyRemote([Self.remoteState(item, resetContent: item.kind == .file && !sameContent)])
-            sendKernel(actions)
-            if skipped.contains(id) {
-                // The server's place for it is taken here (or its folder missing): it stays where
-                // it is for now, under its previous base (so the answer still counts as news),
-                // and is shown when the way is free — retried after pulls and pushes, and after a
-                // restart by listing the container again.
-                if let previous { try saveBase(id, previous) }
-                state.withLock { _ = $0.skippedRemote.updateValue(item, forKey: id) }
-                try? store.setMeta("sync.relist", "1")
-            }
+        guard !sameContent || shown.parent != sent.parent || shown.name != sent.name || shown.mode != sent.mode,
+              let fs = state.withLock({ $0.fs }) else {
+            try saveBase(id, base)
+            if r.outcome == .conflict { log("conflict on \(item.name.value): the server kept both (yours: \(r.yours ?? "?"))") }
+            return
+        }
+        // The server's state is shown here. In memory the base goes first (a read that sees the
+        // new size sees its presence); on disk it goes after the tree change is committed, so a
+        // crash never leaves a base that says the server's state is shown while the row is not.
+        state.withLock { $0.bases[id] = base }
+        let (actions, skipped) = fs.applyRemote([Self.remoteState(item, resetContent: item.kind == .file && !sameContent)])
+        sendKernel(actions)
+        if skipped.contains(id) {
+            // The server's place for it is taken here (or its folder missing): it stays where
+            // it is for now, under its previous base (so the answer still counts as news),
+            // and is shown when the way is free — retried after pulls and pushes, and after a
+            // restart by listing the container again.
+            if let previous { try saveBase(id, previous) } else { try persistBases([id: base]) }
+            state.withLock { _ = $0.skippedRemote.updateValue(item, forKey: id) }
+            try? store.setMeta("sync.relist", "1")
+        } else {
+            store.commitQueued()
+            try persistBases([id: base])
         }
         if r.outcome == .conflict { log("conflict on \(item.name.value): the server kept both (yours: \(r.yours ?? "?"))") }
     }

@@ -36,6 +36,8 @@ public final class SyncEngine: Sendable {
         public var quietPeriod: Duration = .seconds(10)
         /// Chunk downloads at once (reads first, then pins and downloads asked for, then prefetch).
         public var parallelDownloads = 8
+        /// Added to every log line (several engines in one process: EngineSimTests).
+        public var logLabel = ""
         public init() {}
     }
 
@@ -243,7 +245,7 @@ public final class SyncEngine: Sendable {
     }
 
     func log(_ s: String) {
-        FileHandle.standardError.write(Data("\(ISO8601DateFormatter().string(from: Date())) nimbus sync: \(s)\n".utf8))
+        FileHandle.standardError.write(Data("\(ISO8601DateFormatter().string(from: Date())) nimbus sync\(options.logLabel.isEmpty ? "" : " " + options.logLabel): \(s)\n".utf8))
     }
 
     /// Saves `b` as the item's base, in memory and on disk.

@@ -1,0 +1,162 @@
+import NimbusCore
+
+// The pure half of the engine-level simulation (Tests/EngineSimTests, docs/sync.md
+// "Simulation"): the seeded generator, the plan of operations and the ledger of contents that
+// must survive. No I/O, no clock: a seed gives the same plan on every machine. The half that
+// touches ContainerFS and SyncEngine lives in the test target (NimbusTesting builds without the
+// FUSE targets, NIMBUS_SERVER_ONLY).
+
+/// SplitMix64 (Steele, Lea, Flood: "Fast splittable pseudorandom number generators", 2014):
+/// 64 bits of state, every seed a good stream, the same numbers on every platform.
+public struct SplitMix64: RandomNumberGenerator, Sendable {
+    public private(set) var state: UInt64
+    public init(seed: UInt64) { state = seed }
+    public mutating func next() -> UInt64 {
+        state &+= 0x9E37_79B9_7F4A_7C15
+        var z = state
+        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+        return z ^ (z >> 31)
+    }
+    /// A number in `0..<n` (n > 0). Not `Int.random(in:using:)`: its algorithm is the standard
+    /// library's to change, and a replay must draw the same numbers with any toolchain.
+    public mutating func below(_ n: Int) -> Int { Int(next() % UInt64(n)) }
+}
+
+/// What one step of the simulation does on one device.
+public enum SimAction: String, Sendable, CaseIterable {
+    /// Create `folder/name` (or truncate it when it exists) and write the step's content.
+    case create
+    /// Rewrite a present file (the `pick`-th, in path order) with the step's content.
+    case write
+    /// Rename a present file within its folder to `toName` (only when that name is free).
+    case rename
+    /// Move a present file to `toFolder/toName` (only when free).
+    case move
+    /// Delete a present file.
+    case delete
+    /// Create folder `folder` (one of `SimPlan.folders`) / remove it when empty.
+    case mkdir, rmdir
+    /// Take the device offline on purpose (`nimbus pause`) / back online.
+    case pause, resume
+    /// The network goes away under the device (open requests drop, new ones fail) / comes back.
+    case disconnect, reconnect
+    /// Stop the engine, close the store, open it again from the same state directory.
+    case restart
+    /// As `restart`, but the store's write-behind queue is dropped, not flushed (a `kill -9`).
+    case crash
+}
+
+public struct SimStep: Sendable, CustomStringConvertible {
+    public var round: Int
+    public var device: Int
+    public var action: SimAction
+    public var folder: String
+    public var name: String
+    public var toFolder: String
+    public var toName: String
+    /// Which present file a write, rename, move or delete takes: `pick % count`, files in path
+    /// order. The plan is fixed by the seed; which file that is depends on the device's tree.
+    public var pick: UInt64
+    /// Milliseconds to let the engines run before the next step.
+    public var pause: Int
+    /// Unique per step, so every content written can be found again on the server.
+    public var content: String
+
+    public var description: String {
+        let dev = String(UnicodeScalar(UInt8(97 + device)))
+        switch action {
+        case .create: return "\(round): \(dev) create \(SimPlan.path(folder, name))"
+        case .mkdir, .rmdir: return "\(round): \(dev) \(action) \(folder)"
+        case .rename: return "\(round): \(dev) rename #\(pick) to \(toName)"
+        case .move: return "\(round): \(dev) move #\(pick) to \(SimPlan.path(toFolder, toName))"
+        case .write, .delete: return "\(round): \(dev) \(action) #\(pick)"
+        case .pause, .resume, .disconnect, .reconnect, .restart, .crash: return "\(round): \(dev) \(action)"
+        }
+    }
+}
+
+/// The whole sequence of steps for one seed: every choice is made here, up front.
+public struct SimPlan: Sendable {
+    /// Folders the steps use ("" is the root). d1 and d2 exist at the start; d3 comes and goes.
+    public static let folders = ["", "d1", "d2", "d3"]
+    public static let initialFolders = ["d1", "d2"]
+    public static let names = ["a.txt", "b.txt", "c.txt", "d.txt", "e.txt"]
+    /// How often each action is drawn (out of the sum).
+    public static let weights: [(SimAction, Int)] = [
+        (.write, 10), (.create, 6), (.rename, 2), (.move, 2), (.delete, 2), (.mkdir, 1), (.rmdir, 1),
+        (.pause, 1), (.resume, 2), (.disconnect, 1), (.reconnect, 2), (.restart, 1), (.crash, 1),
+    ]
+
+    public let seed: UInt64
+    public let devices: Int
+    public let steps: [SimStep]
+
+    public init(seed: UInt64, rounds: Int, devices: Int = 3) {
+        self.seed = seed
+        self.devices = devices
+        var rng = SplitMix64(seed: seed)
+        let total = Self.weights.reduce(0) { $0 + $1.1 }
+        var steps: [SimStep] = []
+        steps.reserveCapacity(rounds)
+        for r in 0..<rounds {
+            // Always the same draws per step, whatever the action, so one change to the weights
+            // or to an action's use of them does not shift every later step.
+            let device = rng.below(devices)
+            var w = rng.below(total)
+            let action = Self.weights.first { w -= $0.1; return w < 0 }!.0
+            let folder = Self.folders[rng.below(Self.folders.count)]
+            let name = Self.names[rng.below(Self.names.count)]
+            let toFolder = Self.folders[rng.below(Self.folders.count)]
+            let toName = Self.names[rng.below(Self.names.count)]
+            let pick = rng.next()
+            // Mostly back to back; now and then long enough for a push or a pull to land.
+            let pause = rng.below(4) == 0 ? rng.below(40) : 0
+            let mkdirFolder = Self.folders[1 + rng.below(Self.folders.count - 1)]
+            steps.append(SimStep(round: r, device: device, action: action,
+                                 folder: action == .mkdir || action == .rmdir ? mkdirFolder : folder, name: name,
+                                 toFolder: toFolder, toName: toName, pick: pick, pause: pause,
+                                 content: "seed \(seed) round \(r) device \(device)\n"))
+        }
+        self.steps = steps
+    }
+
+    public static func path(_ folder: String, _ name: String) -> String { folder.isEmpty ? name : folder + "/" + name }
+}
+
+/// The contents that must survive: per device and item, the last content that device wrote to
+/// that item, unless the device deleted the item itself. An earlier write the same device
+/// overwrote may be gone (a device syncs states, not every write: scripts/sim.py says the
+/// same), and a delete elsewhere does not excuse anything: the server keeps every version.
+public struct SimLedger: Sendable {
+    public struct Key: Hashable, Sendable {
+        public var device: Int
+        public var item: ItemID
+    }
+    public private(set) var last: [Key: String] = [:]
+    public private(set) var writes = 0
+
+    public init() {}
+
+    public mutating func wrote(device: Int, item: ItemID, content: String) {
+        last[Key(device: device, item: item)] = content
+        writes += 1
+    }
+
+    /// The device deleted the item itself: what it wrote there need not survive.
+    public mutating func deleted(device: Int, item: ItemID) {
+        last[Key(device: device, item: item)] = nil
+    }
+
+    /// A file took another item's identity here (an editor's safe save: the item renamed away is
+    /// deleted and the new file becomes it): what the device wrote to `from` now lives in `to`.
+    public mutating func identityMoved(device: Int, from: ItemID, to: ItemID) {
+        guard let c = last.removeValue(forKey: Key(device: device, item: from)) else { return }
+        last[Key(device: device, item: to)] = c
+    }
+
+    /// Sorted for stable reports.
+    public var mustSurvive: [(key: Key, content: String)] {
+        last.map { ($0.key, $0.value) }.sorted { ($0.key.device, $0.key.item.description) < ($1.key.device, $1.key.item.description) }
+    }
+}

@@ -1,0 +1,202 @@
+import ContainerFS
+import Foundation
+import FuseKit
+import Glibc
+import LocalStore
+import NimbusCore
+import NimbusRemote
+import SyncEngine
+
+/// No kernel here: nothing to invalidate.
+struct NoKernel: KernelCache {
+    func invalidateNode(_ node: UInt64) {}
+    func invalidateEntry(parent: UInt64, name: String) {}
+    func notifyDelete(parent: UInt64, child: UInt64, name: String) {}
+}
+
+/// One simulated device: a state directory with LocalStore + ContainerFS + SyncEngine, wired as
+/// `MountDaemon` wires them, with no mount — the steps call ContainerFS as the kernel would.
+final class SimDevice: @unchecked Sendable {
+    // @unchecked: `store`, `fs` and `engine` change only in `restart`, and the simulation calls a
+    // device from one task, one step at a time; the engine's own tasks hold their own references.
+    let index: Int
+    let dir: URL
+    /// The device's network: the client talks to the server through it.
+    let relay: Relay
+    var serverURL: String { relay.url }
+    let token: String
+    let container: String
+    private(set) var store: LocalStore
+    private(set) var fs: ContainerFS
+    private(set) var engine: SyncEngine
+    private(set) var running = false
+
+    var name: String { String(UnicodeScalar(UInt8(97 + index))) }
+
+    init(index: Int, dir: URL, serverPort: Int, token: String, container: String) throws {
+        self.index = index
+        self.dir = dir
+        let relay = try Relay(targetPort: serverPort)
+        self.relay = relay
+        let serverURL = relay.url
+        self.token = token
+        self.container = container
+        do { (store, fs, engine) = try Self.open(dir: dir, serverURL: serverURL, token: token, container: container) } catch {
+            relay.close()
+            throw error
+        }
+    }
+
+    private static func open(dir: URL, serverURL: String, token: String, container: String) throws -> (LocalStore, ContainerFS, SyncEngine) {
+        let store = try LocalStore(directory: dir)
+        var o = SyncEngine.Options()
+        o.longPoll = 10
+        o.logLabel = dir.lastPathComponent
+        do {
+            let engine = try SyncEngine(store: store, client: NimbusClient(baseURL: serverURL, token: token),
+                                        container: container, options: o)
+            let fs = try ContainerFS(store: store, content: engine, observer: engine, syncStatus: engine)
+            try engine.attach(fs)
+            engine.setKernel(NoKernel())
+            return (store, fs, engine)
+        } catch {
+            store.close()
+            throw error
+        }
+    }
+
+    /// The pull loop lists the container first when this state has never synced.
+    func start() {
+        engine.start()
+        running = true
+    }
+
+    /// A clean stop (unmount): the engine's loops end, the store commits what is queued.
+    /// `crash`: the store's write-behind queue is dropped first, as `kill -9` would (what it had
+    /// committed stays; cache files keep every byte written — they are the kernel's page cache).
+    func stop(crash: Bool = false) async {
+        guard running else { return }
+        running = false
+        if crash { store.abandon() }
+        await engine.stop()
+        if !crash {
+            fs.saveEventSequence()
+            store.close()
+        }
+    }
+
+    /// Stop, then open the same state directory again and start.
+    func restart(crash: Bool) async throws {
+        await stop(crash: crash)
+        (store, fs, engine) = try Self.open(dir: dir, serverURL: serverURL, token: token, container: container)
+        start()
+    }
+
+    // MARK: looking
+
+    struct Entry {
+        var path: String
+        var rec: ItemRecord
+    }
+
+    /// Every item here with its path, in path order (one look at the tree).
+    func entries() -> [Entry] {
+        let recs = fs.descendants(of: .root).compactMap(fs.localState)
+        let byID = Dictionary(recs.map { ($0.id, $0) }, uniquingKeysWith: { a, _ in a })
+        func path(_ r: ItemRecord) -> String {
+            var parts = [r.name]
+            var p = r.parent
+            while let id = p, id != .root, let up = byID[id] {
+                parts.append(up.name)
+                p = up.parent
+            }
+            return parts.reversed().joined(separator: "/")
+        }
+        return recs.map { Entry(path: path($0), rec: $0) }.sorted { $0.path < $1.path }
+    }
+
+    func files() -> [Entry] { entries().filter { $0.rec.kind == .file } }
+
+    func folderNode(_ folder: String) -> UInt64? {
+        if folder.isEmpty { return ContainerFS.rootNode }
+        return entries().first { $0.path == folder && $0.rec.kind == .folder }?.rec.node
+    }
+
+    func node(of id: ItemID) -> UInt64? { id.isRoot ? ContainerFS.rootNode : fs.localState(id)?.node }
+
+    /// The content of a file here, downloaded first when it is a placeholder (as a read would).
+    func read(_ rec: ItemRecord) async throws -> String {
+        let h = try fs.open(node: rec.node, flags: O_RDONLY)
+        defer { fs.release(node: rec.node, handle: h.handle) }
+        let size = Int64(try fs.getattr(node: rec.node).st_size)
+        switch fs.readPlan(node: rec.node, handle: h.handle, range: 0..<max(size, 1)) {
+        case .direct: break
+        case .fail(let e): throw e
+        case .hydrate(let id):
+            let engine = self.engine
+            try await withCheckedThrowingContinuation { (c: CheckedContinuation<Void, any Error>) in
+                engine.hydrate(id, range: 0..<max(size, 1)) { e in
+                    if let e { c.resume(throwing: e) } else { c.resume() }
+                }
+            }
+        }
+        var bytes = [UInt8](repeating: 0, count: Int(size))
+        let n = bytes.withUnsafeMutableBytes { pread(Int32(h.handle), $0.baseAddress, $0.count, 0) }
+        guard n == size else { throw Errno.EIO }
+        return String(decoding: bytes, as: UTF8.self)
+    }
+
+    /// path → `/` for a folder, the content for a file. Nil when the tree changed while it was
+    /// read (a remote change landed): not settled yet.
+    func tree() async -> [String: String]? {
+        var out: [String: String] = [:]
+        for e in entries() {
+            switch e.rec.kind {
+            case .folder: out[e.path] = "/"
+            case .file:
+                guard let c = try? await read(e.rec) else { return nil }
+                out[e.path] = c
+            default: out[e.path] = "?\(e.rec.kind)"
+            }
+        }
+        return out
+    }
+
+    func status(_ key: String) -> String? { engine.statusLines().first { $0.0 == key }?.1 }
+
+    // MARK: doing (as a program would through the mount)
+
+    /// Opens `node` (or creates `name` in `parent` when nil) truncated, writes `content`,
+    /// fsyncs and closes; returns the item written, asked through the open handle.
+    func writeFile(node: UInt64?, parent: UInt64, name: String, content: String) throws -> ItemID {
+        let n: UInt64, h: UInt64
+        if let node {
+            (n, h) = (node, try fs.open(node: node, flags: O_WRONLY | O_TRUNC).handle)
+        } else {
+            let (e, o) = try fs.create(parent: parent, name: name, mode: 0o644, flags: O_WRONLY | O_CREAT, caller: .process)
+            fs.forget(node: e.node, count: 1)
+            (n, h) = (e.node, o.handle)
+        }
+        do {
+            let bytes = Array(content.utf8)
+            let written = try bytes.withUnsafeBytes { b in try fs.write(node: n, handle: h, offset: 0, data: b) }
+            guard written == bytes.count else { throw Errno.EIO }
+            // Programs that care fsync; it also makes the write durable before a simulated crash,
+            // so no loss of a written content is excused by the crash.
+            try fs.fsync(node: n, handle: h, dataOnly: false)
+            let raw = try fs.getxattr(node: n, name: "user.nimbus.itemid")
+            guard let id = ItemID(String(decoding: raw, as: UTF8.self)) else { throw Errno.EIO }
+            fs.release(node: n, handle: h)
+            return id
+        } catch {
+            fs.release(node: n, handle: h)
+            throw error
+        }
+    }
+
+    func lookup(_ parent: UInt64, _ name: String) -> UInt64? {
+        guard let e = try? fs.lookup(parent: parent, name: name) else { return nil }
+        fs.forget(node: e.node, count: 1)
+        return e.node
+    }
+}
