@@ -112,6 +112,12 @@ extension LocalStore {
     public func lastSyncOpSeq(_ item: ItemID) throws -> Int64? {
         try pool.read { try Int64.fetchOne($0, sql: "SELECT MAX(seq) FROM sync_op WHERE item = ?", arguments: [item.description]) }
     }
+
+    /// Whether a committed queue entry of `item` has this kind (`attributes`, `content`, …).
+    public func hasSyncOp(_ item: ItemID, kind: String) throws -> Bool {
+        try pool.read { try Bool.fetchOne($0, sql: "SELECT EXISTS (SELECT 1 FROM sync_op WHERE item = ? AND kind = ?)",
+                                          arguments: [item.description, kind]) ?? false }
+    }
 }
 
 extension LocalStore {

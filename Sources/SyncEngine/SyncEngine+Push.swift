@@ -198,7 +198,7 @@ extension SyncEngine: ChangeObserver {
         // false conflicts); a time set on purpose (touch -d, cp -p, rsync -t: an "attributes"
         // change) is sent.
         let timeSet = try base.map { $0.record.modified != draft.modified } == true
-            && store.syncOps().contains { $0.item == id && $0.kind == "attributes" }
+            && store.hasSyncOp(id, kind: "attributes")
         if let base, !timeSet, ItemDraft(base.record) == draft.withModified(base.record.modified), !base.record.deleted {
             try store.removeSyncOps(id, upTo: upTo)  // nothing the server does not have
             // A newer version that waited for this file's writer goes in now.

@@ -44,7 +44,8 @@ struct SimulationTests {
             try sh("mkdir \(q(mps[0]))/d1 \(q(mps[0]))/d2")
             for mp in mps.dropFirst() { try await eventually("folders on \(mp)", "test -d \(q(mp))/d1 && test -d \(q(mp))/d2") }
             let state = w.base + "/sim.json"
-            var rng = SeededGenerator(seed: UInt64(seed))
+            // The test's own choices (which daemon to kill) from the seed (the stream it always had).
+            var rng = SplitMix64(seed: UInt64(seed) &+ 0x9E37_79B9_7F4A_7C15)
             let mpArgs = mps.map(q).joined(separator: " ")
             for phase in 0..<3 {
                 let out = try sh("python3 \(q(Self.driver)) \(q(state)) \(seed * 1000 + phase) \(Self.rounds) \(q(NimbusBinary.path)) \(mpArgs)")
@@ -102,18 +103,5 @@ struct SimulationTests {
             #expect(lost.isEmpty, "seed \(seed) (replay: NIMBUS_SIM_SEEDS=\(seed)) lost \(lost.count) of \(must.count): \(lost)")
             print("sim figures: seed \(seed): \(obj?["ops"] ?? 0) operations on 3 devices, \(must.count) contents checked, tree of \(try sh(Self.listing(mps[0])).split(separator: "\n").count) entries")
         }
-    }
-}
-
-/// SplitMix64: the test's own choices (which daemon to kill) from the seed.
-struct SeededGenerator: RandomNumberGenerator {
-    var state: UInt64
-    init(seed: UInt64) { state = seed &+ 0x9E37_79B9_7F4A_7C15 }
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
     }
 }
