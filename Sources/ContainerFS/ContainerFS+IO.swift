@@ -14,6 +14,7 @@ extension ContainerFS {
         if node >= Self.virtualBase { return try openVersionEntry(node, flags: flags) }
         // The cache file is opened under the lock: a remote version swapping the file (and the
         // node) cannot slip between choosing the node and opening its file.
+        var stalePages = false
         let fd = try lock.withLock { () throws(Errno) -> Int32 in
             let n = try self.node(node)
             guard n.rec.kind == .file else { throw n.isDir ? .EISDIR : .ELOOP }
@@ -25,6 +26,8 @@ extension ContainerFS {
             n.openHandles += 1
             t.openFiles += 1
             n.handles.insert(UInt64(fd))
+            stalePages = n.pagesStale
+            n.pagesStale = false
             if flags & O_ACCMODE != O_RDONLY {
                 t.writerHandles.insert(UInt64(fd))
                 n.writers += 1
@@ -50,7 +53,9 @@ extension ContainerFS {
             // Pages cached from before the truncation must go.
             return FuseOpen(handle: UInt64(fd), keepCache: false)
         }
-        return FuseOpen(handle: UInt64(fd), keepCache: true)
+        // After a remote version the kernel's pages of the old bytes go at this open, not only
+        // when the queued invalidation arrives (a presenter told of the version reads at once).
+        return FuseOpen(handle: UInt64(fd), keepCache: !stalePages)
     }
 
     /// Writes through the handle's descriptor, then records the new size and times.

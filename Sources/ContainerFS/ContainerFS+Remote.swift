@@ -261,6 +261,7 @@ extension ContainerFS {
             if n.rec.kind == .file && s.resetContent {
                 resetCacheFile(s.id, size: s.size)
                 n.rec.size = s.size
+                n.pagesStale = true
             }
             persist(n)
             actions.append(.node(n.node))

@@ -61,10 +61,10 @@ struct PresenterTests {
     }
 
     /// Waits (bounded) until `condition` holds.
-    static func until(_ what: String, seconds: Double = 15, _ condition: () -> Bool) async throws {
+    static func until(_ what: String, seconds: Double = 15, _ state: () -> String = { "" }, _ condition: () -> Bool) async throws {
         let deadline = Date().addingTimeInterval(seconds)
         while !condition() {
-            if Date() > deadline { throw ShellFailed(description: "\(what): not within \(seconds) s") }
+            if Date() > deadline { throw ShellFailed(description: "\(what): not within \(seconds) s \(state())") }
             try await Task.sleep(for: .milliseconds(20))
         }
     }
@@ -84,7 +84,9 @@ struct PresenterTests {
 
             // A remote version: both relinquish, the file is replaced, both reacquire and read it.
             try sh("printf v2 > \(q(a))/doc.txt")
-            try await Self.until("both presenters read v2") { p1.readTexts.contains("v2") && p2.readTexts.contains("v2") }
+            try await Self.until("both presenters read v2", { "p1 \(p1.notes) read \(p1.readTexts); p2 \(p2.notes) read \(p2.readTexts)" }) {
+                p1.readTexts.contains("v2") && p2.readTexts.contains("v2")
+            }
             for p in [p1, p2] {
                 let n = p.notes
                 #expect(n.contains("relinquish") && n.contains("reacquire") && n.contains("version"), "\(n)")
@@ -97,7 +99,7 @@ struct PresenterTests {
             try FileCoordinator(filePresenter: p1).coordinate(writingItemAt: URL(fileURLWithPath: b + "/doc.txt"), timeout: .seconds(10)) {
                 try "v3 from B".write(to: $0, atomically: false, encoding: .utf8)
             }
-            try await Self.until("the other presenter read B's write") { p2.readTexts.contains("v3 from B") }
+            try await Self.until("the other presenter read B's write", { "p2 \(p2.notes) read \(p2.readTexts)" }) { p2.readTexts.contains("v3 from B") }
             #expect(p2.notes.filter { $0 == "relinquish" }.count >= 2, "\(p2.notes)")
             try await eventually("B's write on A", "test \"$(cat \(q(a))/doc.txt)\" = 'v3 from B'")
             #expect(!p1.readTexts.dropFirst(before).contains("v3 from B"), "the writer heard of its own write: \(p1.readTexts)")

@@ -90,6 +90,7 @@ final class SyncWorld: @unchecked Sendable {
     static func run(_ label: String, _ backend: SyncBackend = .embedded, _ body: (SyncWorld) async throws -> Void) async throws {
         let w = try await SyncWorld(label, backend: backend)
         do { try await body(w) } catch {
+            w.printLogs()
             w.cleanup()
             await w.dropStorage()
             throw error
@@ -171,6 +172,17 @@ final class SyncWorld: @unchecked Sendable {
             }
         }
         return total
+    }
+
+    /// After a failure: the last lines of every device's daemon log, so a CI run that fails once
+    /// says what the daemons did (the folder is removed by `cleanup`).
+    func printLogs(lines: Int = 80) {
+        for mp in mountpoints {
+            let log = mp + "-state/mount.log"
+            guard let text = try? String(contentsOfFile: log, encoding: .utf8) else { continue }
+            let tail = text.split(separator: "\n", omittingEmptySubsequences: false).suffix(lines).joined(separator: "\n")
+            print("--- last \(lines) lines of \(log) ---\n\(tail)\n--- end of \(log) ---")
+        }
     }
 
     /// Unmounts every device (lazily if busy) and stops the servers; removes the temporary
