@@ -56,11 +56,23 @@ extension SyncEngine: ChangeObserver {
                 s.inFlight = id
                 return id
             }
-            guard let id = next else {
+            guard var id = next else {
                 // Nothing queued: sleep until a change wakes us (a yield while busy is buffered,
                 // so none is lost); `stop()` finishes the stream.
                 if await wakeups.next() == nil { return }
                 continue
+            }
+            if let first = folderToCreateFirst(for: id) {
+                // A folder above it is not on the server yet (its queue entry came later, e.g.
+                // re-queued after a restart): create that first, or the server answers
+                // parent_not_found and the item, retried at the front, would wait forever.
+                state.withLock { s in
+                    s.queue.removeAll { $0 == first }
+                    s.queued.remove(first)
+                    if s.queued.insert(id).inserted { s.queue.insert(id, at: 0) }
+                    s.inFlight = first
+                }
+                id = first
             }
             do {
                 try await push(id)
@@ -115,6 +127,18 @@ extension SyncEngine: ChangeObserver {
             log("the move of \(item.name.value) was refused by the server (a cycle); put back where the server has it")
         } catch {
             log("could not put \(id) back after a refused move: \(error)")
+        }
+    }
+
+    /// The topmost folder above `id` that exists here but was never committed (no base), unless
+    /// its upload failed for good; nil when every folder above is on the server.
+    func folderToCreateFirst(for id: ItemID) -> ItemID? {
+        guard let fs = state.withLock({ $0.fs }) else { return nil }
+        let above = fs.ancestors(of: id).filter { !$0.isRoot }
+        return state.withLock { s in
+            guard let f = above.last(where: { s.bases[$0] == nil && !s.failed.contains($0) && (s.pushedAhead[$0] ?? 0) < 5 }) else { return nil }
+            s.pushedAhead[f, default: 0] += 1
+            return f
         }
     }
 

@@ -81,6 +81,9 @@ public final class SyncEngine: Sendable {
         var failed: Set<ItemID> = []
         /// Never-synced files with a device-local name (SQLite's journals): kept here only.
         var deviceLocal: Set<ItemID> = []
+        /// How often each never-committed folder was pushed ahead of an item inside it (bounded,
+        /// so a folder that cannot be committed never keeps the loop spinning).
+        var pushedAhead: [ItemID: Int] = [:]
         /// Remote items not shown because their name was taken or their folder missing here.
         var skippedRemote: [ItemID: ServerItem] = [:]
         /// After a download could not reach the server, reads fail at once until then (so a
