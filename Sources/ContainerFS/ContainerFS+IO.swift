@@ -45,6 +45,7 @@ extension ContainerFS {
                 n.rec.mtime = now
                 n.rec.ctime = now
                 n.rec.dirty = true
+                n.writeGen &+= 1
                 if n.linked { persist(n) }
                 n.metaDirty = true  // the close reports the change (one event per save, not two)
                 return n.rec.id
@@ -239,6 +240,7 @@ extension ContainerFS {
                 if size != n.rec.size { n.rec.mtime = now }
                 n.rec.size = size
                 n.rec.dirty = true
+                n.writeGen &+= 1
             }
             switch c.atime { case .now?: n.rec.atime = now; case .at(let ts)?: n.rec.atime = Self.ns(ts); case nil: break }
             switch c.mtime { case .now?: n.rec.mtime = now; case .at(let ts)?: n.rec.mtime = Self.ns(ts); case nil: break }

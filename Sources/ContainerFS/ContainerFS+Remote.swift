@@ -23,6 +23,9 @@ public struct RemoteState: Sendable {
     public var oldPresent: (@Sendable (Range<Int64>) -> Bool)?
     /// The server version (for the event line).
     public var version: Int64 = 0
+    /// With `resetContent`: the file's write generation (`WriteState.generation`) when the
+    /// engine decided to replace it; a write or truncate since then keeps the file (skipped).
+    public var unlessWrittenSince: UInt64?
     public init(id: ItemID, parent: ItemID, name: String, kind: ItemKind, perm: UInt32, size: Int64, mtime: Int64,
                 target: String?, deleted: Bool, resetContent: Bool) {
         self.id = id; self.parent = parent; self.name = name; self.kind = kind; self.perm = perm; self.size = size
@@ -218,7 +221,8 @@ extension ContainerFS {
             // Written here since the last close/fsync, or open for writing: the writer's close
             // queues an upload with the old base (the server keeps both) or lets the engine
             // apply the new version then; never replace bytes being written.
-            if n.rec.kind == .file && s.resetContent && (n.metaDirty || n.writers > 0) { return .skip }
+            if n.rec.kind == .file && s.resetContent
+                && (n.metaDirty || n.writers > 0 || s.unlessWrittenSince.map { $0 != n.writeGen } == true) { return .skip }
             if n.rec.parent != s.parent || n.rec.name != s.name {
                 // Taken: perhaps by an item this batch moves away (retried after it).
                 if let occupant = p.children[s.name], occupant != n.node { return .waitForName }

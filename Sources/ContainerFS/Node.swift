@@ -27,7 +27,7 @@ final class Node {
     var linked = true
     /// Size/times changed by writes but not yet queued for the database (queued on flush/fsync/release).
     var metaDirty = false
-    /// Writes so far (a snapshot taken between two equal readings saw no write).
+    /// Writes and truncates so far (a snapshot taken between two equal readings saw no write).
     var writeGen: UInt64 = 0
     /// When the last write ended (CLOCK_MONOTONIC, ns).
     var lastWrite: UInt64 = 0

@@ -156,6 +156,8 @@ extension SyncEngine {
         var newBases: [ItemID: Base?] = [:]
         var oldBases: [ItemID: Base?] = [:]
         for item in items {
+            // Read before the checks below: a write that starts after them keeps the file.
+            let generation = item.kind == .file ? fs.writeState(item.id)?.generation : nil
             let (old, busy, notShown) = state.withLock { s in
                 (s.bases[item.id], s.queued.contains(item.id) || s.inFlight == item.id, s.skippedRemote[item.id]?.version == item.version)
             }
@@ -198,6 +200,7 @@ extension SyncEngine {
             oldBases[item.id] = .some(old)
             let contentChanged = old.map { $0.record.chunks != item.chunks } ?? true
             var rs = Self.remoteState(item, resetContent: item.kind == .file && contentChanged)
+            rs.unlessWrittenSince = generation
             if rs.resetContent, let old, let present = old.present {
                 // Open readers keep the old file: they may read what of it was here.
                 let frozen = Base(record: old.record, present: present)

@@ -207,6 +207,9 @@ extension SyncEngine: ChangeObserver {
         }
         // A program holds the file exclusively (mid-save): its unlock queues the item again.
         if local.kind == .file, holdForLock(id, fs: fs) { return }
+        // The content as of this generation is what goes; a commit answer that replaces it is not
+        // shown over a write made after (settle).
+        let generation = fs.writeState(id)?.generation
         var draft = ItemDraft(kind: local.kind, parent: parent, name: name, symlinkTarget: local.target,
                               mode: local.mode & 0o7777, modified: local.mtime, extra: base?.record.extra)
         if local.kind == .file {
@@ -238,7 +241,7 @@ extension SyncEngine: ChangeObserver {
         let r = try await client.commit(container, CommitRequest(item: id, baseVersion: base?.version, state: draft, seenCursor: cursor))
         // The server's answer covers any version that waited for this upload.
         state.withLock { s in if let p = s.heldForWriter[id], p.version <= r.item.version { s.heldForWriter[id] = nil } }
-        try settle(id, sent: draft, response: r, previous: base)
+        try settle(id, sent: draft, response: r, previous: base, generation: generation)
         // A version newer than this commit arrived while it was on its way: it goes in now.
         if snapshot == nil, let held = state.withLock({ $0.heldForWriter[id] }), let ws = fs.writeState(id), ws.writers == 0, !ws.dirty {
             state.withLock { s in
@@ -280,7 +283,12 @@ extension SyncEngine: ChangeObserver {
     /// Records the commit's answer as the new base. When the server's state differs from what
     /// was sent (a merge, a rename for a taken name, or our edit kept as a conflict version),
     /// the server's state is shown here.
-    private func settle(_ id: ItemID, sent: ItemDraft, response r: CommitResponse, previous: Base?) throws {
+    ///
+    /// A file written since its content was read for the commit (`generation`) keeps its bytes:
+    /// the answer waits like a remote version for a writer, and the new write is committed on its
+    /// old base, so the server keeps it too (EngineSimTests: the server's current content of a
+    /// conflict replaced a write made while the commit was on its way, and that write was lost).
+    private func settle(_ id: ItemID, sent: ItemDraft, response r: CommitResponse, previous: Base?, generation: UInt64?) throws {
         let item = r.item
         let sameContent = item.chunks == sent.chunks
         let present: [Bool]? = sameContent ? (previous.flatMap { $0.record.chunks == sent.chunks ? $0.present : nil }) : nil
@@ -296,7 +304,9 @@ extension SyncEngine: ChangeObserver {
         // new size sees its presence); on disk it goes after the tree change is committed, so a
         // crash never leaves a base that says the server's state is shown while the row is not.
         state.withLock { $0.bases[id] = base }
-        let (actions, skipped) = fs.applyRemote([Self.remoteState(item, resetContent: item.kind == .file && !sameContent)])
+        var shownState = Self.remoteState(item, resetContent: item.kind == .file && !sameContent)
+        shownState.unlessWrittenSince = generation
+        let (actions, skipped) = fs.applyRemote([shownState])
         sendKernel(actions)
         if skipped.contains(id) {
             // The server's place for it is taken here (or its folder missing): it stays where
