@@ -96,6 +96,7 @@ public final class ContainerFS: @unchecked Sendable {
         var live = Set<ItemID>()
         for var rec in snap.items {
             if rec.kind == .file {
+                if store.cache.size(of: rec.id) == nil { _ = store.cache.restoreFromTrash(rec.id) }
                 if let size = store.cache.size(of: rec.id) {
                     if size != rec.size { rec.size = size; store.enqueue(.upsert(rec)) }
                 } else {
@@ -218,7 +219,11 @@ public final class ContainerFS: @unchecked Sendable {
         t.nodes[n.node] = nil
         if t.byID[n.rec.id] == n.node { t.byID[n.rec.id] = nil }
         // A node replaced under its readers shares its id with the live one: leave its cache file.
-        if n.rec.kind == .file && t.byID[n.rec.id] == nil { store.cache.remove(n.rec.id) }
+        // The cache file goes once the deletion is committed: a crash before that brings the
+        // item back from the database with its bytes (EngineSimTests: it came back empty).
+        if n.rec.kind == .file && t.byID[n.rec.id] == nil, let trashed = store.cache.trash(n.rec.id) {
+            store.enqueue(.removeFile(trashed))
+        }
     }
 
     // MARK: lookup, forget, getattr, readlink, statfs

@@ -44,6 +44,41 @@ public struct ContentCache: Sendable {
 
     public func remove(_ id: ItemID) { unlink(path(for: id)) }
 
+    /// Where the files of deleted items wait until their deletion is committed.
+    public var trashDirectory: String { directory.path + "/trash" }
+
+    /// Moves the item's file to the trash under a name of its own and returns that path (nil:
+    /// no file). The caller has the file removed once the item's deletion is committed
+    /// (`StoreChange.removeFile`): after a `kill -9` that lost the deletion, the item comes back
+    /// from the database with its bytes (`restoreFromTrash`), not as an empty file.
+    public func trash(_ id: ItemID) -> String? {
+        let dest = trashDirectory + "/" + id.description + "." + UUID().uuidString
+        if Glibc.rename(path(for: id), dest) == 0 { return dest }
+        guard errno == ENOENT else { unlink(path(for: id)); return nil }
+        mkdir(trashDirectory, 0o700)
+        return Glibc.rename(path(for: id), dest) == 0 ? dest : nil
+    }
+
+    /// Puts back the newest trashed file of `id` when the item has none (its deletion was lost
+    /// in a crash). True when one was restored.
+    public func restoreFromTrash(_ id: ItemID) -> Bool {
+        let fm = FileManager.default
+        let prefix = id.description + "."
+        guard let names = try? fm.contentsOfDirectory(atPath: trashDirectory) else { return false }
+        var best: (path: String, mtime: Int)?
+        for n in names where n.hasPrefix(prefix) {
+            var st = stat()
+            let full = trashDirectory + "/" + n
+            guard stat(full, &st) == 0 else { continue }
+            let mtime = st.st_mtim.tv_sec * 1_000_000_000 + st.st_mtim.tv_nsec
+            if best == nil || mtime > best!.mtime { best = (full, mtime) }
+        }
+        guard let best else { return false }
+        let p = path(for: id)
+        mkdir((p as NSString).deletingLastPathComponent, 0o700)
+        return Glibc.rename(best.path, p) == 0
+    }
+
     /// Size of the cached file, `nil` when absent.
     public func size(of id: ItemID) -> Int64? {
         var st = stat()

@@ -45,6 +45,9 @@ public enum StoreChange: Sendable {
     /// An upload-queue entry for the sync engine (`sync_op`); `kind` is one of
     /// created/content/moved/attributes/deleted. Queued after the change it records.
     case syncOp(ItemID, kind: String)
+    /// A file to delete once this change and every one before it are committed (a deleted
+    /// item's trashed cache file: `ContentCache.trash`).
+    case removeFile(String)
 }
 
 /// Everything the filesystem needs at mount time.

@@ -199,6 +199,9 @@ public final class LocalStore: @unchecked Sendable {
                 FileHandle.standardError.write(Data("nimbus: local state write failed: \(error)\n".utf8))
             }
 
+            if failure == nil {
+                for case .removeFile(let path) in batch { unlink(path) }
+            }
             queueLock.lock()
             committed = upTo
             if let failure { lastError = failure }
@@ -224,6 +227,8 @@ public final class LocalStore: @unchecked Sendable {
             try db.cachedStatement(sql: "DELETE FROM xattr WHERE item = ? AND name = ?").execute(arguments: [id.description, name])
         case .syncOp(let id, let kind):
             try db.cachedStatement(sql: "INSERT INTO sync_op (item, kind) VALUES (?, ?)").execute(arguments: [id.description, kind])
+        case .removeFile:
+            break  // after the commit (writerLoop)
         }
     }
 }

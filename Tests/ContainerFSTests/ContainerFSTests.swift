@@ -97,4 +97,38 @@ import Testing
         try f.reopen()
         #expect(try f.fs.getattr(node: e.node).st_size == 6)
     }
+
+    /// A deletion lost in a crash (still in the write-behind queue) brings the file back with its
+    /// bytes — never as an empty file whose content the sync engine thinks it has; a deletion
+    /// that was committed leaves no cache file behind.
+    @Test func aDeletionLostInACrashKeepsTheBytes() throws {
+        let f = try Fixture()
+        var nodes: [String: UInt64] = [:]
+        for name in ["lost", "gone"] {
+            let (e, h) = try f.fs.create(parent: root, name: name, mode: 0o644, flags: O_RDWR, caller: me)
+            let bytes = Array("content of \(name)".utf8)
+            _ = try bytes.withUnsafeBytes { try f.fs.write(node: e.node, handle: h.handle, offset: 0, data: $0) }
+            f.fs.release(node: e.node, handle: h.handle)
+            f.fs.forget(node: e.node, count: 1)
+            nodes[name] = e.node
+        }
+        try f.fs.unlink(parent: root, name: "gone")
+        f.store.sync()  // committed: its cache file is removed
+        let lostID = try #require(f.store.load().items.first { $0.name == "lost" }).id
+        try f.fs.unlink(parent: root, name: "lost")
+        f.store.abandon()  // kill -9 before the deletion was committed
+        f.store = try LocalStore(directory: f.dir)
+        f.fs = try ContainerFS(store: f.store)
+        let back = try f.fs.lookup(parent: root, name: "lost")
+        #expect(back.attr.st_size == Int64("content of lost".utf8.count))
+        let h = try f.fs.open(node: back.node, flags: O_RDONLY)
+        var buf = [UInt8](repeating: 0, count: 64)
+        let n = pread(Int32(h.handle), &buf, buf.count, 0)
+        f.fs.release(node: back.node, handle: h.handle)
+        #expect(String(decoding: buf.prefix(max(n, 0)), as: UTF8.self) == "content of lost")
+        #expect(throws: Errno.ENOENT) { try f.fs.lookup(parent: root, name: "gone") }
+        let cached = try FileManager.default.subpathsOfDirectory(atPath: f.store.cache.directory.path)
+            .filter { !$0.hasSuffix("/") && $0.contains("-") }
+        #expect(cached.count == 1 && cached[0].hasSuffix(lostID.description), "\(cached)")
+    }
 }
