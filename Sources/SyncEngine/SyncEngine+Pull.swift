@@ -175,8 +175,11 @@ extension SyncEngine {
             }
             // Open for writing here: the new version waits for the writer (never mixed with or
             // replacing bytes being written). Checked before any base changes, so no read can
-            // see the new version's presence while the old bytes are still in the file.
-            if let old, item.kind == .file, !item.deleted, old.record.chunks != item.chunks,
+            // see the new version's presence while the old bytes are still in the file. A delete
+            // waits too: what the writer saves is committed on the old base and, as an edit
+            // against a delete, wins (EngineSimTests: a save into a file deleted elsewhere while
+            // it was open was lost); a writer that saves nothing lets the delete in at its close.
+            if let old, item.kind == .file, item.deleted || old.record.chunks != item.chunks,
                let ws = fs.writeState(item.id), ws.writers > 0 || ws.dirty {
                 state.withLock { _ = $0.heldForWriter.updateValue(item, forKey: item.id) }
                 try? store.setMeta("sync.relist", "1")

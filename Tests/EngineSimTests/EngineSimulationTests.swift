@@ -201,6 +201,8 @@ struct EngineSim {
             return "ok"
         } catch let e as Errno {
             return "\(e)"
+        } catch let e as WrittenAfterDelete {
+            return "\(e)"
         } catch {
             return "failed: \(error)"
         }

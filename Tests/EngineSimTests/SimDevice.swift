@@ -186,7 +186,11 @@ final class SimDevice: @unchecked Sendable {
             try fs.fsync(node: n, handle: h, dataOnly: false)
             let raw = try fs.getxattr(node: n, name: "user.nimbus.itemid")
             guard let id = ItemID(String(decoding: raw, as: UTF8.self)) else { throw Errno.EIO }
+            // Opened after a delete from another device was shown here (the file was picked
+            // before): like a local `rm` racing the write, the bytes went to the deleted file.
+            let unlinked = fs.localState(id) == nil
             fs.release(node: n, handle: h)
+            if unlinked { throw WrittenAfterDelete() }
             return id
         } catch {
             fs.release(node: n, handle: h)
@@ -199,4 +203,9 @@ final class SimDevice: @unchecked Sendable {
         fs.forget(node: e.node, count: 1)
         return e.node
     }
+}
+
+/// A write that went to a file deleted (by another device) before it was opened.
+struct WrittenAfterDelete: Error, CustomStringConvertible {
+    var description: String { "written to a file deleted elsewhere just before it was opened" }
 }
