@@ -164,6 +164,7 @@ extension SyncEngine {
             // Our own commit coming back, or old news — unless it is a state not shown yet (a
             // commit's answer whose place was taken here: its base is already that version).
             if let old, old.version > item.version || (old.version == item.version && !notShown), !force.contains(item.id) { continue }
+            trace("pull \(item.id) v\(item.version) \(item.deleted ? "deleted" : item.name.value) (base v\(old?.version ?? -1)\(busy ? ", busy" : ""))")
             if busy {
                 // Its push answers it: a commit's answer supersedes it (or the server keeps both),
                 // a push that finds nothing to send applies it then (never dropped).
@@ -183,6 +184,7 @@ extension SyncEngine {
                let ws = fs.writeState(item.id), ws.writers > 0 || ws.dirty {
                 state.withLock { _ = $0.heldForWriter.updateValue(item, forKey: item.id) }
                 try? store.setMeta("sync.relist", "1")
+                trace("pull \(item.id) v\(item.version): held for the writer")
                 continue
             }
             // New content is applied under a write claim; while a program holds the file (a

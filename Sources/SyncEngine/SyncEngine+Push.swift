@@ -23,6 +23,7 @@ extension SyncEngine: ChangeObserver {
         case .writing(let i): (i, "content")
         }
         store.enqueue(.syncOp(id, kind: kind))
+        trace("local \(id) \(kind)")
         if case .writing = change {
             // Durable note only (the close or fsync uploads); starts the quiet-period clock.
             state.withLock { _ = $0.writing.insert(id) }
@@ -159,6 +160,7 @@ extension SyncEngine: ChangeObserver {
         let upTo = try store.lastSyncOpSeq(id) ?? 0
         let (fs, base, cursor) = state.withLock { s in (s.fs, s.bases[id], s.cursor) }
         guard let fs else { return }
+        trace("push \(id): base v\(base?.version ?? -1)\(fs.localState(id) == nil ? ", gone here" : "")")
         guard let local = fs.localState(id) else {
             // Never tell the server we saw items we skipped: it would delete them with the folder.
             let seen = state.withLock { s in
@@ -227,6 +229,7 @@ extension SyncEngine: ChangeObserver {
         let timeSet = try base.map { $0.record.modified != draft.modified } == true
             && store.hasSyncOp(id, kind: "attributes")
         if let base, !timeSet, ItemDraft(base.record) == draft.withModified(base.record.modified), !base.record.deleted {
+            trace("push \(id): nothing to send")
             try store.removeSyncOps(id, upTo: upTo)  // nothing the server does not have
             // A newer version that waited for this file's writer goes in now.
             if let held = state.withLock({ $0.heldForWriter[id] }), let ws = fs.writeState(id), ws.writers == 0, !ws.dirty {
@@ -239,6 +242,7 @@ extension SyncEngine: ChangeObserver {
             return
         }
         let r = try await client.commit(container, CommitRequest(item: id, baseVersion: base?.version, state: draft, seenCursor: cursor))
+        trace("commit \(id) \(draft.name.value) on v\(base?.version ?? -1): \(r.outcome.rawValue) v\(r.item.version)\(r.yours.map { " yours=" + $0 } ?? "")\(r.item.deleted ? " deleted" : "")")
         // The server's answer covers any version that waited for this upload.
         state.withLock { s in if let p = s.heldForWriter[id], p.version <= r.item.version { s.heldForWriter[id] = nil } }
         try settle(id, sent: draft, response: r, previous: base, generation: generation)
@@ -262,10 +266,14 @@ extension SyncEngine: ChangeObserver {
     }
 
     private func pushDelete(_ id: ItemID, base: Base?, cursor: Int64) async throws {
-        guard let base, !base.record.deleted else { return }  // never uploaded: nothing to delete
+        guard let base, !base.record.deleted else {  // never uploaded: nothing to delete
+            trace("delete \(id): never uploaded, nothing to send")
+            return
+        }
         var d = ItemDraft(base.record)
         d.deleted = true
         let r = try await client.commit(container, CommitRequest(item: id, baseVersion: base.version, state: d, seenCursor: cursor))
+        trace("delete \(id) on v\(base.version): \(r.outcome.rawValue) v\(r.item.version)\(r.item.deleted ? " deleted" : "")")
         if r.item.deleted {
             try saveBase(id, nil)
         } else {
@@ -308,6 +316,7 @@ extension SyncEngine: ChangeObserver {
         shownState.unlessWrittenSince = generation
         let (actions, skipped) = fs.applyRemote([shownState])
         sendKernel(actions)
+        trace("settle \(id) v\(item.version): \(skipped.contains(id) ? "not shown yet" : "shown")\(sameContent ? "" : " (other content)")")
         if skipped.contains(id) {
             // The server's place for it is taken here (or its folder missing): it stays where
             // it is for now, under its previous base (so the answer still counts as news),

@@ -247,6 +247,14 @@ public final class SyncEngine: Sendable {
         }
     }
 
+    /// `NIMBUS_SYNC_TRACE=1`: one line per decision about an item (pull, push, commit answer),
+    /// for finding out why a device ended where it did (docs/sync.md "Simulation").
+    static let tracing = ProcessInfo.processInfo.environment["NIMBUS_SYNC_TRACE"] == "1"
+
+    func trace(_ s: @autoclosure () -> String) {
+        if Self.tracing { log("trace: " + s()) }
+    }
+
     func log(_ s: String) {
         FileHandle.standardError.write(Data("\(ISO8601DateFormatter().string(from: Date())) nimbus sync\(options.logLabel.isEmpty ? "" : " " + options.logLabel): \(s)\n".utf8))
     }
