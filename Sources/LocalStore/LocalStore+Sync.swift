@@ -67,6 +67,15 @@ extension LocalStore {
         }
     }
 
+    /// Saves only which chunks of an item's base are present, if the base is still `version`
+    /// (each downloaded chunk: the record itself does not change, so it is not written again).
+    public func saveSyncPresence(_ id: ItemID, version: Int64, present: [UInt8]?) throws {
+        try write { db in
+            try db.execute(sql: "UPDATE sync_item SET present = ? WHERE id = ? AND version = ?",
+                           arguments: [present.map { Data($0) }, id.description, version])
+        }
+    }
+
     public func removeSyncBase(_ id: ItemID) throws {
         try write { try $0.execute(sql: "DELETE FROM sync_item WHERE id = ?", arguments: [id.description]) }
     }

@@ -29,7 +29,7 @@ extension SyncEngine {
         }
         let first = state.withLock { s in s.pendingRemote.updateValue(item, forKey: item.id) == nil }
         if first {
-            try? store.setMeta("sync.relist", "1")
+            markRelist()
             log("\(item.name.value) is locked by a program here: version \(item.version) waits until it is unlocked")
         }
         return nil
@@ -48,7 +48,6 @@ extension SyncEngine {
         Task {
             do {
                 try await self.applyAskingPresenters([pending])
-                if self.state.withLock({ $0.pendingRemote.isEmpty }) { try self.store.setMeta("sync.relist", "0") }
             } catch {
                 self.log("applying the held version of \(pending.name.value) failed: \(error)")
             }

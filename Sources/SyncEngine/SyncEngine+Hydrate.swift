@@ -144,7 +144,7 @@ extension SyncEngine: ContentProvider {
                 return (b, false)
             }
             if let updated {
-                try saveBase(key.item, updated)
+                try persistPresence(key.item)
                 if updated.complete, let fs = state.withLock({ $0.fs }) {
                     fs.events.append("downloaded", origin: "sync", path: fs.path(of: key.item), detail: "v\(updated.version)")
                 }

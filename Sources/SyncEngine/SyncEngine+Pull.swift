@@ -84,10 +84,11 @@ extension SyncEngine {
         while !Task.isCancelled, !isPaused {
             do {
                 if !state.withLock({ $0.listed }) { try await initialSync() }
-                // Versions held back for a program's lock when the daemon last stopped.
-                if try store.meta("sync.relist") == "1" {
+                // Remote states not shown when the daemon last stopped (held for a writer or a
+                // lock, name taken, folder missing) were retried from memory only: list again.
+                if state.withLock({ $0.relistAtStart }) {
                     try await relist()
-                    try store.setMeta("sync.relist", "0")
+                    clearRelistMark()
                 }
                 let since = state.withLock { $0.cursor }
                 let r = try await client.changes(container, since: since, wait: options.longPoll, limit: ProtocolLimits.maxPage)
@@ -140,6 +141,27 @@ extension SyncEngine {
         try apply(items)
     }
 
+    /// Notes on disk that a remote state was not shown here (skipped, or held for a writer or a
+    /// lock). While the daemon runs it is retried from memory (after pages, pushes, closes and
+    /// unlocks); the mark makes the next start list the container again, so a crash or restart
+    /// never forgets it (EngineSimTests seed 19: an item renamed elsewhere onto a name taken
+    /// here, skipped, then a crash: the device kept the old name for good). Written once per run.
+    func markRelist() {
+        state.withLock { s in
+            guard !s.relistMarked else { return }
+            s.relistMarked = true
+            try? store.setMeta("sync.relist", "1")
+        }
+    }
+
+    /// After the start's relist: the mark goes unless that relist left something not shown.
+    func clearRelistMark() {
+        state.withLock { s in
+            s.relistAtStart = false
+            if !s.relistMarked { try? store.setMeta("sync.relist", "0") }
+        }
+    }
+
     func setCursor(_ c: Int64) throws {
         state.withLock { s in s.cursor = c; s.listed = true }
         try store.setMeta("sync.cursor", "\(c)")
@@ -171,7 +193,7 @@ extension SyncEngine {
                 state.withLock { s in
                     if (s.heldForWriter[item.id]?.version ?? -1) < item.version { s.heldForWriter[item.id] = item }
                 }
-                try? store.setMeta("sync.relist", "1")
+                markRelist()
                 continue
             }
             // Open for writing here: the new version waits for the writer (never mixed with or
@@ -183,7 +205,7 @@ extension SyncEngine {
             if let old, item.kind == .file, item.deleted || old.record.chunks != item.chunks,
                let ws = fs.writeState(item.id), ws.writers > 0 || ws.dirty {
                 state.withLock { _ = $0.heldForWriter.updateValue(item, forKey: item.id) }
-                try? store.setMeta("sync.relist", "1")
+                markRelist()
                 trace("pull \(item.id) v\(item.version): held for the writer")
                 continue
             }
@@ -256,11 +278,12 @@ extension SyncEngine {
             if let item = byID[id], item.kind == .file, !item.deleted, case .some(.some) = oldBases[id],
                let ws = fs.writeState(id), ws.writers > 0 || ws.dirty {
                 state.withLock { _ = $0.heldForWriter.updateValue(item, forKey: id) }
-                try? store.setMeta("sync.relist", "1")
+                markRelist()
             } else if let item = byID[id] {
                 // Its name is taken here (by an item not uploaded yet) or its folder is missing:
                 // tried again after each push, which may rename or create what was in the way.
                 state.withLock { _ = $0.skippedRemote.updateValue(item, forKey: id) }
+                markRelist()
             }
             log("remote item \(id) not shown here yet (its folder is missing, its name is taken, or it is being written here)")
         }

@@ -266,14 +266,22 @@ extension SyncEngine: ChangeObserver {
     }
 
     private func pushDelete(_ id: ItemID, base: Base?, cursor: Int64) async throws {
-        guard let base, !base.record.deleted else {  // never uploaded: nothing to delete
+        if let base, base.record.deleted { return }
+        let record: ServerItem, baseVersion: Int64
+        if let base {
+            (record, baseVersion) = (base.record, base.version)
+        } else if let created = try await createdWithoutAnswer(id) {
+            (record, baseVersion) = created
+        } else {
             trace("delete \(id): never uploaded, nothing to send")
             return
         }
-        var d = ItemDraft(base.record)
+        var d = ItemDraft(record)
         d.deleted = true
-        let r = try await client.commit(container, CommitRequest(item: id, baseVersion: base.version, state: d, seenCursor: cursor))
-        trace("delete \(id) on v\(base.version): \(r.outcome.rawValue) v\(r.item.version)\(r.item.deleted ? " deleted" : "")")
+        let r = try await client.commit(container, CommitRequest(item: id, baseVersion: baseVersion, state: d, seenCursor: cursor))
+        trace("delete \(id) on v\(baseVersion): \(r.outcome.rawValue) v\(r.item.version)\(r.item.deleted ? " deleted" : "")")
+        // The answer covers any version that waited for this push.
+        state.withLock { s in if let p = s.heldForWriter[id], p.version <= r.item.version { s.heldForWriter[id] = nil } }
         if r.item.deleted {
             try saveBase(id, nil)
         } else {
@@ -286,6 +294,26 @@ extension SyncEngine: ChangeObserver {
             // gone here (the journal has moved past them): list the container again to show them.
             if r.item.kind == .folder { try await relist() }
         }
+    }
+
+    /// An item deleted here that has no base may still be on the server: its create was
+    /// committed but the answer was lost (the connection dropped), and the device never learned.
+    /// Skipping the delete then left the item on every other device and gone here for good
+    /// (EngineSimTests seed 21). The server is asked: no such item → nothing to send; else the
+    /// delete goes on the item's first version — the state this device created (only the device
+    /// that made an id creates it) — so an edit made elsewhere since wins, as edit vs delete
+    /// does, and the item comes back here.
+    private func createdWithoutAnswer(_ id: ItemID) async throws -> (ServerItem, Int64)? {
+        let current: ServerItem
+        do {
+            current = try await client.item(container, id)
+        } catch let e as RemoteError where e.code == APIErrorCode.itemNotFound.rawValue {
+            return nil
+        }
+        if current.deleted { return nil }
+        let first = try await client.versions(container, id).map(\.version).min() ?? current.version
+        trace("delete \(id): no base here, but the server has it (v\(current.version), first v\(first)): its create's answer was lost")
+        return (current, first)
     }
 
     /// Records the commit's answer as the new base. When the server's state differs from what
@@ -324,7 +352,7 @@ extension SyncEngine: ChangeObserver {
             // restart by listing the container again.
             if let previous { try saveBase(id, previous) } else { try persistBases([id: base]) }
             state.withLock { _ = $0.skippedRemote.updateValue(item, forKey: id) }
-            try? store.setMeta("sync.relist", "1")
+            markRelist()
         } else {
             store.commitQueued()
             try persistBases([id: base])

@@ -49,6 +49,8 @@ public final class SyncEngine: Sendable {
     let options: Options
     let chunker = Chunker.standard
     let state: Mutex<State>
+    /// Orders presence writes (`persistPresence`).
+    let presenceLock = Mutex<Void>(())
     let wake: AsyncStream<Void>.Continuation
     let wakes: AsyncStream<Void>
     /// Wakes the tick loop (SyncEngine+Cache.swift): every second, and after each download.
@@ -86,6 +88,10 @@ public final class SyncEngine: Sendable {
         var pushedAhead: [ItemID: Int] = [:]
         /// Remote items not shown because their name was taken or their folder missing here.
         var skippedRemote: [ItemID: ServerItem] = [:]
+        /// The disk says the last run left remote states not shown: the pull lists first.
+        var relistAtStart = false
+        /// `sync.relist` was set to 1 during this run (`markRelist`).
+        var relistMarked = false
         /// After a download could not reach the server, reads fail at once until then (so a
         /// read answers EIO within one deadline, not one per kernel retry or read-ahead).
         var offlineUntil: ContinuousClock.Instant?
@@ -156,6 +162,7 @@ public final class SyncEngine: Sendable {
             s.cursor = c
             s.listed = true
         }
+        s.relistAtStart = try store.meta("sync.relist") == "1"
         s.pinned = try store.pins()
         s.paused = try store.meta("sync.paused") == "1"
         if s.paused { s.connection = "paused (nimbus resume goes online)" }
@@ -267,6 +274,17 @@ public final class SyncEngine: Sendable {
                                             present: BaseCoding.bytes(b.present)))
         } else {
             try store.removeSyncBase(id)
+        }
+    }
+
+    /// Writes which chunks of an item are present as memory has it now (after a download). Only
+    /// the presence column: re-encoding the whole record for every chunk of a 1 GiB file cost
+    /// more than the download (quadratic in its chunks). Serialized, so the last write carries
+    /// the newest presence when two chunks of one file finish at once.
+    func persistPresence(_ id: ItemID) throws {
+        try presenceLock.withLock { _ in
+            guard let b = state.withLock({ $0.bases[id] }) else { return }
+            try store.saveSyncPresence(id, version: b.version, present: BaseCoding.bytes(b.present))
         }
     }
 

@@ -17,6 +17,7 @@ final class Relay: @unchecked Sendable {
     /// Open connections: both descriptors of each pair; the second pump to end closes them.
     private var open: [ObjectIdentifier: Pair] = [:]
     private let listener: Int32
+    private var loseMarker: [UInt8]?
     let port: Int
     let targetPort: Int
 
@@ -24,6 +25,8 @@ final class Relay: @unchecked Sendable {
         // @unchecked: `ended` is guarded by the relay's lock; the descriptors never change.
         let a: Int32, b: Int32
         var ended = 0
+        /// A request on it matched `loseMarker`: its answer is lost (`loseNextAnswer`).
+        var swallow = false
         init(_ a: Int32, _ b: Int32) { self.a = a; self.b = b }
     }
 
@@ -71,6 +74,11 @@ final class Relay: @unchecked Sendable {
     }
 
     func restore() { lock.withLock { down = false } }
+
+    /// The next request whose bytes contain `marker` reaches the server, and when the answer
+    /// comes back the network goes away instead (`cut()`): the server did the work, the device
+    /// never hears of it — deterministically, not by luck of timing.
+    func loseNextAnswer(after marker: String) { lock.withLock { loseMarker = Array(marker.utf8) } }
 
     var isCut: Bool { lock.withLock { down } }
 
@@ -130,6 +138,14 @@ final class Relay: @unchecked Sendable {
             let n = buffer.withUnsafeMutableBytes { recv(from, $0.baseAddress, $0.count, 0) }
             if n < 0 && errno == EINTR { continue }
             if n <= 0 { break }
+            if from == pair.a, let marker = lock.withLock({ loseMarker }),
+               buffer[0..<n].firstRange(of: marker) != nil {
+                lock.withLock { pair.swallow = true; loseMarker = nil }
+            }
+            if from == pair.b, lock.withLock({ pair.swallow }) {
+                cut()
+                break
+            }
             var sent = 0
             while sent < n {
                 let m = buffer.withUnsafeBytes { send(to, $0.baseAddress! + sent, n - sent, Int32(MSG_NOSIGNAL)) }

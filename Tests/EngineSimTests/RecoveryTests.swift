@@ -1,0 +1,118 @@
+import ContainerFS
+import Foundation
+import FuseKit
+import Glibc
+import NimbusCore
+import NimbusRemote
+import NimbusTesting
+import Testing
+
+/// What the engine must not forget: remote states it could not show yet, across a restart
+/// (engine sim seed 19), and a create whose answer was lost (seed 21). Two devices each, on
+/// the engine-sim harness.
+@Suite(.serialized) struct RecoveryTests {
+    /// A renames its file onto a name that B's new file (still open, not uploaded) holds, so B
+    /// skips the rename. B restarts; its file is then uploaded (the server names it `b 2.txt`)
+    /// and the rename must follow. Before the fix B kept the old name forever.
+    @Test func aRemoteRenameSkippedForATakenNameIsShownAfterARestart() async throws {
+        try await Self.twoDevices { a, b, client, sim in
+            let devices = [a, b]
+            _ = try a.writeFile(node: nil, parent: ContainerFS.rootNode, name: "d.txt", content: "written on a\n")
+            if let why = await sim.settle(devices, client: client, within: .seconds(30)) { throw SimFailure("d.txt did not reach b: \(why)") }
+
+            // b's own b.txt, written and still open: not uploaded until it is closed.
+            let (e, open) = try b.fs.create(parent: ContainerFS.rootNode, name: "b.txt", mode: 0o644,
+                                            flags: O_WRONLY | O_CREAT, caller: .process)
+            b.fs.forget(node: e.node, count: 1)
+            let bytes = Array("written on b\n".utf8)
+            _ = try bytes.withUnsafeBytes { try b.fs.write(node: e.node, handle: open.handle, offset: 0, data: $0) }
+
+            try a.fs.rename(parent: ContainerFS.rootNode, name: "d.txt", newParent: ContainerFS.rootNode,
+                            newName: "b.txt", flags: .noReplace)
+            // b pulls the rename and cannot show it (the name is taken here).
+            let deadline = ContinuousClock.now + .seconds(20)
+            while ContinuousClock.now < deadline {
+                let cursor = try await client.container("docs").cursor
+                if a.status("upload-queue") == "0", b.status("cursor") == "\(cursor)" { break }
+                try await Task.sleep(for: .milliseconds(50))
+            }
+            #expect(b.lookup(ContainerFS.rootNode, "d.txt") != nil, "b skipped the rename (its b.txt holds the name)")
+
+            // A clean restart (the open file's program is gone with it): b.txt is uploaded
+            // and renamed by the server; the skipped rename must be shown then.
+            try await b.restart(crash: false)
+            if let why = await sim.settle(devices, client: client, within: .seconds(30)) { throw SimFailure("the devices did not agree: \(why)") }
+            let tree = await b.tree() ?? [:]
+            #expect(tree["b.txt"] == "written on a\n")
+            #expect(tree["b 2.txt"] == "written on b\n")
+            #expect(tree["d.txt"] == nil)
+        }
+    }
+
+    /// b creates a file; the server stores it, but the answer is lost and b goes offline. b then
+    /// deletes the file (it believes it never left the device). Back online, the delete must
+    /// reach the server — before the fix it was dropped as "never uploaded", and the file lived
+    /// on every other device while gone here. A second file, edited on a meanwhile, comes back
+    /// on b (edit vs delete: the edit wins).
+    @Test func aDeleteAfterALostCreateAnswerReachesTheServer() async throws {
+        try await Self.twoDevices { a, b, client, sim in
+            let devices = [a, b]
+            // The create reaches the server, its answer is lost, and b is offline.
+            func createLosingTheAnswer(_ name: String) async throws {
+                b.relay.loseNextAnswer(after: "/commit")
+                _ = try b.writeFile(node: nil, parent: ContainerFS.rootNode, name: name, content: "b made \(name)\n")
+                let deadline = ContinuousClock.now + .seconds(20)
+                while !b.relay.isCut, ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(20)) }
+                guard b.relay.isCut else { throw SimFailure("b's commit of \(name) never went out") }
+            }
+            try await createLosingTheAnswer("gone.txt")
+            try b.fs.unlink(parent: ContainerFS.rootNode, name: "gone.txt")
+            b.relay.restore()
+            if let why = await sim.settle(devices, client: client, within: .seconds(30)) { throw SimFailure("the devices did not agree: \(why)") }
+
+            try await createLosingTheAnswer("kept.txt")
+            // a sees it (the server has it) and edits it.
+            let deadline = ContinuousClock.now + .seconds(20)
+            while ContinuousClock.now < deadline, a.lookup(ContainerFS.rootNode, "kept.txt") == nil { try await Task.sleep(for: .milliseconds(20)) }
+            guard let kept = a.lookup(ContainerFS.rootNode, "kept.txt") else { throw SimFailure("a never saw kept.txt") }
+            _ = try a.writeFile(node: kept, parent: 0, name: "kept.txt", content: "edited on a\n")
+            while ContinuousClock.now < deadline, a.status("upload-queue") != "0" { try await Task.sleep(for: .milliseconds(20)) }
+            try b.fs.unlink(parent: ContainerFS.rootNode, name: "kept.txt")
+            b.relay.restore()
+            if let why = await sim.settle(devices, client: client, within: .seconds(30)) { throw SimFailure("the devices did not agree: \(why)") }
+            for d in devices {
+                let tree = await d.tree() ?? [:]
+                #expect(tree["gone.txt"] == nil, "device \(d.name): the delete reached the server")
+                #expect(tree["kept.txt"] == "edited on a\n", "device \(d.name): the edit made elsewhere wins over the delete")
+            }
+        }
+    }
+
+    /// Two devices (a, b) on a live server, started; `body` runs; both are stopped whatever
+    /// happens, and an error thrown by `body` is recorded.
+    static func twoDevices(_ body: @escaping @Sendable (SimDevice, SimDevice, NimbusClient, EngineSim) async throws -> Void) async throws {
+        try await LiveServer.with { server in
+            let base = FileManager.default.temporaryDirectory.appendingPathComponent("nimbus-enginesim-recovery-\(UUID().uuidString)")
+            defer { try? FileManager.default.removeItem(at: base) }
+            guard let port = server.url.split(separator: ":").last.flatMap({ Int($0) }) else { throw SimFailure("no port in \(server.url)") }
+            var devices: [SimDevice] = []
+            defer { for d in devices { d.relay.close() } }
+            for i in 0..<2 {
+                let name = String(UnicodeScalar(UInt8(97 + i)))
+                devices.append(try SimDevice(index: i, dir: base.appendingPathComponent(name), serverPort: port,
+                                             token: try await server.token(device: name), container: "docs"))
+            }
+            let client = NimbusClient(baseURL: server.url, token: try await server.token(device: "checker"))
+            let sim = EngineSim(plan: SimPlan(seed: 0, rounds: 0), server: server)
+            var failure: String?
+            do {
+                for d in devices { d.start() }
+                try await body(devices[0], devices[1], client, sim)
+            } catch {
+                failure = "\(error)"
+            }
+            for d in devices { await d.stop() }
+            if let failure { Issue.record(Comment(rawValue: failure)) }
+        }
+    }
+}
