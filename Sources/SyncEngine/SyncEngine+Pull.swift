@@ -185,7 +185,13 @@ extension SyncEngine {
             }
             // Our own commit coming back, or old news — unless it is a state not shown yet (a
             // commit's answer whose place was taken here: its base is already that version).
-            if let old, old.version > item.version || (old.version == item.version && !notShown), !force.contains(item.id) { continue }
+            if let old, old.version > item.version || (old.version == item.version && !notShown), !force.contains(item.id) {
+                // A state waiting to be shown that a newer one has overtaken waits no more.
+                if old.version > item.version {
+                    state.withLock { s in if (s.skippedRemote[item.id]?.version ?? .max) <= old.version { s.skippedRemote[item.id] = nil } }
+                }
+                continue
+            }
             trace("pull \(item.id) v\(item.version) \(item.deleted ? "deleted" : item.name.value) (base v\(old?.version ?? -1)\(busy ? ", busy" : ""))")
             if busy {
                 // Its push answers it: a commit's answer supersedes it (or the server keeps both),
@@ -221,6 +227,13 @@ extension SyncEngine {
                 let below = Set(fs.descendants(of: item.id))
                 if !below.isEmpty && state.withLock({ s in !s.queued.isDisjoint(with: below) || s.inFlight.map(below.contains) == true }) {
                     log("folder \(item.name.value) was deleted elsewhere but holds changes not yet uploaded here; keeping it")
+                    // Tried again after the pushes (like a skipped state): once they are done —
+                    // the server brought the folder back (a newer version overtakes this one), or
+                    // the local work went too — the delete goes in. It was dropped before, and the
+                    // emptied folder stayed here for good, its name blocking the folder that
+                    // replaced it elsewhere (EngineSimTests seed 32).
+                    state.withLock { _ = $0.skippedRemote.updateValue(item, forKey: item.id) }
+                    markRelist()
                     continue
                 }
             }
