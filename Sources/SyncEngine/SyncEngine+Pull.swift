@@ -99,7 +99,7 @@ extension SyncEngine {
                 try await applyAskingPresenters(last.values.sorted { $0.seq < $1.seq }.map(\.item))
                 // Items skipped earlier (name taken, folder missing) may fit now that this page moved things.
                 let skipped = state.withLock { s in s.skippedRemote.values.filter { r in last[r.id] == nil }.sorted { $0.version < $1.version } }
-                if !skipped.isEmpty { try apply(skipped) }
+                if !skipped.isEmpty { try apply(await current(skipped)) }
                 try setCursor(r.cursor)
                 setConnection("online")
                 backoff = 1
@@ -139,6 +139,22 @@ extension SyncEngine {
         }
         defer { for (outcome, path) in asked { fs.presenters.reacquire(outcome.asked, path: path) } }
         try apply(items)
+    }
+
+    /// Skipped states to try again, with each folder delete replaced by the folder's current
+    /// state on the server: a delete kept for local work is usually overtaken by the upload of
+    /// that work (the server brings the folder back), and applying the stale delete before the
+    /// journal says so would remove the folder with the file just uploaded (RaceTests). A folder
+    /// the server cannot be asked about now waits for the next try.
+    func current(_ skipped: [ServerItem]) async -> [ServerItem] {
+        var out: [ServerItem] = []
+        for item in skipped {
+            guard item.deleted, item.kind == .folder else { out.append(item); continue }
+            guard let now = try? await client.item(container, item.id) else { continue }
+            if now.version > item.version { state.withLock { _ = $0.skippedRemote.updateValue(now, forKey: now.id) } }
+            out.append(now.version >= item.version ? now : item)
+        }
+        return out
     }
 
     /// Notes on disk that a remote state was not shown here (skipped, or held for a writer or a

@@ -87,7 +87,7 @@ extension SyncEngine: ChangeObserver {
                 }
                 // The queue is empty: what was in the way of skipped remote items has moved.
                 if !retry.isEmpty {
-                    do { try apply(retry) } catch { log("showing skipped remote items failed: \(error)") }
+                    do { try apply(await current(retry)) } catch { log("showing skipped remote items failed: \(error)") }
                 }
                 backoff = 1
             } catch {
@@ -124,7 +124,7 @@ extension SyncEngine: ChangeObserver {
             state.withLock { s in s.failed.remove(id); s.itemErrors[id] = nil }
             try apply([item], force: [id])
             let retry = state.withLock { Array($0.skippedRemote.values).sorted { $0.version < $1.version } }
-            if !retry.isEmpty { try apply(retry) }
+            if !retry.isEmpty { try apply(await current(retry)) }
             log("the move of \(item.name.value) was refused by the server (a cycle); put back where the server has it")
         } catch {
             log("could not put \(id) back after a refused move: \(error)")
