@@ -327,7 +327,11 @@ extension SyncEngine: ChangeObserver {
     private func settle(_ id: ItemID, sent: ItemDraft, response r: CommitResponse, previous: Base?, generation: UInt64?) throws {
         let item = r.item
         let sameContent = item.chunks == sent.chunks
-        let present: [Bool]? = sameContent ? (previous.flatMap { $0.record.chunks == sent.chunks ? $0.present : nil }) : nil
+        // A file written (O_TRUNC) while the commit was on its way is whole here now, even if it
+        // was a placeholder when the push began: marking it "not downloaded" again made the next
+        // push send the old chunks ("nothing to send") and lost the write (EngineSimTests seed 15).
+        let completeNow = state.withLock { s in s.bases[id].map(\.complete) ?? false }
+        let present: [Bool]? = sameContent && !completeNow ? (previous.flatMap { $0.record.chunks == sent.chunks ? $0.present : nil }) : nil
         let base = sameContent ? Base(record: item, present: present) : Base.placeholder(item)
         let shown = ItemDraft(item).withModified(sent.modified)
         guard !sameContent || shown.parent != sent.parent || shown.name != sent.name || shown.mode != sent.mode,
