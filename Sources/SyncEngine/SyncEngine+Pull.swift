@@ -31,7 +31,7 @@ extension SyncEngine {
         // Whatever is still skipped after this is recorded again by `apply`.
         state.withLock { $0.minSkipped = nil }
         try apply(all)
-        log("relisted \(all.count) items after a folder came back")
+        log("listed the container again (\(all.count) items): states not shown here before are shown now where they fit")
     }
 
     /// Every item of the container and the journal cursor the listing starts from (changes
