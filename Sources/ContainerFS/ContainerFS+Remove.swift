@@ -160,6 +160,7 @@ extension ContainerFS {
         if flags.contains(.whiteout) || (flags.contains(.exchange) && flags.contains(.noReplace)) { throw .EINVAL }
         if newName.utf8.count > ItemName.maxBytes { throw .ENAMETOOLONG }
         var changes: [LocalChange] = []
+        var transferred = false  // an editor's save took over the document's identity
         try lock.withLock { () throws(Errno) in
             let p = try folder(parent)
             let np = try folder(newParent)
@@ -207,6 +208,7 @@ extension ContainerFS {
                 persist(s); persist(p)
                 if p !== np { persist(np) }
                 changes = [.deleted(temp), .contentChanged(keep)]
+                transferred = true
                 return
             }
 
@@ -237,6 +239,6 @@ extension ContainerFS {
             if s.rec.kind == .file { noteRenamedAway(folder: p.node, name: name, node: s.node) }
         }
         for c in changes { notify(c) }
-        if changes.count == 2, case .contentChanged = changes[1], case .deleted = changes[0] { commitIdentityTransfer() }
+        if transferred { commitIdentityTransfer() }
     }
 }
