@@ -49,8 +49,9 @@ public final class SyncEngine: Sendable {
     let options: Options
     let chunker = Chunker.standard
     let state: Mutex<State>
-    /// Orders presence writes (`persistPresence`).
-    let presenceLock = Mutex<Void>(())
+    /// Orders base writes to disk (`persistBases`, `persistPresence`): each reads memory and
+    /// writes under it, so the last write on disk carries the newest state.
+    let baseDiskLock = Mutex<Void>(())
     let wake: AsyncStream<Void>.Continuation
     let wakes: AsyncStream<Void>
     /// Wakes the tick loop (SyncEngine+Cache.swift): every second, and after each download.
@@ -268,21 +269,15 @@ public final class SyncEngine: Sendable {
 
     /// Saves `b` as the item's base, in memory and on disk.
     func saveBase(_ id: ItemID, _ b: Base?) throws {
-        state.withLock { $0.bases[id] = b }
-        if let b {
-            try store.saveSyncBase(SyncBase(id: id, version: b.version, record: try BaseCoding.encode(b.record),
-                                            present: BaseCoding.bytes(b.present)))
-        } else {
-            try store.removeSyncBase(id)
-        }
+        try saveBases([id: b])
     }
 
     /// Writes which chunks of an item are present as memory has it now (after a download). Only
     /// the presence column: re-encoding the whole record for every chunk of a 1 GiB file cost
-    /// more than the download (quadratic in its chunks). Serialized, so the last write carries
-    /// the newest presence when two chunks of one file finish at once.
+    /// more than the download (quadratic in its chunks). Serialized with every other base write,
+    /// so the last write carries the newest presence when two chunks of one file finish at once.
     func persistPresence(_ id: ItemID) throws {
-        try presenceLock.withLock { _ in
+        try baseDiskLock.withLock { _ in
             guard let b = state.withLock({ $0.bases[id] }) else { return }
             try store.saveSyncPresence(id, version: b.version, present: BaseCoding.bytes(b.present))
         }
@@ -295,20 +290,37 @@ public final class SyncEngine: Sendable {
     }
 
     /// Writes bases already set in memory (nil: removed) in one transaction.
+    ///
+    /// Where memory still holds the same version, what memory holds now is written: its presence
+    /// may have changed since the caller took its copy. A write into a placeholder (O_TRUNC)
+    /// marks the base complete in memory and on disk; the pull that had just shown the
+    /// placeholder then wrote its older copy over it, a crash made the restarted push think the
+    /// file unchanged ("nothing to send"), and the write was lost (EngineSimTests seed 5). All
+    /// base writes hold `baseDiskLock` from reading memory to writing, so the last one on disk
+    /// is the newest. A different version in memory is not written ahead of its own writer,
+    /// which commits the tree change first (`apply`, `settle`).
     func persistBases(_ bases: [ItemID: Base?]) throws {
         guard !bases.isEmpty else { return }
-        let encoder = JSONEncoder()
-        var rows: [SyncBase] = []
-        var gone: [ItemID] = []
-        rows.reserveCapacity(bases.count)
-        for (id, b) in bases {
-            if let b {
-                rows.append(SyncBase(id: id, version: b.version, record: try encoder.encode(b.record), present: BaseCoding.bytes(b.present)))
-            } else {
-                gone.append(id)
+        try baseDiskLock.withLock { _ in
+            let now: [ItemID: Base] = state.withLock { s in
+                var now: [ItemID: Base] = [:]
+                now.reserveCapacity(bases.count)
+                for (id, b) in bases { if let b, let m = s.bases[id], m.version == b.version { now[id] = m } }
+                return now
             }
+            let encoder = JSONEncoder()
+            var rows: [SyncBase] = []
+            var gone: [ItemID] = []
+            rows.reserveCapacity(bases.count)
+            for (id, passed) in bases {
+                if let b = now[id] ?? passed {
+                    rows.append(SyncBase(id: id, version: b.version, record: try encoder.encode(b.record), present: BaseCoding.bytes(b.present)))
+                } else {
+                    gone.append(id)
+                }
+            }
+            try store.saveSyncBases(rows, removing: gone)
         }
-        try store.saveSyncBases(rows, removing: gone)
     }
 
     /// Sends invalidations on `kernelQueue`, in order, never on a Swift task thread.
