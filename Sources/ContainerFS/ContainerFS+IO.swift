@@ -21,7 +21,7 @@ extension ContainerFS {
             // A node whose content a remote version replaced (its item lives on in a new node):
             // the kernel reached it through a stale name; ESTALE makes it look the name up again.
             if !n.linked, let live = t.byID[n.rec.id], live != n.node { throw .ESTALE }
-            let fd = store.cache.open(n.rec.id, create: true)
+            let fd = store.cache.open(n.rec.id, create: true, size: n.rec.size)
             if fd < 0 { throw Errno(-fd) }
             n.openHandles += 1
             t.openFiles += 1

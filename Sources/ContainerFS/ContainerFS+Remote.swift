@@ -268,7 +268,7 @@ extension ContainerFS {
                 return .done
             }
             if n.rec.kind == .file && s.resetContent {
-                resetCacheFile(s.id, size: s.size)
+                resetCacheFile(s.id)
                 n.rec.size = s.size
                 n.pagesStale = true
             }
@@ -291,7 +291,7 @@ extension ContainerFS {
                              size: s.kind == .file ? s.size : Int64(s.target?.utf8.count ?? 0), time: s.mtime, target: s.target)
         rec.ctime = now
         rec.dirty = false
-        if s.kind == .file { resetCacheFile(s.id, size: s.size) }
+        // (No cache file: a placeholder gets one when its content is first needed.)
         let n = Node(rec)
         n.parentNode = p.node
         t.nodes[node] = n
@@ -312,8 +312,7 @@ extension ContainerFS {
     /// fail with EIO (`StaleHandle`).
     private func replaceUnderReaders(_ n: Node, in p: Node, with s: RemoteState, _ actions: inout [KernelAction]) {
         for h in n.handles where t.stale[h] == nil { t.stale[h] = StaleHandle(present: s.oldPresent) }
-        store.cache.remove(s.id)  // open descriptors keep the old file
-        resetCacheFile(s.id, size: s.size)
+        resetCacheFile(s.id)  // open descriptors keep the old file
         var rec = n.rec
         rec.node = t.nextNode
         t.nextNode += 1
@@ -342,10 +341,26 @@ extension ContainerFS {
     }
 
     /// The cache file becomes `size` bytes of holes: nothing is downloaded until read.
-    private func resetCacheFile(_ id: ItemID, size: Int64) {
-        let fd = store.cache.open(id, create: true, truncate: true)
-        guard fd >= 0 else { return }
-        ftruncate(fd, off_t(size))
-        close(fd)
+    /// A new version's content is not here: its cache file goes, and is made (as holes of the
+    /// new size) when the content is first needed — never for a placeholder nobody reads.
+    private func resetCacheFile(_ id: ItemID) {
+        store.cache.remove(id)
+    }
+
+    /// Opens the cache file of a file item, creating it with the item's size when it has none
+    /// yet (a placeholder's first download or upload). Negative errno; ENOENT when the item is
+    /// gone (its file is not made again).
+    public func openCacheFile(_ item: ItemID) -> Int32 {
+        lock.withLock {
+            let fd = store.cache.open(item, create: false)
+            guard fd == -ENOENT, let node = t.byID[item], let n = t.nodes[node], n.linked, n.rec.kind == .file else { return fd }
+            return store.cache.open(item, create: true, size: n.rec.size)
+        }
+    }
+
+    /// Makes sure a file item's cache file exists (lock held).
+    func materializeCacheFile(_ n: Node) {
+        let fd = store.cache.open(n.rec.id, create: true, size: n.rec.size)
+        if fd >= 0 { close(fd) }
     }
 }

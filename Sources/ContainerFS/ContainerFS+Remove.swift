@@ -69,8 +69,11 @@ extension ContainerFS {
     /// over: its bytes are another version's). False when it cannot be done; nothing changed.
     func transferIdentity(from: Node, to: Node) -> Bool {
         guard from.rec.kind == .file, to.rec.kind == .file, from !== to,
-              content.isPresent(to.rec.id, range: 0..<to.rec.size),
-              store.cache.exchange(from.rec.id, to.rec.id) else { return false }
+              content.isPresent(to.rec.id, range: 0..<to.rec.size) else { return false }
+        // An empty file synced from elsewhere may have no cache file yet.
+        materializeCacheFile(from)
+        materializeCacheFile(to)
+        guard store.cache.exchange(from.rec.id, to.rec.id) else { return false }
         let keep = from.rec.id, temp = to.rec.id
         to.rec.id = keep
         from.rec.id = temp

@@ -97,13 +97,8 @@ public final class ContainerFS: @unchecked Sendable {
         for var rec in snap.items {
             if rec.kind == .file {
                 if store.cache.size(of: rec.id) == nil { _ = store.cache.restoreFromTrash(rec.id) }
-                if let size = store.cache.size(of: rec.id) {
-                    if size != rec.size { rec.size = size; store.enqueue(.upsert(rec)) }
-                } else {
-                    let fd = store.cache.open(rec.id, create: true)
-                    if fd >= 0 { close(fd) }
-                    if rec.size != 0 { rec.size = 0; store.enqueue(.upsert(rec)) }
-                }
+                // No file: a placeholder whose content was never needed (created on first use).
+                if let size = store.cache.size(of: rec.id), size != rec.size { rec.size = size; store.enqueue(.upsert(rec)) }
             }
             let n = Node(rec)
             n.xattrs = snap.xattrs[rec.id] ?? [:]

@@ -1,9 +1,10 @@
 import Foundation
 import NimbusCore
 
-/// The content cache: one file per item at `cache/<first two hex digits>/<item id>`. While the
-/// mount is local-only every file is fully present; the sync engine will make files sparse
-/// while partial (a range map beside them) — the path scheme does not change.
+/// The content cache: one file per item at `cache/<first two hex digits>/<item id>`, sparse while
+/// partly downloaded (which chunks are present is the sync engine's base). A placeholder has no
+/// file until its content is first needed (open, download, upload): creating 100,000 empty
+/// files was most of a first sync's time, and far more on ext4 than on tmpfs.
 public struct ContentCache: Sendable {
     public let directory: URL
 
@@ -27,17 +28,27 @@ public struct ContentCache: Sendable {
         return directory.path + "/" + s.prefix(2) + "/" + s
     }
 
-    /// Opens the item's file, creating it (and its fan-out folder) when `create` is set.
+    /// Opens the item's file, creating it (and its fan-out folder) when `create` is set; a file
+    /// created by this call gets `size` (holes: a placeholder's bytes are not here yet).
     /// Returns a file descriptor or a negative errno.
-    public func open(_ id: ItemID, create: Bool, truncate: Bool = false) -> Int32 {
+    public func open(_ id: ItemID, create: Bool, truncate: Bool = false, size: Int64 = 0) -> Int32 {
         let p = path(for: id)
         var flags = O_RDWR | O_CLOEXEC
-        if create { flags |= O_CREAT }
         if truncate { flags |= O_TRUNC }
-        var fd = Glibc.open(p, flags, 0o600)
-        if fd < 0 && errno == ENOENT && create {
+        var fd = Glibc.open(p, flags)
+        guard fd < 0, errno == ENOENT, create else { return fd >= 0 ? fd : -errno }
+        fd = Glibc.open(p, flags | O_CREAT | O_EXCL, 0o600)
+        if fd < 0 && errno == ENOENT {
             mkdir((p as NSString).deletingLastPathComponent, 0o700)
-            fd = Glibc.open(p, flags, 0o600)
+            fd = Glibc.open(p, flags | O_CREAT | O_EXCL, 0o600)
+        }
+        if fd < 0 && errno == EEXIST {
+            fd = Glibc.open(p, flags)  // created meanwhile: it has its size already
+        } else if fd >= 0 && size > 0 && ftruncate(fd, off_t(size)) != 0 {
+            let e = errno
+            close(fd)
+            unlink(p)
+            return -e
         }
         return fd >= 0 ? fd : -errno
     }

@@ -172,7 +172,9 @@ extension SyncEngine: ContentProvider {
     }
 
     private func write(_ bytes: [UInt8], to item: ItemID, at offset: Int64) throws {
-        let fd = store.cache.open(item, create: false)
+        var fd = store.cache.open(item, create: false)
+        // A placeholder's file is made at its first download (ContentCache).
+        if fd == -ENOENT, let fs = state.withLock({ $0.fs }) { fd = fs.openCacheFile(item) }
         guard fd >= 0 else { throw SyncError("cannot open the cache file of \(item): \(String(cString: strerror(-fd)))") }
         defer { close(fd) }
         var done = 0

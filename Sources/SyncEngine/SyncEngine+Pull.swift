@@ -193,6 +193,7 @@ extension SyncEngine {
         var states: [RemoteState] = []
         var newBases: [ItemID: Base?] = [:]
         var oldBases: [ItemID: Base?] = [:]
+        let t0 = ContinuousClock.now
         for item in items {
             // Read before the checks below: a write that starts after them keeps the file.
             let generation = item.kind == .file ? fs.writeState(item.id)?.generation : nil
@@ -274,6 +275,7 @@ extension SyncEngine {
         // sees the new size sees "not present", and a download of the old content started before
         // counts for nothing (`fileGen`).
         let resets = Set(states.filter(\.resetContent).map(\.id))
+        let t1 = ContinuousClock.now
         var shown: [ItemID: Base?] = [:]
         let (actions, skipped) = fs.applyRemote(states) { id in
             guard let nb = newBases[id] else { return }
@@ -288,8 +290,13 @@ extension SyncEngine {
         // cursor) are written directly: commit the queue first, so no crash leaves a base or a
         // cursor on disk that says an item is shown while its row is not (EngineSimTests: a
         // folder created elsewhere never appeared on a device that crashed just after applying it).
+        let t2 = ContinuousClock.now
         if !shown.isEmpty { store.commitQueued() }
+        let t3 = ContinuousClock.now
         try persistBases(shown)
+        if items.count >= 10_000 {
+            log("applied \(items.count) items: checks \(t1 - t0), tree \(t2 - t1), rows \(t3 - t2), bases \(ContinuousClock.now - t3)")
+        }
         // New content of pinned files is downloaded at once.
         if !state.withLock({ $0.pinned.isEmpty }) {
             let fresh = states.filter { $0.kind == .file && $0.resetContent && !$0.deleted && !skipped.contains($0.id) }.map(\.id)

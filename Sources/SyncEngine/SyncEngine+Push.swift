@@ -368,8 +368,10 @@ extension SyncEngine: ChangeObserver {
     /// re-hashed as read, so a file changing underneath never uploads bytes under a wrong hash
     /// (the change queues the item again and the next push sends the new content).
     private func uploadContent(_ id: ItemID, known: [ChunkRef]?, fs: ContainerFS, snapshot: UInt64?) async throws -> [ChunkRef]? {
-        let fd = Glibc.open(store.cache.path(for: id), O_RDONLY | O_CLOEXEC)
-        guard fd >= 0 else { throw SyncError("cannot read the cache file of \(id): \(String(cString: strerror(errno)))") }
+        var fd = Glibc.open(store.cache.path(for: id), O_RDONLY | O_CLOEXEC)
+        // An empty file from elsewhere (complete, never opened here) has no cache file yet.
+        if fd < 0 && errno == ENOENT { fd = fs.openCacheFile(id) } else if fd < 0 { fd = -errno }
+        guard fd >= 0 else { throw SyncError("cannot read the cache file of \(id): \(String(cString: strerror(-fd)))") }
         defer { close(fd) }
         // Chunked under a read claim: the chunk list is the file's content at one instant, not
         // a mix of before and after a program's locked save. (Uploads re-hash what they send.)

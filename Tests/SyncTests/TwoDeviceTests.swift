@@ -84,6 +84,13 @@ struct TwoDeviceTests {
             let listed = try w.chunkBytesOut() - before
             #expect(listed == 0, "listing B's tree downloaded \(listed) bytes")
             #expect(try sh("cd \(q(b)) && getfattr --absolute-names -n user.nimbus.status --only-values t/f1 t/u/v/g1; echo") == "cloudcloud\n")
+            // A placeholder has no cache file until its content is needed (a first sync of
+            // 100,000 items spent most of its time creating empty files).
+            #expect(try sh("find \(q(w.base))/b-state/cache -type f -not -path '*/trash/*' | wc -l") == "0\n")
+            // ... and a restart keeps the real sizes (no file is not "size 0").
+            try w.crash(b)
+            try w.remount("b")
+            #expect(try sh("cd \(q(b)) && ls -lR --time-style=+ . | awk 'NF >= 6 && $1 !~ /^d/ {print $5, $NF}'") == lsA, "sizes on B after a restart")
 
             // 4 KiB from the middle: about one chunk (≤ 4 MiB; kernel read-ahead may touch a second).
             let middle = try sh("dd if=\(q(b))/big.bin bs=4096 skip=2560 count=1 2>/dev/null | md5sum")
