@@ -94,11 +94,13 @@ public final class ContainerFS: @unchecked Sendable {
     private func loadTree() throws {
         let snap = try store.load()
         var live = Set<ItemID>()
+        let trashed = store.cache.trashedFiles()
         for var rec in snap.items {
             if rec.kind == .file {
-                if store.cache.size(of: rec.id) == nil { _ = store.cache.restoreFromTrash(rec.id) }
+                var size = store.cache.size(of: rec.id)
+                if size == nil, let t = trashed[rec.id], store.cache.restore(t, as: rec.id) { size = store.cache.size(of: rec.id) }
                 // No file: a placeholder whose content was never needed (created on first use).
-                if let size = store.cache.size(of: rec.id), size != rec.size { rec.size = size; store.enqueue(.upsert(rec)) }
+                if let size, size != rec.size { rec.size = size; store.enqueue(.upsert(rec)) }
             }
             let n = Node(rec)
             n.xattrs = snap.xattrs[rec.id] ?? [:]

@@ -61,7 +61,7 @@ public struct ContentCache: Sendable {
     /// Moves the item's file to the trash under a name of its own and returns that path (nil:
     /// no file). The caller has the file removed once the item's deletion is committed
     /// (`StoreChange.removeFile`): after a `kill -9` that lost the deletion, the item comes back
-    /// from the database with its bytes (`restoreFromTrash`), not as an empty file.
+    /// from the database with its bytes (`restore`), not as an empty file.
     public func trash(_ id: ItemID) -> String? {
         let dest = trashDirectory + "/" + id.description + "." + UUID().uuidString
         if Glibc.rename(path(for: id), dest) == 0 { return dest }
@@ -70,24 +70,29 @@ public struct ContentCache: Sendable {
         return Glibc.rename(path(for: id), dest) == 0 ? dest : nil
     }
 
-    /// Puts back the newest trashed file of `id` when the item has none (its deletion was lost
-    /// in a crash). True when one was restored.
-    public func restoreFromTrash(_ id: ItemID) -> Bool {
-        let fm = FileManager.default
-        let prefix = id.description + "."
-        guard let names = try? fm.contentsOfDirectory(atPath: trashDirectory) else { return false }
-        var best: (path: String, mtime: Int)?
-        for n in names where n.hasPrefix(prefix) {
+    /// The newest trashed file of each item in the trash (read once at start: listing the
+    /// trash for every file without a cache file cost a start of 100,000 placeholders ~1 s).
+    public func trashedFiles() -> [ItemID: String] {
+        guard let names = try? FileManager.default.contentsOfDirectory(atPath: trashDirectory) else { return [:] }
+        var best: [ItemID: (path: String, mtime: Int)] = [:]
+        for n in names {
+            guard let dot = n.firstIndex(of: "."), let id = ItemID(String(n[..<dot])) else { continue }
             var st = stat()
             let full = trashDirectory + "/" + n
             guard stat(full, &st) == 0 else { continue }
             let mtime = st.st_mtim.tv_sec * 1_000_000_000 + st.st_mtim.tv_nsec
-            if best == nil || mtime > best!.mtime { best = (full, mtime) }
+            if let b = best[id], b.mtime >= mtime { continue }
+            best[id] = (full, mtime)
         }
-        guard let best else { return false }
+        return best.mapValues(\.path)
+    }
+
+    /// Puts a trashed file (`trashedFiles`) back as the item's file, when the item has none (its
+    /// deletion was lost in a crash). True when restored.
+    public func restore(_ trashed: String, as id: ItemID) -> Bool {
         let p = path(for: id)
         mkdir((p as NSString).deletingLastPathComponent, 0o700)
-        return Glibc.rename(best.path, p) == 0
+        return Glibc.rename(trashed, p) == 0
     }
 
     /// Size of the cached file, `nil` when absent.

@@ -62,11 +62,3 @@ struct Base: Sendable {
         return chunks(covering: range).filter { !present[$0] }
     }
 }
-
-/// Encoding of bases for LocalStore's `sync_item` table.
-enum BaseCoding {
-    static func encode(_ r: ServerItem) throws -> Data { try JSONEncoder().encode(r) }
-    static func decode(_ d: Data) throws -> ServerItem { try JSONDecoder().decode(ServerItem.self, from: d) }
-    static func bytes(_ p: [Bool]?) -> [UInt8]? { p.map { $0.map { $0 ? 1 : 0 } } }
-    static func bools(_ p: [UInt8]?) -> [Bool]? { p.map { $0.map { $0 != 0 } } }
-}

@@ -308,13 +308,12 @@ public final class SyncEngine: Sendable {
                 for (id, b) in bases { if let b, let m = s.bases[id], m.version == b.version { now[id] = m } }
                 return now
             }
-            let encoder = JSONEncoder()
             var rows: [SyncBase] = []
             var gone: [ItemID] = []
             rows.reserveCapacity(bases.count)
             for (id, passed) in bases {
                 if let b = now[id] ?? passed {
-                    rows.append(SyncBase(id: id, version: b.version, record: try encoder.encode(b.record), present: BaseCoding.bytes(b.present)))
+                    rows.append(SyncBase(id: id, version: b.version, record: BaseCoding.encode(b.record), present: BaseCoding.bytes(b.present)))
                 } else {
                     gone.append(id)
                 }

@@ -74,4 +74,28 @@ import Testing
             #expect(restarted.state.withLock { $0.bases[item.id]?.present } == [true, true, false])
         }
     }
+
+    @Test func recordsSurviveTheBinaryFormAndOldJSONRowsStillRead() throws {
+        var file = record(version: 9, sizes: [4_000_000, 123, 77])
+        file.extra = JSONValue.parse(#"{"tags":["a","b"],"rating":4}"#)
+        file.conflicts = 2
+        var link = record(version: 1, sizes: [])
+        link.kind = .symlink
+        link.symlinkTarget = "../ü/target"
+        link.name = ItemName(trusted: "läńk 🎉")
+        link.size = Int64("../ü/target".utf8.count)
+        var gone = record(version: 12, sizes: [])
+        gone.kind = .folder
+        gone.deleted = true
+        for r in [file, link, gone] {
+            let data = BaseCoding.encode(r)
+            #expect(data.first == BaseCoding.binaryTag)
+            #expect(try BaseCoding.decode(data) == r)
+            // Rows written by earlier versions are JSON.
+            #expect(try BaseCoding.decode(try JSONEncoder().encode(r)) == r)
+        }
+        // A damaged row is an error, not a wrong record.
+        let data = BaseCoding.encode(file)
+        #expect(throws: BaseCodingError.self) { try BaseCoding.decode(data.prefix(data.count - 3)) }
+    }
 }
