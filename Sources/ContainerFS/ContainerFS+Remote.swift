@@ -340,7 +340,6 @@ extension ContainerFS {
         actions.append(.node(p.node))
     }
 
-    /// The cache file becomes `size` bytes of holes: nothing is downloaded until read.
     /// A new version's content is not here: its cache file goes, and is made (as holes of the
     /// new size) when the content is first needed — never for a placeholder nobody reads.
     private func resetCacheFile(_ id: ItemID) {

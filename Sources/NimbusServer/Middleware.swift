@@ -147,4 +147,11 @@ enum JSONResponse {
         headers[.contentType] = "application/json"
         return Response(status: status, headers: headers, body: .init(byteBuffer: ByteBuffer(bytes: data)))
     }
+
+    /// A listing page, written by `FastJSON` (the same document, much faster).
+    static func make(_ page: ItemsResponse) -> Response {
+        var headers = HTTPFields()
+        headers[.contentType] = "application/json"
+        return Response(status: .ok, headers: headers, body: .init(byteBuffer: ByteBuffer(bytes: FastJSON.encode(page))))
+    }
 }

@@ -31,7 +31,22 @@ extension SyncEngine {
         // Whatever is still skipped after this is recorded again by `apply`.
         state.withLock { $0.minSkipped = nil }
         try apply(all)
-        log("listed the container again (\(all.count) items): states not shown here before are shown now where they fit")
+        // A listing holds live items only: an item shown here from the server (it has a base)
+        // that the listing lacks was deleted there. Its delete was not shown here (a folder kept
+        // for local work, a state held while its upload was on its way) and the journal is past
+        // it, so this is the only way it still comes: ask for its state and apply it
+        // (EngineSimTests seed 4: a folder deleted elsewhere stayed on a device that restarted).
+        let listed = Set(all.map(\.id))
+        let missing: [ItemID] = state.withLock { s in
+            s.bases.compactMap { id, b in !b.record.deleted && id != .root && !listed.contains(id) ? id : nil }
+        }
+        var gone: [ServerItem] = []
+        for id in missing {
+            guard let now = try? await client.item(container, id), now.deleted else { continue }
+            gone.append(now)
+        }
+        if !gone.isEmpty { try apply(gone) }
+        log("listed the container again (\(all.count) items\(gone.isEmpty ? "" : ", \(gone.count) deleted there")): states not shown here before are shown now where they fit")
     }
 
     /// Every item of the container and the journal cursor the listing starts from (changes
@@ -242,7 +257,12 @@ extension SyncEngine {
             // upload makes the server keep (or bring back) the folder, as the rules say.
             if item.deleted && item.kind == .folder {
                 let below = Set(fs.descendants(of: item.id))
-                if !below.isEmpty && state.withLock({ s in !s.queued.isDisjoint(with: below) || s.inFlight.map(below.contains) == true }) {
+                // Local work: queued, on its way, or a file open for writing (its upload waits
+                // for the close, so it is in no queue: the delete took it with the folder).
+                let localWork = !below.isEmpty
+                    && (state.withLock { s in !s.queued.isDisjoint(with: below) || !s.writing.isDisjoint(with: below) || s.inFlight.map(below.contains) == true }
+                        || below.contains { fs.writeState($0).map { $0.writers > 0 || $0.dirty } ?? false })
+                if localWork {
                     log("folder \(item.name.value) was deleted elsewhere but holds changes not yet uploaded here; keeping it")
                     // Tried again after the pushes (like a skipped state): once they are done —
                     // the server brought the folder back (a newer version overtakes this one), or

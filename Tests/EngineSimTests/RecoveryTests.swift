@@ -90,6 +90,51 @@ import Testing
 
     /// Two devices (a, b) on a live server, started; `body` runs; both are stopped whatever
     /// happens, and an error thrown by `body` is recorded.
+    /// a removes folder `d` while b writes a new file in it (open, so in no upload queue yet):
+    /// b keeps the folder and the file (before the fix the delete took the file being written).
+    /// b's program then removes its file, and b restarts before the kept delete was tried again.
+    /// The journal is past the delete, so only the relist at start can bring it: before the fix
+    /// it listed live items only and b kept the empty `d` for good (engine sim seed 4).
+    @Test func aFolderDeleteKeptForAFileBeingWrittenIsShownAfterARestart() async throws {
+        try await Self.twoDevices { a, b, client, sim in
+            let devices = [a, b]
+            let made = try a.fs.mkdir(parent: ContainerFS.rootNode, name: "d", mode: 0o755, caller: .process)
+            a.fs.forget(node: made.node, count: 1)
+            if let why = await sim.settle(devices, client: client, within: .seconds(30)) { throw SimFailure("d did not reach b: \(why)") }
+            guard let dB = b.lookup(ContainerFS.rootNode, "d") else { throw SimFailure("b has no d") }
+
+            // b's program writes d/x.txt and keeps it open.
+            let (e, open) = try b.fs.create(parent: dB, name: "x.txt", mode: 0o644, flags: O_WRONLY | O_CREAT, caller: .process)
+            b.fs.forget(node: e.node, count: 1)
+            let bytes = Array("being written on b\n".utf8)
+            _ = try bytes.withUnsafeBytes { try b.fs.write(node: e.node, handle: open.handle, offset: 0, data: $0) }
+            // b tried to upload it (mid-save: nothing sent; the close queues it again).
+            try await Task.sleep(for: .milliseconds(300))
+
+            try a.fs.rmdir(parent: ContainerFS.rootNode, name: "d")
+            let deadline = ContinuousClock.now + .seconds(20)
+            var cursor: Int64 = -1
+            while ContinuousClock.now < deadline {
+                cursor = try await client.container("docs").cursor
+                if a.status("upload-queue") == "0", b.status("cursor") == "\(cursor)", a.lookup(ContainerFS.rootNode, "d") == nil { break }
+                try await Task.sleep(for: .milliseconds(50))
+            }
+            #expect(b.status("cursor") == "\(cursor)", "b pulled a's delete")
+            #expect(b.lookup(dB, "x.txt") != nil, "the file being written in d survives the delete from elsewhere")
+
+            // The program gives up: it closes and removes the file. b stops (paused first, so
+            // the kept delete is not tried again before) and crashes.
+            b.engine.setPaused(true)
+            b.fs.release(node: e.node, handle: open.handle)
+            try b.fs.unlink(parent: dB, name: "x.txt")
+            _ = b.store.sync()  // the removal is durable (a crash may lose what is not)
+            try await b.restart(crash: true)
+            b.engine.setPaused(false)
+            if let why = await sim.settle(devices, client: client, within: .seconds(30)) { throw SimFailure("the devices did not agree: \(why)") }
+            #expect(b.lookup(ContainerFS.rootNode, "d") == nil)
+        }
+    }
+
     static func twoDevices(_ body: @escaping @Sendable (SimDevice, SimDevice, NimbusClient, EngineSim) async throws -> Void) async throws {
         try await LiveServer.with { server in
             let base = FileManager.default.temporaryDirectory.appendingPathComponent("nimbus-enginesim-recovery-\(UUID().uuidString)")
