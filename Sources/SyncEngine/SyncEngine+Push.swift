@@ -326,6 +326,18 @@ extension SyncEngine: ChangeObserver {
     /// conflict replaced a write made while the commit was on its way, and that write was lost).
     private func settle(_ id: ItemID, sent: ItemDraft, response r: CommitResponse, previous: Base?, generation: UInt64?) throws {
         let item = r.item
+        if item.deleted && !sent.deleted {
+            // The answer is a delete made elsewhere: our state changed nothing the delete had not
+            // seen (a create whose first answer was lost, sent again after another device deleted
+            // the item). It is shown like a pulled delete (a folder with local work stays). Saving
+            // it as the base while the item stayed here kept it for good: the journal's delete
+            // was then old news (EngineSimTests seed 4).
+            try saveBase(id, previous)
+            state.withLock { s in if s.inFlight == id { s.inFlight = nil } }
+            trace("settle \(id) v\(item.version): deleted elsewhere, shown as a delete")
+            try apply([item])
+            return
+        }
         let sameContent = item.chunks == sent.chunks
         // A file written (O_TRUNC) while the commit was on its way is whole here now, even if it
         // was a placeholder when the push began: marking it "not downloaded" again made the next

@@ -135,6 +135,32 @@ import Testing
         }
     }
 
+    /// b makes folder `d`; the server stores it but the answer is lost and b goes offline. a
+    /// sees `d` and removes it. Back online, b sends its create again and the server answers
+    /// with the delete: b must remove `d` too. Before the fix b saved the answer as its base and
+    /// kept the folder for good (the journal's delete was then old news: engine sim seed 4).
+    @Test func aCreateSentAgainAfterADeleteElsewhereEndsDeleted() async throws {
+        try await Self.twoDevices { a, b, client, sim in
+            let devices = [a, b]
+            // Both online first (a commit before the container exists is answered 404).
+            if let why = await sim.settle(devices, client: client, within: .seconds(30)) { throw SimFailure("no start: \(why)") }
+            b.relay.loseNextAnswer(after: "/commit")
+            let made = try b.fs.mkdir(parent: ContainerFS.rootNode, name: "d", mode: 0o755, caller: .process)
+            b.fs.forget(node: made.node, count: 1)
+            var deadline = ContinuousClock.now + .seconds(20)
+            while !b.relay.isCut, ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(20)) }
+            guard b.relay.isCut else { throw SimFailure("b's commit of d never went out") }
+            deadline = ContinuousClock.now + .seconds(20)
+            while ContinuousClock.now < deadline, a.lookup(ContainerFS.rootNode, "d") == nil { try await Task.sleep(for: .milliseconds(20)) }
+            guard a.lookup(ContainerFS.rootNode, "d") != nil else { throw SimFailure("a never saw d") }
+            try a.fs.rmdir(parent: ContainerFS.rootNode, name: "d")
+            while ContinuousClock.now < deadline, a.status("upload-queue") != "0" { try await Task.sleep(for: .milliseconds(20)) }
+            b.relay.restore()
+            if let why = await sim.settle(devices, client: client, within: .seconds(30)) { throw SimFailure("the devices did not agree: \(why)") }
+            #expect(b.lookup(ContainerFS.rootNode, "d") == nil)
+        }
+    }
+
     static func twoDevices(_ body: @escaping @Sendable (SimDevice, SimDevice, NimbusClient, EngineSim) async throws -> Void) async throws {
         try await LiveServer.with { server in
             let base = FileManager.default.temporaryDirectory.appendingPathComponent("nimbus-enginesim-recovery-\(UUID().uuidString)")
