@@ -262,7 +262,12 @@ extension SyncEngine {
                 let localWork = !below.isEmpty
                     && (state.withLock { s in !s.queued.isDisjoint(with: below) || !s.writing.isDisjoint(with: below) || s.inFlight.map(below.contains) == true }
                         || below.contains { fs.writeState($0).map { $0.writers > 0 || $0.dirty } ?? false })
-                if localWork {
+                // A child whose synced version is newer than the delete was changed after it: the
+                // server kept that child and brought the folder back (a newer version of the
+                // folder is on its way). A stale delete — asked for just before an upload into
+                // the folder finished — took the uploaded file with it (EngineSimTests seed 1).
+                let newerBelow = state.withLock { s in below.contains { (s.bases[$0]?.version ?? 0) > item.version } }
+                if localWork || newerBelow {
                     log("folder \(item.name.value) was deleted elsewhere but holds changes not yet uploaded here; keeping it")
                     // Tried again after the pushes (like a skipped state): once they are done —
                     // the server brought the folder back (a newer version overtakes this one), or

@@ -294,6 +294,18 @@ extension SyncEngine: ChangeObserver {
             // gone here (the journal has moved past them): list the container again to show them.
             if r.item.kind == .folder { try await relist() }
         }
+        // A version newer than the answer arrived while the delete was on its way (an edit made
+        // elsewhere after the delete, which brought the item back): it goes in now. It was left
+        // waiting for good before, and the item stayed gone here only (EngineSimTests seed 6).
+        let newer: ServerItem? = state.withLock { s in
+            guard let held = s.heldForWriter.removeValue(forKey: id) else { return nil }
+            if s.inFlight == id { s.inFlight = nil }
+            return held
+        }
+        if let newer {
+            trace("delete \(id): v\(newer.version) came while it was on its way; shown now")
+            try apply([newer])
+        }
     }
 
     /// An item deleted here that has no base may still be on the server: its create was
