@@ -44,17 +44,8 @@ import Testing
         let report = try await LiveServer.with { server in try await EngineSim(plan: plan, server: server).run() }
         if let failure = report.failure {
             let message: Comment = "engine sim seed \(seed) (\(replay)): \(failure)"
-            if ProcessInfo.processInfo.environment["NIMBUS_ENGINE_SIM_SEEDS"] == nil {
-                // The default run: some seeds still end, now and then, with a divergence or a lost
-                // content the engine has not been fixed for yet (docs/sync.md "Simulation"). They
-                // are reported as known issues so the suite stays green; a crash or hang still
-                // fails it. Runs with NIMBUS_ENGINE_SIM_SEEDS set (scripts/soak --engine) are strict.
-                withKnownIssue("open engine divergences (docs/sync.md \"Simulation\")", isIntermittent: true) {
-                    Issue.record(message)
-                }
-            } else {
-                Issue.record(message)
-            }
+            // Strict, also in the default run: every divergence or lost content fails it.
+            Issue.record(message)
         } else {
             print("engine sim figures: seed \(seed): \(report.figures)")
         }
