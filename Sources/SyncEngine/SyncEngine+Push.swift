@@ -345,6 +345,13 @@ extension SyncEngine: ChangeObserver {
             // it as the base while the item stayed here kept it for good: the journal's delete
             // was then old news (EngineSimTests seed 4).
             try saveBase(id, previous)
+            // Written since its content was read for this commit: the write's close or fsync
+            // pushes it on the old base, and as an edit against a delete it wins.
+            if item.kind == .file, let generation, let fs = state.withLock({ $0.fs }),
+               fs.writeState(id)?.generation != generation {
+                trace("settle \(id) v\(item.version): deleted elsewhere, but written here since; kept")
+                return
+            }
             state.withLock { s in if s.inFlight == id { s.inFlight = nil } }
             trace("settle \(id) v\(item.version): deleted elsewhere, shown as a delete")
             try apply([item])
