@@ -37,6 +37,7 @@ extension ContainerFS {
         if flags & O_TRUNC != 0 {
             // Atomic O_TRUNC: the kernel leaves the truncation to us (mtime/ctime always change,
             // as on Linux's local filesystems).
+            if let id = lock.withLock({ t.nodes[node]?.rec.id }) { content.willTruncate(id) }
             if ftruncate(fd, 0) != 0 { let e = Errno.current; release(node: node, handle: UInt64(fd)); throw e }
             let now = WallClock.nowNanoseconds()
             let changed = lock.withLock { () -> ItemID? in
@@ -221,6 +222,7 @@ extension ContainerFS {
                 guard n.rec.kind == .file else { throw .EINVAL }
                 return n.rec.id
             }
+            content.willTruncate(id)
             if let h = handle, h < Self.controlHandleBase {
                 if ftruncate(Int32(h), off_t(size)) != 0 { throw Errno.current }
             } else {

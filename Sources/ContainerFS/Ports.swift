@@ -13,6 +13,13 @@ public protocol ContentProvider: Sendable {
     func isPresent(_ item: ItemID, range: Range<Int64>) -> Bool
     /// Makes bytes `range` of `item` present; calls `done` exactly once (nil = success).
     func hydrate(_ item: ItemID, range: Range<Int64>, done: @escaping @Sendable (Errno?) -> Void)
+    /// Called just before a program's truncation changes the item's cache file in place
+    /// (O_TRUNC, truncate(2)): downloads under way must not write into it afterwards.
+    func willTruncate(_ item: ItemID)
+}
+
+extension ContentProvider {
+    public func willTruncate(_ item: ItemID) {}
 }
 
 /// Everything is local (a mount without `--server`).

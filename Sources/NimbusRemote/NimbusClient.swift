@@ -107,6 +107,42 @@ public struct NimbusClient: Sendable {
         return Array(buffer: r.body)
     }
 
+    /// Streams a chunk's bytes to `part` as they arrive from the socket — no copy of the whole
+    /// chunk is made (hydration hashes and writes each part where it lands). Returns the number
+    /// of bytes. Errors thrown by `part` come back as they are (not as `transport`); more bytes
+    /// than a chunk may hold end the transfer with `unexpected`.
+    public func streamChunk(_ hash: ContentHash, _ part: (UnsafeRawBufferPointer) throws -> Void) async throws -> Int64 {
+        var request = HTTPClientRequest(url: baseURL + "/v1/chunks/\(hash)")
+        request.method = .GET
+        request.headers.add(name: "Authorization", value: "Bearer \(token)")
+        var partError: (any Error)?
+        var total: Int64 = 0
+        do {
+            let response = try await http.execute(request, timeout: timeout)
+            guard response.status.code == 200 else {
+                let body = try await response.body.collect(upTo: 1 << 20)
+                let r = RawResponse(status: Int(response.status.code), headers: response.headers.map { ($0.name, $0.value) }, body: body)
+                try check(r)
+                throw RemoteError.unexpected(status: r.status, "a chunk was asked for and this came back: \(r.text.prefix(200))")
+            }
+            for try await buffer in response.body {
+                total += Int64(buffer.readableBytes)
+                guard total <= Int64(ProtocolLimits.maxChunkSize) else {
+                    throw RemoteError.unexpected(status: 200, "chunk \(hash) came with more than \(ProtocolLimits.maxChunkSize) bytes")
+                }
+                do { try buffer.withUnsafeReadableBytes(part) } catch {
+                    partError = error
+                    throw error
+                }
+            }
+            return total
+        } catch {
+            if let partError { throw partError }
+            if let e = error as? RemoteError { throw e }
+            throw RemoteError.transport("\(error) (GET \(baseURL)/v1/chunks/\(hash))")
+        }
+    }
+
     // MARK: raw access (tests and tools)
 
     public struct RawResponse: Sendable {

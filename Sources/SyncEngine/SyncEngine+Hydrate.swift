@@ -41,6 +41,10 @@ extension SyncEngine: ContentProvider {
         return present
     }
 
+    public func willTruncate(_ item: ItemID) {
+        contentGate.withLock { $0[item, default: 0] &+= 1 }
+    }
+
     /// Bytes read in a row before prefetch starts (a random read of one range never prefetches).
     static let prefetchAfter: Int64 = 4 << 20
 
@@ -79,7 +83,8 @@ extension SyncEngine: ContentProvider {
         if s.fetchStarted.contains(key) { return false }
         if known && priority == 2 { return false }
         // Queued again at a higher priority: the stale entry is skipped when it comes up.
-        s.fetchQueues[priority].append(ChunkFetch(key: key, offset: offset))
+        let truncations = contentGate.withLock { $0[key.item] ?? 0 }  // (lock order: state, then gate)
+        s.fetchQueues[priority].append(ChunkFetch(key: key, offset: offset, truncations: truncations))
         return true
     }
 
@@ -113,31 +118,51 @@ extension SyncEngine: ContentProvider {
         for ws in failed { for w in ws { w(.EIO) } }
         // Each fetch ends by its own deadline (hydrationSeconds), so these tasks are not tracked
         // for stop(): a stopping daemon waits at most that long for them.
-        for f in starts { Task { await self.download(f.key, at: f.offset) } }
+        for f in starts { Task { await self.download(f.key, at: f.offset, truncations: f.truncations) } }
     }
 
-    /// Fetches one chunk, checks it, writes it into the cache file, records it present and wakes
-    /// its waiters. Failing (unreachable server, deadline, bad bytes) answers EIO to them.
-    func download(_ key: ChunkKey, at offset: Int64) async {
+    /// Fetches one chunk, writing each part into the cache file as it arrives while hashing it;
+    /// once checked, records it present and wakes its waiters. Failing (unreachable server,
+    /// deadline, bad bytes) answers EIO to them. Bytes of a chunk that fails its check may stay
+    /// in the file: it is not marked present, so they are never read and are written over.
+    func download(_ key: ChunkKey, at offset: Int64, truncations: UInt64) async {
         var failure: Errno?
-        let gen = state.withLock { $0.fileGen[key.item] ?? 0 }
         do {
-            let bytes = try await fetchClient.getChunk(key.hash)
-            guard ContentHash(digest: SHA256.hash(data: bytes)) == key.hash else {
-                throw SyncError("chunk \(key.hash) arrived with other bytes")
+            let (fd, gen, expected) = try openForDownload(key, at: offset)
+            let sameFile = gen != nil
+            var written: Int64 = 0
+            var truncated = false
+            if sameFile {
+                defer { close(fd) }
+                var hasher = SHA256()
+                _ = try await fetchClient.streamChunk(key.hash) { part in
+                    hasher.update(bufferPointer: part)
+                    guard !truncated else { return }
+                    guard written + Int64(part.count) <= expected else {
+                        throw SyncError("chunk \(key.hash) arrived with more than its \(expected) bytes")
+                    }
+                    try contentGate.withLock { (g: inout [ItemID: UInt64]) throws -> Void in
+                        // A program truncated the file since the fetch began: its bytes rule.
+                        guard (g[key.item] ?? 0) == truncations else { truncated = true; return }
+                        try Self.writeAll(fd, part, at: offset + written)
+                    }
+                    written += Int64(part.count)
+                }
+                guard ContentHash(digest: hasher.finalize()) == key.hash, truncated || written == expected else {
+                    throw SyncError("chunk \(key.hash) arrived with other bytes")
+                }
             }
-            try write(bytes, to: key.item, at: offset)
-            let (updated, replaced): (Base?, Bool) = state.withLock { s in
-                s.bytesDownloaded += Int64(bytes.count)
+            let (updated, replaced): (Base?, Bool) = !sameFile ? (nil, true) : truncated ? (nil, false) : state.withLock { s in
+                s.bytesDownloaded += written
                 // Still the same content? (a remote change may have replaced it meanwhile: the
                 // waiting reads were for the old version, whose file only stale handles see)
-                guard (s.fileGen[key.item] ?? 0) == gen, var b = s.bases[key.item], key.index < b.record.chunks.count,
+                guard (s.fileGen[key.item] ?? 0) == gen!, var b = s.bases[key.item], key.index < b.record.chunks.count,
                       b.record.chunks[key.index].hash == key.hash, b.offsets[key.index] == offset else { return (nil, true) }
                 guard var p = b.present else { return (nil, false) }
                 p[key.index] = true
                 b = Base(record: b.record, present: p)
                 s.bases[key.item] = b
-                s.cacheUsed += Int64(bytes.count)
+                s.cacheUsed += written
                 s.useClock &+= 1
                 s.lastUse[key.item] = s.useClock  // just downloaded counts as used (LRU)
                 if b.complete { s.itemErrors[key.item] = nil }
@@ -171,19 +196,43 @@ extension SyncEngine: ContentProvider {
         if options.cacheLimit != nil { cacheWake.yield() }
     }
 
-    private func write(_ bytes: [UInt8], to item: ItemID, at offset: Int64) throws {
-        var fd = store.cache.open(item, create: false)
+    /// Opens the item's cache file for a download of chunk `key` at `offset`: the descriptor,
+    /// the content generation it belongs to and the chunk's size. The generation is nil (and
+    /// nothing open) when the chunk is no longer part of the content here — a remote version
+    /// replaced it since it was asked for.
+    ///
+    /// The generation is read with the check that the current content still holds the chunk
+    /// there, and checked again after the file is opened: a new version bumps it (`applied`,
+    /// under the filesystem lock) before its cache file is removed, so an unchanged generation
+    /// means the descriptor is that generation's file — and a file replaced later is unlinked,
+    /// where late bytes harm nothing. (The generation used to be taken when the download
+    /// started, unchecked, and the bytes written before any check: a download of the old
+    /// version queued before a new one arrived wrote into the new version's file — a byte past
+    /// its end became its size at the next start, old bytes could overwrite new ones.)
+    private func openForDownload(_ key: ChunkKey, at offset: Int64) throws -> (Int32, UInt64?, Int64) {
+        let current: (UInt64, Int64)? = state.withLock { s in
+            guard let b = s.bases[key.item], key.index < b.record.chunks.count, b.record.chunks[key.index].hash == key.hash,
+                  b.offsets[key.index] == offset else { return nil }
+            return (s.fileGen[key.item] ?? 0, b.record.chunks[key.index].size)
+        }
+        guard let (gen, size) = current else { return (-1, nil, 0) }
+        var fd = store.cache.open(key.item, create: false)
         // A placeholder's file is made at its first download (ContentCache).
-        if fd == -ENOENT, let fs = state.withLock({ $0.fs }) { fd = fs.openCacheFile(item) }
-        guard fd >= 0 else { throw SyncError("cannot open the cache file of \(item): \(String(cString: strerror(-fd)))") }
-        defer { close(fd) }
+        if fd == -ENOENT, let fs = state.withLock({ $0.fs }) { fd = fs.openCacheFile(key.item) }
+        guard state.withLock({ ($0.fileGen[key.item] ?? 0) == gen }) else {
+            if fd >= 0 { close(fd) }
+            return (-1, nil, 0)
+        }
+        guard fd >= 0 else { throw SyncError("cannot open the cache file of \(key.item): \(String(cString: strerror(-fd)))") }
+        return (fd, gen, size)
+    }
+
+    private static func writeAll(_ fd: Int32, _ b: UnsafeRawBufferPointer, at offset: Int64) throws {
         var done = 0
-        try bytes.withUnsafeBytes { b in
-            while done < b.count {
-                let n = pwrite(fd, b.baseAddress! + done, b.count - done, off_t(offset) + off_t(done))
-                if n < 0 { if errno == EINTR { continue }; throw SyncError("cannot write the cache file: \(String(cString: strerror(errno)))") }
-                done += n
-            }
+        while done < b.count {
+            let n = pwrite(fd, b.baseAddress! + done, b.count - done, off_t(offset) + off_t(done))
+            if n < 0 { if errno == EINTR { continue }; throw SyncError("cannot write the cache file: \(String(cString: strerror(errno)))") }
+            done += n
         }
     }
 }

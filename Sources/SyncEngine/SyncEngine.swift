@@ -52,6 +52,11 @@ public final class SyncEngine: Sendable {
     /// Orders base writes to disk (`persistBases`, `persistPresence`): each reads memory and
     /// writes under it, so the last write on disk carries the newest state.
     let baseDiskLock = Mutex<Void>(())
+    /// Per item, how many times a program truncated its file in place (`willTruncate`). Held
+    /// by a download while it checks this and writes a part into the cache file, so no bytes of
+    /// a download land after a program's truncation (they would sit past its new end, or under
+    /// what it writes next).
+    let contentGate = Mutex<[ItemID: UInt64]>([:])
     let wake: AsyncStream<Void>.Continuation
     let wakes: AsyncStream<Void>
     /// Wakes the tick loop (SyncEngine+Cache.swift): every second, and after each download.
@@ -137,6 +142,8 @@ public final class SyncEngine: Sendable {
     struct ChunkFetch {
         var key: ChunkKey
         var offset: Int64
+        /// `contentGate`'s count for the item when the chunk was asked for.
+        var truncations: UInt64
     }
 
     struct ChunkKey: Hashable {

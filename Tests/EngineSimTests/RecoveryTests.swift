@@ -161,7 +161,7 @@ import Testing
         }
     }
 
-    static func twoDevices(_ body: @escaping @Sendable (SimDevice, SimDevice, NimbusClient, EngineSim) async throws -> Void) async throws {
+    static func twoDevices(hydrationSeconds: Int64 = 5, _ body: @escaping @Sendable (SimDevice, SimDevice, NimbusClient, EngineSim) async throws -> Void) async throws {
         try await LiveServer.with { server in
             let base = FileManager.default.temporaryDirectory.appendingPathComponent("nimbus-enginesim-recovery-\(UUID().uuidString)")
             defer { try? FileManager.default.removeItem(at: base) }
@@ -171,7 +171,8 @@ import Testing
             for i in 0..<2 {
                 let name = String(UnicodeScalar(UInt8(97 + i)))
                 devices.append(try SimDevice(index: i, dir: base.appendingPathComponent(name), serverPort: port,
-                                             token: try await server.token(device: name), container: "docs"))
+                                             token: try await server.token(device: name), container: "docs",
+                                             hydrationSeconds: hydrationSeconds))
             }
             let client = NimbusClient(baseURL: server.url, token: try await server.token(device: "checker"))
             let sim = EngineSim(plan: SimPlan(seed: 0, rounds: 0), server: server)

@@ -18,6 +18,8 @@ final class Relay: @unchecked Sendable {
     private var open: [ObjectIdentifier: Pair] = [:]
     private let listener: Int32
     private var loseMarker: [UInt8]?
+    private var holdMarker: [UInt8]?
+    private var holding = false
     let port: Int
     let targetPort: Int
 
@@ -27,6 +29,8 @@ final class Relay: @unchecked Sendable {
         var ended = 0
         /// A request on it matched `loseMarker`: its answer is lost (`loseNextAnswer`).
         var swallow = false
+        /// A request on it matched `holdMarker`: its answer waits for `releaseHeld`.
+        var held = false
         init(_ a: Int32, _ b: Int32) { self.a = a; self.b = b }
     }
 
@@ -79,6 +83,16 @@ final class Relay: @unchecked Sendable {
     /// comes back the network goes away instead (`cut()`): the server did the work, the device
     /// never hears of it — deterministically, not by luck of timing.
     func loseNextAnswer(after marker: String) { lock.withLock { loseMarker = Array(marker.utf8) } }
+
+    /// The answer to the next request whose bytes contain `marker` is held back (the request
+    /// is under way, its bytes are not) until `releaseHeld()`: a slow transfer on demand.
+    func holdNextAnswer(after marker: String) { lock.withLock { holdMarker = Array(marker.utf8); holding = true } }
+
+    /// Lets a held answer go on.
+    func releaseHeld() { lock.withLock { holding = false } }
+
+    /// Whether a request matched the hold marker (its answer is held or was).
+    var holdMatched: Bool { lock.withLock { holdMarker == nil && holding } }
 
     var isCut: Bool { lock.withLock { down } }
 
@@ -141,6 +155,14 @@ final class Relay: @unchecked Sendable {
             if from == pair.a, let marker = lock.withLock({ loseMarker }),
                buffer[0..<n].firstRange(of: marker) != nil {
                 lock.withLock { pair.swallow = true; loseMarker = nil }
+            }
+            if from == pair.a, let marker = lock.withLock({ holdMarker }),
+               buffer[0..<n].firstRange(of: marker) != nil {
+                lock.withLock { pair.held = true; holdMarker = nil }
+            }
+            if from == pair.b, lock.withLock({ pair.held }) {
+                while lock.withLock({ holding && !closed && !down }) { usleep(5_000) }
+                lock.withLock { pair.held = false }
             }
             if from == pair.b, lock.withLock({ pair.swallow }) {
                 cut()

@@ -26,6 +26,8 @@ final class SimDevice: @unchecked Sendable {
     var serverURL: String { relay.url }
     let token: String
     let container: String
+    /// The read deadline (`SyncEngine.Options.hydrationSeconds`).
+    let hydrationSeconds: Int64
     private(set) var store: LocalStore
     private(set) var fs: ContainerFS
     private(set) var engine: SyncEngine
@@ -33,7 +35,8 @@ final class SimDevice: @unchecked Sendable {
 
     var name: String { String(UnicodeScalar(UInt8(97 + index))) }
 
-    init(index: Int, dir: URL, serverPort: Int, token: String, container: String) throws {
+    init(index: Int, dir: URL, serverPort: Int, token: String, container: String, hydrationSeconds: Int64 = 5) throws {
+        self.hydrationSeconds = hydrationSeconds
         self.index = index
         self.dir = dir
         let relay = try Relay(targetPort: serverPort)
@@ -41,15 +44,20 @@ final class SimDevice: @unchecked Sendable {
         let serverURL = relay.url
         self.token = token
         self.container = container
-        do { (store, fs, engine) = try Self.open(dir: dir, serverURL: serverURL, token: token, container: container) } catch {
+        do {
+            (store, fs, engine) = try Self.open(dir: dir, serverURL: serverURL, token: token, container: container,
+                                                hydrationSeconds: hydrationSeconds)
+        } catch {
             relay.close()
             throw error
         }
     }
 
-    private static func open(dir: URL, serverURL: String, token: String, container: String) throws -> (LocalStore, ContainerFS, SyncEngine) {
+    private static func open(dir: URL, serverURL: String, token: String, container: String,
+                             hydrationSeconds: Int64) throws -> (LocalStore, ContainerFS, SyncEngine) {
         let store = try LocalStore(directory: dir)
         var o = SyncEngine.Options()
+        o.hydrationSeconds = hydrationSeconds
         o.longPoll = 10
         o.logLabel = dir.lastPathComponent
         do {
@@ -88,7 +96,8 @@ final class SimDevice: @unchecked Sendable {
     /// Stop, then open the same state directory again and start.
     func restart(crash: Bool) async throws {
         await stop(crash: crash)
-        (store, fs, engine) = try Self.open(dir: dir, serverURL: serverURL, token: token, container: container)
+        (store, fs, engine) = try Self.open(dir: dir, serverURL: serverURL, token: token, container: container,
+                                            hydrationSeconds: hydrationSeconds)
         start()
     }
 

@@ -59,7 +59,10 @@ struct ConflictTests {
             for mp in [a, b] {
                 try await eventually("no conflict left on \(mp)", "test \"$(getfattr --absolute-names --only-values -n user.nimbus.conflicts \(q(mp))/doc.txt)\" = 0")
                 // `current`, or `cloud` where the kept version was not read yet.
-                try await eventually("no conflict status on \(mp)", "getfattr --absolute-names --only-values -n user.nimbus.status \(q(mp))/doc.txt | grep -qxE 'current|cloud'")
+                try await eventually("no conflict status on \(mp)",
+                                     "s=$(getfattr --absolute-names --only-values -n user.nimbus.status \(q(mp))/doc.txt); echo \"status $s, "
+                                     + "error $(getfattr --absolute-names --only-values -n user.nimbus.error \(q(mp))/doc.txt 2>&1)\"; "
+                                     + "echo \"$s\" | grep -qxE 'current|cloud'")
                 #expect(try sh("cat \(q(mp))/.nimbus/conflicts") == "")
                 #expect(try sh("cat \(q(mp))/doc.txt") == "edit on a")
             }

@@ -1,0 +1,92 @@
+import ContainerFS
+import Foundation
+import FuseKit
+import Glibc
+import NimbusCore
+import NimbusRemote
+import NimbusTesting
+import Testing
+
+/// A download still on its way when the file's content changes must not write into the file
+/// that now holds the new content: neither a new version from elsewhere nor a program's
+/// truncation here. Slow downloads are made on demand: b's relay holds the answer to its
+/// chunk request until the change is done (with a read deadline long enough that the held
+/// download does not simply time out). Two devices each, on the engine-sim harness.
+@Suite(.serialized) struct DownloadRaceTests {
+    /// 200 KB: one chunk (the chunker's smallest is 256 KiB).
+    static let old = String(repeating: "the old content of x.txt\n", count: 8_000)
+
+    /// a writes x.txt; b starts reading it (its download held back); a writes a short new
+    /// version, b shows it and reads it; then the old download arrives. Before the fix its bytes
+    /// went into the new version's file: b read old bytes under the new size, and after a
+    /// restart the file's size was the old one.
+    @Test func aSlowDownloadOfAnOldVersionStaysOutOfTheNewOne() async throws {
+        try await RecoveryTests.twoDevices(hydrationSeconds: 60) { a, b, client, sim in
+            let devices = [a, b]
+            let id = try a.writeFile(node: nil, parent: ContainerFS.rootNode, name: "x.txt", content: Self.old)
+            if let why = await sim.settle(devices, client: client, within: .seconds(30)) { throw SimFailure("x.txt did not reach b: \(why)") }
+            let oldRead = try await Self.startHeldRead(b, id)
+
+            _ = try a.writeFile(node: a.fs.localState(id)?.node, parent: 0, name: "x.txt", content: "new\n")
+            let deadline = ContinuousClock.now + .seconds(20)
+            while ContinuousClock.now < deadline, b.fs.localState(id)?.size != 4 { try await Task.sleep(for: .milliseconds(20)) }
+            #expect(b.fs.localState(id)?.size == 4, "b never showed the new version")
+            #expect(await b.tree()?["x.txt"] == "new\n")  // downloads the new version (not held)
+
+            b.relay.releaseHeld()
+            #expect(await oldRead.value == .EIO, "the old version's read is answered EIO, never with other bytes")
+            #expect(await b.tree()?["x.txt"] == "new\n")
+            #expect(b.store.cache.size(of: id) == 4, "the cache file holds the new version only")
+            try await b.restart(crash: true)
+            #expect(await b.tree()?["x.txt"] == "new\n")
+        }
+    }
+
+    /// b starts reading x.txt (its download held back); a program on b truncates and rewrites
+    /// it; then the download arrives. Before the fix its bytes went over the program's: b read
+    /// old bytes, and the size grew back at the next start.
+    @Test func aSlowDownloadStaysOutOfAFileAProgramTruncated() async throws {
+        try await RecoveryTests.twoDevices(hydrationSeconds: 60) { a, b, client, sim in
+            let devices = [a, b]
+            let id = try a.writeFile(node: nil, parent: ContainerFS.rootNode, name: "x.txt", content: Self.old)
+            if let why = await sim.settle(devices, client: client, within: .seconds(30)) { throw SimFailure("x.txt did not reach b: \(why)") }
+            let read = try await Self.startHeldRead(b, id)
+
+            guard let node = b.fs.localState(id)?.node else { throw SimFailure("b has no x.txt") }
+            _ = try b.writeFile(node: node, parent: 0, name: "x.txt", content: "mine\n")
+            b.relay.releaseHeld()
+            #expect(await read.value == nil, "the read goes on, on the file as the program left it")
+            #expect(b.store.cache.size(of: id) == 5, "the cache file holds the program's bytes only")
+            if let why = await sim.settle(devices, client: client, within: .seconds(30)) { throw SimFailure("the devices did not agree: \(why)") }
+            #expect(await a.tree()?["x.txt"] == "mine\n")
+            #expect(await b.tree()?["x.txt"] == "mine\n")
+            try await b.restart(crash: true)
+            #expect(await b.tree()?["x.txt"] == "mine\n")
+        }
+    }
+
+    /// Evicts `id` on `dev` and starts a read of all of it whose chunk answer the relay holds back; returns
+    /// once the request is out. The task ends with the read's answer.
+    static func startHeldRead(_ dev: SimDevice, _ id: ItemID) async throws -> Task<Errno?, Never> {
+        guard let rec = dev.fs.localState(id) else { throw SimFailure("\(dev.name) has no \(id)") }
+        let size = rec.size
+        // The settle read every file: make it a placeholder again.
+        try dev.fs.setxattr(node: rec.node, name: "user.nimbus.evict", value: Array("1".utf8), flags: 0)
+        dev.relay.holdNextAnswer(after: "GET /v1/chunks/")
+        let engine = dev.engine
+        let read = Task {
+            await withCheckedContinuation { (c: CheckedContinuation<Errno?, Never>) in
+                engine.hydrate(id, range: 0..<size) { c.resume(returning: $0) }
+            }
+        }
+        let deadline = ContinuousClock.now + .seconds(20)
+        while ContinuousClock.now < deadline, !dev.relay.holdMatched { try await Task.sleep(for: .milliseconds(10)) }
+        guard dev.relay.holdMatched else {
+            dev.relay.releaseHeld()
+            read.cancel()
+            throw SimFailure("\(dev.name)'s chunk request never went out (the read: \(String(describing: await read.value)), "
+                + "status \(dev.engine.statusLines().map { "\($0.0)=\($0.1)" }.joined(separator: " ")))")
+        }
+        return read
+    }
+}
