@@ -64,7 +64,10 @@ public final class LocalStore: @unchecked Sendable {
                 try Self.apply(.upsert(root), db)
             }
         }
-        let t = Thread { [unowned self] in self.writerLoop() }
+        // The thread holds the store until `close()` (or `abandon()`) ends it: a store dropped
+        // without closing is kept alive (and its queue still committed) rather than freed under
+        // the running writer (it was `unowned`: a test that forgot `close()` crashed the run).
+        let t = Thread { [self] in self.writerLoop() }
         t.name = "nimbus-store-writer"
         t.start()
     }

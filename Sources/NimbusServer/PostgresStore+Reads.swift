@@ -45,7 +45,7 @@ extension PostgresStore {
             cursor = c
             guard let id, let version, let conflicts, let state else { continue }
             guard let itemID = ItemID(id) else { throw APIError(.internal, "corrupt item id \(id) in the database") }
-            items.append(StoredItem(id: itemID, version: version, conflicts: Int(conflicts), state: try Codec.decode(ItemState.self, state)).record)
+            items.append(StoredItem(id: itemID, version: version, conflicts: Int(conflicts), state: try Codec.decodeState(state)).record)
         }
         let more = items.count > limit
         if more { items.removeLast(items.count - limit) }
@@ -65,7 +65,7 @@ extension PostgresStore {
             """).map { row in
             let (seq, role, state, device) = try row.decode((Int64, String, String, String).self)
             return VersionRecord(version: seq, role: VersionRole(rawValue: role) ?? .previous, deviceName: device,
-                                 state: ItemRecord(id: id, version: seq, state: try Codec.decode(ItemState.self, state), conflicts: 0))
+                                 state: ItemRecord(id: id, version: seq, state: try Codec.decodeState(state), conflicts: 0))
         }
     }
 
@@ -97,7 +97,7 @@ extension PostgresStore {
     public func referencedChunks() async throws -> Set<ContentHash> {
         var out = Set<ContentHash>()
         for try await text in try await client.query("SELECT state FROM versions", logger: logger).decode(String.self) {
-            for c in try Codec.decode(ItemState.self, text).content.chunks { out.insert(c.hash) }
+            for c in try Codec.decodeState(text).content.chunks { out.insert(c.hash) }
         }
         return out
     }

@@ -201,6 +201,6 @@ public final class PostgresStore: ServerStore {
     static func storedItem(_ row: PostgresRow) throws -> StoredItem {
         let (id, version, conflicts, state) = try row.decode((String, Int64, Int64, String).self)
         guard let itemID = ItemID(id) else { throw APIError(.internal, "corrupt item id \(id) in the database") }
-        return StoredItem(id: itemID, version: version, conflicts: Int(conflicts), state: try Codec.decode(ItemState.self, state))
+        return StoredItem(id: itemID, version: version, conflicts: Int(conflicts), state: try Codec.decodeState(state))
     }
 }

@@ -45,7 +45,7 @@ struct PostgresTransaction: StoreTransaction {
             ORDER BY v.seq DESC LIMIT 1
             """).first else { return nil }
         let (seq, state, floor) = try row.decode((Int64, String, Int64).self)
-        return seq > floor ? try Codec.decode(ItemState.self, state) : nil
+        return seq > floor ? try Codec.decodeState(state) : nil
     }
 
     func isNameTaken(parent: ItemID, name: String, excluding id: ItemID) throws -> Bool {
@@ -104,7 +104,7 @@ struct PostgresTransaction: StoreTransaction {
         else { return nil }
         let (role, state) = try row.decode((String, String).self)
         guard let r = StoredRole(rawValue: role) else { return nil }
-        return (r, try Codec.decode(ItemState.self, state))
+        return (r, try Codec.decodeState(state))
     }
 
     func versionSeqs(item: ItemID, role: StoredRole) throws -> [Int64] {

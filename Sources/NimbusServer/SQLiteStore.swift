@@ -237,7 +237,7 @@ public final class SQLiteStore: ServerStore {
                 WHERE v.container_id = ? AND v.item_id = ? AND v.role != 'discarded' ORDER BY v.seq DESC
                 """, arguments: [container.id, id.description])
             return try rows.map { row in
-                let state = try Codec.decode(ItemState.self, row["state"] as String)
+                let state = try Codec.decodeState(row["state"] as String)
                 return VersionRecord(version: row["seq"], role: VersionRole(rawValue: row["role"]) ?? .previous,
                                      deviceName: row["device"], state: ItemRecord(id: id, version: row["seq"], state: state, conflicts: 0))
             }
@@ -278,7 +278,7 @@ public final class SQLiteStore: ServerStore {
             var out = Set<ContentHash>()
             let cursor = try String.fetchCursor(db, sql: "SELECT state FROM versions")
             while let text = try cursor.next() {
-                for c in try Codec.decode(ItemState.self, text).content.chunks { out.insert(c.hash) }
+                for c in try Codec.decodeState(text).content.chunks { out.insert(c.hash) }
             }
             return out
         }
@@ -287,7 +287,7 @@ public final class SQLiteStore: ServerStore {
     static func storedItem(_ row: Row) throws -> StoredItem {
         guard let id = ItemID(row["id"] as String) else { throw APIError(.internal, "corrupt item id in the database") }
         return StoredItem(id: id, version: row["version"], conflicts: row["conflicts"],
-                          state: try Codec.decode(ItemState.self, row["state"] as String))
+                          state: try Codec.decodeState(row["state"] as String))
     }
 }
 
@@ -300,5 +300,10 @@ enum Codec {
     }
     static func decode<T: Decodable>(_ type: T.Type, _ text: String) throws -> T {
         try JSONDecoder().decode(type, from: Data(text.utf8))
+    }
+    /// A stored state: the hand-written reader (read for every listed item), `JSONDecoder` as
+    /// its fallback.
+    static func decodeState(_ text: String) throws -> ItemState {
+        try FastJSON.decodeItemState(text)
     }
 }

@@ -25,7 +25,7 @@ struct SQLiteTransaction: StoreTransaction {
             """, arguments: [container.id, id.description, version]),
             (row["seq"] as Int64) > (row["history_floor"] as Int64)
         else { return nil }
-        return try Codec.decode(ItemState.self, row["state"] as String)
+        return try Codec.decodeState(row["state"] as String)
     }
 
     func isNameTaken(parent: ItemID, name: String, excluding id: ItemID) throws -> Bool {
@@ -78,7 +78,7 @@ struct SQLiteTransaction: StoreTransaction {
         guard let row = try Row.fetchOne(db, sql: "SELECT role, state FROM versions WHERE container_id = ? AND item_id = ? AND seq = ?",
                                          arguments: [container.id, item.description, seq]),
               let role = StoredRole(rawValue: row["role"]) else { return nil }
-        return (role, try Codec.decode(ItemState.self, row["state"] as String))
+        return (role, try Codec.decodeState(row["state"] as String))
     }
 
     func versionSeqs(item: ItemID, role: StoredRole) throws -> [Int64] {

@@ -1,9 +1,10 @@
 import Foundation
 import NimbusCore
-import NimbusProtocol
+@testable import NimbusProtocol
 import Testing
 
 /// `FastJSON` writes the listing pages by hand: what `JSONDecoder` reads back must be the page.
+/// It also reads pages and stored states by hand: what it reads must be what `JSONDecoder` reads.
 @Suite struct FastJSONTests {
     func item(name: String, chunks: Int, target: String? = nil, extra: JSONValue? = nil, deleted: Bool = false) -> ItemRecord {
         var refs: [ChunkRef] = []
@@ -37,4 +38,109 @@ import Testing
             #expect(try JSONSerialization.jsonObject(with: Data(bytes)) is [String: Any])
         }
     }
+
+    static let alphabet: [String] = (1..<0x20).map { String(UnicodeScalar(UInt8($0))) }
+        + ["\"", "\\", "/", "a", "Z", "é", "ß", "日", "🎉", "\u{7f}", "\u{2028}", " ", "\u{FFFD}"]
+
+    func randomItems(_ count: Int) -> [ItemRecord] {
+        var rng = SystemRandomNumberGenerator()
+        return (0..<count).map { n in
+            let name = (0..<Int.random(in: 1...24, using: &rng)).map { _ in Self.alphabet.randomElement(using: &rng)! }.joined()
+                .replacingOccurrences(of: "/", with: "∕")
+            return item(name: name, chunks: n % 4, target: n % 5 == 0 ? "../" + name : nil,
+                        extra: n % 7 == 0 ? JSONValue.parse(#"{"tags":["x","y\n"],"n":1.5}"#) : nil, deleted: n % 11 == 0)
+        }
+    }
+
+    /// Pages written by `FastJSON` and by `JSONEncoder` (any formatting) are read by the fast
+    /// reader itself — no fallback — into what `JSONDecoder` reads.
+    @Test func pagesReadByHandAsJSONDecoderReadsThem() throws {
+        let items = randomItems(300)
+        let pages = [ItemsResponse(items: items, cursor: 9_007_199_254_740_993, next: items.last?.id),
+                     ItemsResponse(items: [], cursor: 0, next: nil),
+                     ItemsResponse(items: [item(name: "x", chunks: 0)], cursor: -7, next: nil)]
+        for page in pages {
+            var docs = [FastJSON.encode(page)]
+            for f: JSONEncoder.OutputFormatting in [[], [.sortedKeys], [.prettyPrinted, .sortedKeys], [.withoutEscapingSlashes]] {
+                let e = JSONEncoder()
+                e.outputFormatting = f
+                docs.append(Array(try e.encode(page)))
+            }
+            for doc in docs {
+                let standard = try JSONDecoder().decode(ItemsResponse.self, from: Data(doc))
+                #expect(try FastJSON.fastItemsResponse(doc) == standard)
+                #expect(standard == page)
+            }
+        }
+    }
+
+    /// Stored states (written as the server's `Codec` writes them) are read by hand into what
+    /// `JSONDecoder` reads.
+    @Test func statesReadByHandAsJSONDecoderReadsThem() throws {
+        let e = JSONEncoder()
+        e.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+        for r in randomItems(300) {
+            let text = String(decoding: try e.encode(r.state), as: UTF8.self)
+            let standard = try JSONDecoder().decode(ItemState.self, from: Data(text.utf8))
+            #expect(try FastJSON.fastItemState(Array(text.utf8)) == standard)
+            #expect(try FastJSON.decodeItemState(text) == r.state)
+        }
+    }
+
+    /// Odd and hostile documents: the public readers give exactly what `JSONDecoder` gives —
+    /// the same value, or an error.
+    @Test func oddDocumentsGetTheStandardAnswer() throws {
+        let id = "0b7a3c2e-5f7e-4c52-9a47-0e1a2b3c4d5e", dev = "9d6f1e2a-0000-4000-8000-000000000001"
+        let hash = String(repeating: "ab", count: 32)
+        func state(_ fields: String) -> String {
+            #"{"content":{"chunks":[{"hash":"\#(hash)","size":5}]},"deleted":false,"kind":"file","location":{"name":"n","parent":"\#(id)"},"mode":420,"modified":1,"modifiedBy":"\#(dev)"\#(fields)}"#
+        }
+        let states: [String] = [
+            state(""), state(#","extra":"{\"a\":1}""#), state(#","unknown":[1,{"x":null},-2.5e3,true]"#),
+            state(#","mode":420.0"#), state(#","modified":-0"#), state(#","modified":01"#), state(#","modified":99999999999999999999"#),
+            state(#","extra":null"#), state("  ") + "  ", state("") + "x", "", "{}", "[]", "null",
+            #"{"kind":"file"}"#,
+            state("").replacingOccurrences(of: #""name":"n""#, with: #""name":"\ud83c\udf89 \u00e9\u0041\/\b""#),
+            state("").replacingOccurrences(of: #""name":"n""#, with: #""name":"\ud800""#),
+            state("").replacingOccurrences(of: #""name":"n""#, with: #""name":"\udc00x""#),
+            state("").replacingOccurrences(of: #""name":"n""#, with: #""name":"a/b""#),
+            state("").replacingOccurrences(of: #""name":"n""#, with: #""name":"""#),
+            state("").replacingOccurrences(of: #""name":"n""#, with: #""name":"\u0000""#),
+            state("").replacingOccurrences(of: #""name":"n""#, with: #""name":"\x""#),
+            state("").replacingOccurrences(of: #""mode":420"#, with: #""mode":-1"#),
+            state("").replacingOccurrences(of: #""mode":420"#, with: #""mode":4294967296"#),
+            state("").replacingOccurrences(of: #""kind":"file""#, with: #""kind":"FILE""#),
+            state("").replacingOccurrences(of: #""deleted":false"#, with: #""deleted":null"#),
+            state("").replacingOccurrences(of: "\(hash)", with: String(repeating: "AB", count: 32)),
+            state("").replacingOccurrences(of: "\(hash)", with: "abc"),
+            state("").replacingOccurrences(of: #""modified":1"#, with: #""modified":1,"modified":2"#),
+            state("").replacingOccurrences(of: #""kind""#, with: #""\u006bind""#),
+        ]
+        func same<T: Equatable>(_ a: () throws -> T, _ b: () throws -> T, _ doc: String) {
+            switch (Result(catching: a), Result(catching: b)) {
+            case (.success(let x), .success(let y)): #expect(x == y, "\(doc)")
+            case (.failure, .failure): break
+            case (let x, let y): Issue.record("\(doc): fast \(x), standard \(y)")
+            }
+        }
+        for doc in states {
+            same({ try FastJSON.decodeItemState(doc) }, { try JSONDecoder().decode(ItemState.self, from: Data(doc.utf8)) }, doc)
+        }
+        // Bytes that are not UTF-8 inside a string.
+        var bad = Array(state("").utf8)
+        if let at = bad.firstIndex(of: UInt8(ascii: "n")) { bad[at] = 0xFF }
+        same({ try FastJSON.decodeItemState(String(decoding: bad, as: UTF8.self)) },
+             { try JSONDecoder().decode(ItemState.self, from: Data(String(decoding: bad, as: UTF8.self).utf8)) }, "not UTF-8")
+        #expect(throws: (any Error).self) { try FastJSON.fastItemsResponse(bad) }
+
+        let page = Array(FastJSON.encode(ItemsResponse(items: randomItems(3), cursor: 5, next: nil)))
+        let pages: [[UInt8]] = [page, Array(page.dropLast()), page + Array(" x".utf8), Array(#"{"items":[],"cursor":1.5}"#.utf8),
+                                Array(#"{"items":[],"cursor":3,"next":null}"#.utf8), Array(#"{"items":[]}"#.utf8),
+                                Array(#"{"items":[],"cursor":3,"next":"not-a-uuid"}"#.utf8)]
+        for doc in pages {
+            same({ try FastJSON.decodeItemsResponse(doc) }, { try JSONDecoder().decode(ItemsResponse.self, from: Data(doc)) },
+                 String(decoding: doc.prefix(200), as: UTF8.self))
+        }
+    }
 }
+

@@ -19,7 +19,9 @@ import Testing
         let dir = FileManager.default.temporaryDirectory.appendingPathComponent("nimbus-basepersist-\(UUID().uuidString)")
         try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(at: dir) }
-        try body(try LocalStore(directory: dir), dir)
+        let store = try LocalStore(directory: dir)
+        defer { store.close() }
+        try body(store, dir)
     }
 
     /// The client is never called here (port 9: discard, nothing listens).
