@@ -7,12 +7,15 @@ import NimbusRemote
 import NimbusTesting
 import Testing
 
+/// Answers held back in the relay on demand (`Relay.holdNextAnswer`), to make timing races of
+/// the engine happen every time.
+///
 /// A download still on its way when the file's content changes must not write into the file
 /// that now holds the new content: neither a new version from elsewhere nor a program's
 /// truncation here. Slow downloads are made on demand: b's relay holds the answer to its
 /// chunk request until the change is done (with a read deadline long enough that the held
 /// download does not simply time out). Two devices each, on the engine-sim harness.
-@Suite(.serialized) struct DownloadRaceTests {
+@Suite(.serialized) struct HeldAnswerTests {
     /// 200 KB: one chunk (the chunker's smallest is 256 KiB).
     static let old = String(repeating: "the old content of x.txt\n", count: 8_000)
 
@@ -89,4 +92,43 @@ import Testing
         }
         return read
     }
+
+    /// Engine sim seed 6, made on demand: b deletes x.txt and its commit's answer is held back;
+    /// meanwhile a edits x.txt (an edit against a delete wins: the server brings it back), and b
+    /// pulls that version while its delete is still on its way. When the answer comes, b must
+    /// show a's version. Before the fix it waited for good and x.txt stayed gone on b only.
+    @Test func anEditThatArrivesWhileTheDeleteIsOnItsWayIsShownAfterIt() async throws {
+        try await RecoveryTests.twoDevices { a, b, client, sim in
+            let devices = [a, b]
+            let id = try a.writeFile(node: nil, parent: ContainerFS.rootNode, name: "x.txt", content: "first\n")
+            if let why = await sim.settle(devices, client: client, within: .seconds(30)) { throw SimFailure("x.txt did not reach b: \(why)") }
+
+            // a edits on its old base: it must not hear of the delete first.
+            a.engine.setPaused(true)
+            b.relay.holdNextAnswer(after: "/commit")
+            try b.fs.unlink(parent: ContainerFS.rootNode, name: "x.txt")
+            var deadline = ContinuousClock.now + .seconds(20)
+            while ContinuousClock.now < deadline, !b.relay.holdMatched { try await Task.sleep(for: .milliseconds(10)) }
+            guard b.relay.holdMatched else {
+                b.relay.releaseHeld()
+                throw SimFailure("b's delete never went out")
+            }
+            // The delete is stored; a's edit (on its old base) wins against it.
+            _ = try a.writeFile(node: a.fs.localState(id)?.node, parent: 0, name: "x.txt", content: "edited on a\n")
+            a.engine.setPaused(false)
+            deadline = ContinuousClock.now + .seconds(20)
+            var cursor: Int64 = -1
+            while ContinuousClock.now < deadline {
+                cursor = try await client.container("docs").cursor
+                if a.status("upload-queue") == "0", b.status("cursor") == "\(cursor)" { break }
+                try await Task.sleep(for: .milliseconds(20))
+            }
+            #expect(b.status("cursor") == "\(cursor)", "b pulled a's edit while its delete was on its way")
+            b.relay.releaseHeld()
+            if let why = await sim.settle(devices, client: client, within: .seconds(30)) { throw SimFailure("the devices did not agree: \(why)") }
+            #expect(await b.tree()?["x.txt"] == "edited on a\n")
+            #expect(await a.tree()?["x.txt"] == "edited on a\n")
+        }
+    }
 }
+
