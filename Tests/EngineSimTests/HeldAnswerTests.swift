@@ -24,12 +24,7 @@ import Testing
     /// went into the new version's file: b read old bytes under the new size, and after a
     /// restart the file's size was the old one.
     @Test func aSlowDownloadOfAnOldVersionStaysOutOfTheNewOne() async throws {
-        try await RecoveryTests.twoDevices(hydrationSeconds: 60) { a, b, client, sim in
-            let devices = [a, b]
-            let id = try a.writeFile(node: nil, parent: ContainerFS.rootNode, name: "x.txt", content: Self.old)
-            if let why = await sim.settle(devices, client: client, within: .seconds(30)) { throw SimFailure("x.txt did not reach b: \(why)") }
-            let oldRead = try await Self.startHeldRead(b, id)
-
+        try await Self.withHeldRead { a, b, _, _, id, oldRead in
             _ = try a.writeFile(node: a.fs.localState(id)?.node, parent: 0, name: "x.txt", content: "new\n")
             let deadline = ContinuousClock.now + .seconds(20)
             while ContinuousClock.now < deadline, b.fs.localState(id)?.size != 4 { try await Task.sleep(for: .milliseconds(20)) }
@@ -49,11 +44,8 @@ import Testing
     /// it; then the download arrives. Before the fix its bytes went over the program's: b read
     /// old bytes, and the size grew back at the next start.
     @Test func aSlowDownloadStaysOutOfAFileAProgramTruncated() async throws {
-        try await RecoveryTests.twoDevices(hydrationSeconds: 60) { a, b, client, sim in
+        try await Self.withHeldRead { a, b, client, sim, id, read in
             let devices = [a, b]
-            let id = try a.writeFile(node: nil, parent: ContainerFS.rootNode, name: "x.txt", content: Self.old)
-            if let why = await sim.settle(devices, client: client, within: .seconds(30)) { throw SimFailure("x.txt did not reach b: \(why)") }
-            let read = try await Self.startHeldRead(b, id)
 
             guard let node = b.fs.localState(id)?.node else { throw SimFailure("b has no x.txt") }
             _ = try b.writeFile(node: node, parent: 0, name: "x.txt", content: "mine\n")
@@ -65,6 +57,17 @@ import Testing
             #expect(await b.tree()?["x.txt"] == "mine\n")
             try await b.restart(crash: true)
             #expect(await b.tree()?["x.txt"] == "mine\n")
+        }
+    }
+
+    /// Two devices (read deadline long enough that a held download does not simply time out):
+    /// a writes `x.txt` (`old`), both settle, and b starts reading it with the answer held back.
+    static func withHeldRead(_ body: @escaping @Sendable (SimDevice, SimDevice, NimbusClient, EngineSim, ItemID,
+                                                          Task<Errno?, Never>) async throws -> Void) async throws {
+        try await RecoveryTests.twoDevices(hydrationSeconds: 60) { a, b, client, sim in
+            let id = try a.writeFile(node: nil, parent: ContainerFS.rootNode, name: "x.txt", content: Self.old)
+            if let why = await sim.settle([a, b], client: client, within: .seconds(30)) { throw SimFailure("x.txt did not reach b: \(why)") }
+            try await body(a, b, client, sim, id, try await Self.startHeldRead(b, id))
         }
     }
 

@@ -10,16 +10,29 @@ import Testing
 /// (scripts/sim.py; docs/sync.md "Simulation"). A failure prints the seed;
 /// `NIMBUS_SIM_SEEDS=17 swift test --filter SimulationTests` replays it, `scripts/soak` runs many.
 ///
-/// Not in the default run yet: some seeds still end with devices that disagree or a lost
-/// content, depending on timing (docs/sync.md "Simulation"); it runs when NIMBUS_SIM_SEEDS is set.
-@Suite(.serialized, .enabled(if: SyncEnv.usable && ProcessInfo.processInfo.environment["NIMBUS_SIM_SEEDS"] != nil,
-                             "set NIMBUS_SIM_SEEDS=1,2,… to run (scripts/soak); needs FUSE"))
+/// The default run takes seeds 1–3 (~20 s). Timing still varies between runs, so there a
+/// divergence or a lost content is reported as a known intermittent issue (with its replay
+/// line), like the engine-level simulation's default run; a crash, a hang or a failed step
+/// still fails. With NIMBUS_SIM_SEEDS set (`scripts/soak`) every failure fails.
+@Suite(.serialized, .enabled(if: SyncEnv.usable, "needs FUSE"))
 struct SimulationTests {
     static var seeds: [Int] {
         if let env = ProcessInfo.processInfo.environment["NIMBUS_SIM_SEEDS"] {
             return env.split(separator: ",").compactMap { Int($0) }
         }
-        return [1, 2]
+        return [1, 2, 3]
+    }
+    static var strict: Bool { ProcessInfo.processInfo.environment["NIMBUS_SIM_SEEDS"] != nil }
+
+    /// A divergence or a lost content: a failure when seeds were asked for, else a known issue.
+    static func report(_ message: String) {
+        if strict {
+            Issue.record(Comment(rawValue: message))
+        } else {
+            withKnownIssue("open sync divergences (docs/sync.md \"Simulation\")", isIntermittent: true) {
+                Issue.record(Comment(rawValue: message))
+            }
+        }
     }
     static var rounds: Int { Int(ProcessInfo.processInfo.environment["NIMBUS_SIM_ROUNDS"] ?? "") ?? 40 }
 
@@ -63,15 +76,19 @@ struct SimulationTests {
             // Every device ends with the same tree.
             let same = "test \"$(\(Self.listing(mps[0])))\" = \"$(\(Self.listing(mps[1])))\" && test \"$(\(Self.listing(mps[0])))\" = \"$(\(Self.listing(mps[2])))\""
                 + mps.map { " && grep -q '^upload-queue: 0' \(q($0))/.nimbus/status" }.joined()
-            do {
-                try await eventually("seed \(seed): the devices agree", seconds: 90, same)
-            } catch {
+            let deadline = Date().addingTimeInterval(90)
+            var agreed = false
+            while Date() < deadline {
+                if shStatus(same).0 == 0 { agreed = true; break }
+                try await Task.sleep(for: .milliseconds(100))
+            }
+            if !agreed {
                 if let keep = ProcessInfo.processInfo.environment["NIMBUS_SIM_KEEP"].map({ "\($0)/\(seed)" }) {
                     try? sh("mkdir -p \(q(keep)) && cp \(q(state)) \(q(keep))/ && for d in a b c; do cp \(q(w.base))/$d/.nimbus/events \(q(keep))/$d.events; cp \(q(w.base))/$d-state/mount.log \(q(keep))/$d.log; cat \(q(w.base))/$d/.nimbus/status > \(q(keep))/$d.status; done")
                 }
                 let trees: [String] = mps.map { mp in "\(mp):\n" + ((try? sh(Self.listing(mp))) ?? "?") }
-                Issue.record("seed \(seed) (replay: NIMBUS_SIM_SEEDS=\(seed)):\n\(trees.joined())")
-                throw error
+                Self.report("seed \(seed) (replay: NIMBUS_SIM_SEEDS=\(seed)): the devices did not agree within 90 s:\n\(trees.joined())")
+                return
             }
 
             // Nothing a device wrote last before a sync point is lost.
@@ -100,7 +117,7 @@ struct SimulationTests {
                 // For a post-mortem: each device's events and log, and the driver's state.
                 try? sh("mkdir -p \(q(keep)) && cp \(q(state)) \(q(keep))/ && for d in a b c; do cp \(q(w.base))/$d/.nimbus/events \(q(keep))/$d.events; cp \(q(w.base))/$d-state/mount.log \(q(keep))/$d.log; done")
             }
-            #expect(lost.isEmpty, "seed \(seed) (replay: NIMBUS_SIM_SEEDS=\(seed)) lost \(lost.count) of \(must.count): \(lost)")
+            if !lost.isEmpty { Self.report("seed \(seed) (replay: NIMBUS_SIM_SEEDS=\(seed)) lost \(lost.count) of \(must.count): \(lost)") }
             print("sim figures: seed \(seed): \(obj?["ops"] ?? 0) operations on 3 devices, \(must.count) contents checked, tree of \(try sh(Self.listing(mps[0])).split(separator: "\n").count) entries")
         }
     }
