@@ -201,7 +201,7 @@ extension SyncEngine {
     func tickLoop() async {
         let timer = Task {
             while !Task.isCancelled {
-                try? await Task.sleep(for: .seconds(1))
+                await options.clock.sleep(for: .seconds(1))
                 cacheWake.yield()
             }
         }

@@ -49,7 +49,7 @@ extension SyncEngine: ContentProvider {
     static let prefetchAfter: Int64 = 4 << 20
 
     func isOffline(_ s: State) -> Bool {
-        if let until = s.offlineUntil, ContinuousClock.now < until { return true }
+        if let until = s.offlineUntil, options.clock.now < until { return true }
         return false
     }
 
@@ -183,7 +183,7 @@ extension SyncEngine: ContentProvider {
             state.withLock { s in
                 s.lastError = "download: \(error)"
                 s.itemErrors[key.item] = "download failed: \(error)"
-                if unreachable { s.offlineUntil = ContinuousClock.now + .seconds(2) }
+                if unreachable { s.offlineUntil = options.clock.now + .seconds(2) }
             }
         }
         let waiters = state.withLock { s in

@@ -124,7 +124,7 @@ extension SyncEngine {
                 if Task.isCancelled { return }
                 setConnection("offline (retrying in \(backoff) s)", error: "\(error)")
                 log("pull failed: \(error); retrying in \(backoff) s")
-                try? await Task.sleep(for: .seconds(backoff))
+                await options.clock.sleep(for: .seconds(backoff))
                 backoff = min(backoff * 2, 30)
             }
         }

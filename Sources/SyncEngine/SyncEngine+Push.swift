@@ -104,7 +104,7 @@ extension SyncEngine: ChangeObserver {
                 if !retry { try? store.removeSyncOps(id, upTo: Int64.max) }
                 if (error as? RemoteError)?.code == "move_cycle" { await revertToServer(id) }
                 if retry {
-                    try? await Task.sleep(for: .seconds(backoff))
+                    await options.clock.sleep(for: .seconds(backoff))
                     backoff = min(backoff * 2, 30)
                 }
             }

@@ -38,6 +38,8 @@ public final class SyncEngine: Sendable {
         public var parallelDownloads = 8
         /// Added to every log line (several engines in one process: EngineSimTests).
         public var logLabel = ""
+        /// The clock of the engine's back-offs, tick loop and offline window (EngineClock.swift).
+        public var clock = EngineClock.real
         public init() {}
     }
 

@@ -58,6 +58,8 @@ final class SimDevice: @unchecked Sendable {
         let store = try LocalStore(directory: dir)
         var o = SyncEngine.Options()
         o.hydrationSeconds = hydrationSeconds
+        // Back-offs, the tick loop and the offline window run ten times faster (EngineClock).
+        o.clock = .scaled(10)
         o.longPoll = 10
         o.logLabel = dir.lastPathComponent
         do {
