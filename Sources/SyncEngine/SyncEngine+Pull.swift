@@ -222,6 +222,16 @@ extension SyncEngine {
                 if old.version > item.version {
                     state.withLock { s in if (s.skippedRemote[item.id]?.version ?? .max) <= old.version { s.skippedRemote[item.id] = nil } }
                 }
+                // Nor does a version held for a lock or a writer that is shown already. Two applies
+                // of one version (a resolve's answer on a FUSE thread, the same version from the
+                // journal) raced for the apply claim: the loser held the version for "a lock" —
+                // the winner's claim — and when it was released found it shown and skipped it
+                // here, leaving the hold for good: `user.nimbus.status` said `downloaded` forever
+                // (ConflictTests, now and then in the full suite).
+                state.withLock { s in
+                    if let p = s.pendingRemote[item.id], p.version <= old.version { s.pendingRemote[item.id] = nil }
+                    if let h = s.heldForWriter[item.id], h.version <= old.version { s.heldForWriter[item.id] = nil }
+                }
                 continue
             }
             trace("pull \(item.id) v\(item.version) \(item.deleted ? "deleted" : item.name.value) (base v\(old?.version ?? -1)\(busy ? ", busy" : ""))")

@@ -353,7 +353,9 @@ extension SyncEngine: SyncStatusSource {
             // Queued, being pushed, written here and not yet uploaded, or never uploaded.
             if s.inFlight == item || s.queued.contains(item) || s.writing.contains(item) { return "uploading" }
             if s.bases[item] == nil && !item.isRoot { return "uploading" }
-            if s.pendingRemote[item] != nil || s.heldForWriter[item] != nil { return "downloaded" }  // a newer version waits
+            // A newer version waits (for a lock or a writer); one already shown does not count.
+            let shown = s.bases[item]?.version ?? -1
+            if (s.pendingRemote[item]?.version ?? -1) > shown || (s.heldForWriter[item]?.version ?? -1) > shown { return "downloaded" }
             guard let b = s.bases[item], let present = b.present else { return "current" }
             if s.downloads.keys.contains(where: { $0.item == item }) { return "downloading" }
             return present.contains(true) ? "partial" : "cloud"

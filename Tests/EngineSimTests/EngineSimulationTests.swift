@@ -42,21 +42,28 @@ import Testing
         let plan = SimPlan(seed: seed, rounds: Self.rounds)
         let replay = "replay: NIMBUS_ENGINE_SIM_SEEDS=\(seed) NIMBUS_ENGINE_SIM_ROUNDS=\(Self.rounds) swift test --filter EngineSimulationTests"
         let report = try await LiveServer.with { server in try await EngineSim(plan: plan, server: server).run() }
-        if let failure = report.failure {
-            let message: Comment = "engine sim seed \(seed) (\(replay)): \(failure)"
-            if ProcessInfo.processInfo.environment["NIMBUS_ENGINE_SIM_SEEDS"] == nil {
-                // The default run: seed 3 still ended once with a divergence inside scripts/test
-                // (PostgreSQL and moto beside it) after 30 clean runs under a CPU hog (docs/sync.md
-                // "Simulation"). Reported as a known issue so CI stays green; a crash or a hang
-                // still fails it. Runs with NIMBUS_ENGINE_SIM_SEEDS set (scripts/soak --engine) are strict.
-                withKnownIssue("open engine divergences (docs/sync.md \"Simulation\")", isIntermittent: true) {
-                    Issue.record(message)
-                }
-            } else {
+        guard let failure = report.failure else {
+            print("engine sim figures: seed \(seed): \(report.figures)")
+            return
+        }
+        let message: Comment = "engine sim seed \(seed) (\(replay)): \(failure)"
+        if ProcessInfo.processInfo.environment["NIMBUS_ENGINE_SIM_SEEDS"] != nil {
+            Issue.record(message)  // scripts/soak --engine and replays: every failure fails
+            return
+        }
+        // The default run: the engines' timing is not replayed, so a failing seed runs once
+        // more. Failing twice fails the test; failing once is reported as a known intermittent
+        // issue with its full report (seed 3 ended once inside scripts/test with a divergence
+        // that was never reproduced: docs/sync.md "Simulation").
+        let again = try await LiveServer.with { server in try await EngineSim(plan: plan, server: server).run() }
+        if let second = again.failure {
+            Issue.record(message)
+            Issue.record("engine sim seed \(seed) failed again when run once more: \(second)")
+        } else {
+            print("engine sim figures: seed \(seed): failed once, passed when run again: \(again.figures)")
+            withKnownIssue("engine sim seed failed once, passed when run again (docs/sync.md \"Simulation\")", isIntermittent: true) {
                 Issue.record(message)
             }
-        } else {
-            print("engine sim figures: seed \(seed): \(report.figures)")
         }
     }
 }
