@@ -42,7 +42,12 @@ extension SyncEngine: ContentProvider {
     }
 
     public func willTruncate(_ item: ItemID) {
-        contentGate.withLock { $0[item, default: 0] &+= 1 }
+        // Counted only while downloads of the item are asked for or under way (the state lock
+        // orders this with `want`, which reads the count): the table stays small.
+        state.withLock { s in
+            guard s.downloads.keys.contains(where: { $0.item == item }) else { return }
+            contentGate.withLock { $0[item, default: 0] &+= 1 }
+        }
     }
 
     /// Bytes read in a row before prefetch starts (a random read of one range never prefetches).

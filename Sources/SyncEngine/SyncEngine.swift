@@ -54,7 +54,8 @@ public final class SyncEngine: Sendable {
     /// Orders base writes to disk (`persistBases`, `persistPresence`): each reads memory and
     /// writes under it, so the last write on disk carries the newest state.
     let baseDiskLock = Mutex<Void>(())
-    /// Per item, how many times a program truncated its file in place (`willTruncate`). Held
+    /// Per item, how many times a program truncated its file in place while downloads of it
+    /// were asked for or under way (`willTruncate`; lock order: `state`, then this). Held
     /// by a download while it checks this and writes a part into the cache file, so no bytes of
     /// a download land after a program's truncation (they would sit past its new end, or under
     /// what it writes next).
