@@ -15,6 +15,7 @@ extension ContainerFS {
         // The cache file is opened under the lock: a remote version swapping the file (and the
         // node) cannot slip between choosing the node and opening its file.
         var stalePages = false
+        var item = ItemID.root
         let fd = try lock.withLock { () throws(Errno) -> Int32 in
             let n = try self.node(node)
             guard n.rec.kind == .file else { throw n.isDir ? .EISDIR : .ELOOP }
@@ -28,6 +29,7 @@ extension ContainerFS {
             n.handles.insert(UInt64(fd))
             stalePages = n.pagesStale
             n.pagesStale = false
+            item = n.rec.id
             if flags & O_ACCMODE != O_RDONLY {
                 t.writerHandles.insert(UInt64(fd))
                 n.writers += 1
@@ -37,7 +39,7 @@ extension ContainerFS {
         if flags & O_TRUNC != 0 {
             // Atomic O_TRUNC: the kernel leaves the truncation to us (mtime/ctime always change,
             // as on Linux's local filesystems).
-            if let id = lock.withLock({ t.nodes[node]?.rec.id }) { content.willTruncate(id) }
+            content.willTruncate(item)
             if ftruncate(fd, 0) != 0 { let e = Errno.current; release(node: node, handle: UInt64(fd)); throw e }
             let now = WallClock.nowNanoseconds()
             let changed = lock.withLock { () -> ItemID? in

@@ -133,11 +133,10 @@ extension SyncEngine: ContentProvider {
     func download(_ key: ChunkKey, at offset: Int64, truncations: UInt64) async {
         var failure: Errno?
         do {
-            let (fd, gen, expected) = try openForDownload(key, at: offset)
-            let sameFile = gen != nil
+            let target = try openForDownload(key, at: offset)
             var written: Int64 = 0
             var truncated = false
-            if sameFile {
+            if let (fd, _, expected) = target {
                 defer { close(fd) }
                 var hasher = SHA256()
                 _ = try await fetchClient.streamChunk(key.hash) { part in
@@ -157,11 +156,14 @@ extension SyncEngine: ContentProvider {
                     throw SyncError("chunk \(key.hash) arrived with other bytes")
                 }
             }
-            let (updated, replaced): (Base?, Bool) = !sameFile ? (nil, true) : truncated ? (nil, false) : state.withLock { s in
+            let (updated, replaced): (Base?, Bool) = state.withLock { s in
+                // Not this content's file any more (nothing written), or a program's bytes rule.
+                guard let gen = target?.generation else { return (nil, true) }
+                if truncated { return (nil, false) }
                 s.bytesDownloaded += written
                 // Still the same content? (a remote change may have replaced it meanwhile: the
                 // waiting reads were for the old version, whose file only stale handles see)
-                guard (s.fileGen[key.item] ?? 0) == gen!, var b = s.bases[key.item], key.index < b.record.chunks.count,
+                guard (s.fileGen[key.item] ?? 0) == gen, var b = s.bases[key.item], key.index < b.record.chunks.count,
                       b.record.chunks[key.index].hash == key.hash, b.offsets[key.index] == offset else { return (nil, true) }
                 guard var p = b.present else { return (nil, false) }
                 p[key.index] = true
@@ -202,9 +204,9 @@ extension SyncEngine: ContentProvider {
     }
 
     /// Opens the item's cache file for a download of chunk `key` at `offset`: the descriptor,
-    /// the content generation it belongs to and the chunk's size. The generation is nil (and
-    /// nothing open) when the chunk is no longer part of the content here — a remote version
-    /// replaced it since it was asked for.
+    /// the content generation it belongs to and the chunk's size. Nil (nothing open) when the
+    /// chunk is no longer part of the content here — a remote version replaced it since it was
+    /// asked for.
     ///
     /// The generation is read with the check that the current content still holds the chunk
     /// there, and checked again after the file is opened: a new version bumps it (`applied`,
@@ -214,19 +216,19 @@ extension SyncEngine: ContentProvider {
     /// started, unchecked, and the bytes written before any check: a download of the old
     /// version queued before a new one arrived wrote into the new version's file — a byte past
     /// its end became its size at the next start, old bytes could overwrite new ones.)
-    private func openForDownload(_ key: ChunkKey, at offset: Int64) throws -> (Int32, UInt64?, Int64) {
+    private func openForDownload(_ key: ChunkKey, at offset: Int64) throws -> (fd: Int32, generation: UInt64, size: Int64)? {
         let current: (UInt64, Int64)? = state.withLock { s in
             guard let b = s.bases[key.item], key.index < b.record.chunks.count, b.record.chunks[key.index].hash == key.hash,
                   b.offsets[key.index] == offset else { return nil }
             return (s.fileGen[key.item] ?? 0, b.record.chunks[key.index].size)
         }
-        guard let (gen, size) = current else { return (-1, nil, 0) }
+        guard let (gen, size) = current else { return nil }
         var fd = store.cache.open(key.item, create: false)
         // A placeholder's file is made at its first download (ContentCache).
         if fd == -ENOENT, let fs = state.withLock({ $0.fs }) { fd = fs.openCacheFile(key.item) }
         guard state.withLock({ ($0.fileGen[key.item] ?? 0) == gen }) else {
             if fd >= 0 { close(fd) }
-            return (-1, nil, 0)
+            return nil
         }
         guard fd >= 0 else { throw SyncError("cannot open the cache file of \(key.item): \(String(cString: strerror(-fd)))") }
         return (fd, gen, size)
