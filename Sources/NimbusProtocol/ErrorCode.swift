@@ -5,6 +5,13 @@ public enum APIErrorCode: String, Sendable, Codable, CaseIterable {
     case invalidJSON = "invalid_json"
     case invalidName = "invalid_name"
     case invalidContainerName = "invalid_container_name"
+    case invalidParameter = "invalid_parameter"
+    case invalidTime = "invalid_time"
+    case invalidVersion = "invalid_version"
+    case invalidCursor = "invalid_cursor"
+    case invalidSize = "invalid_size"
+    case invalidMode = "invalid_mode"
+    case invalidExtra = "invalid_extra"
     case unauthorized
     case notFound = "not_found"
     case containerNotFound = "container_not_found"
@@ -23,12 +30,14 @@ public enum APIErrorCode: String, Sendable, Codable, CaseIterable {
     case notAConflict = "not_a_conflict"
     case methodNotAllowed = "method_not_allowed"
     case storageFull = "storage_full"
+    case busy
     case unavailable
     case `internal`
 
     public var httpStatus: Int {
         switch self {
-        case .badRequest, .invalidJSON, .invalidName, .invalidContainerName, .hashMismatch, .kindMismatch, .chunkSizeMismatch:
+        case .badRequest, .invalidJSON, .invalidName, .invalidContainerName, .hashMismatch, .kindMismatch, .chunkSizeMismatch,
+             .invalidParameter, .invalidTime, .invalidVersion, .invalidCursor, .invalidSize, .invalidMode, .invalidExtra:
             return 400
         case .unauthorized: return 401
         case .notFound, .containerNotFound, .itemNotFound, .chunkNotFound, .versionNotFound: return 404
@@ -37,7 +46,7 @@ public enum APIErrorCode: String, Sendable, Codable, CaseIterable {
         case .bodyTooLarge: return 413
         case .rangeNotSatisfiable: return 416
         case .storageFull: return 507
-        case .unavailable: return 503
+        case .unavailable, .busy: return 503
         case .internal: return 500
         }
     }

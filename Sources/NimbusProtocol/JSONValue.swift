@@ -8,7 +8,15 @@ public enum JSONValue: Hashable, Sendable, Codable {
     case array([JSONValue])
     case object([String: JSONValue])
 
+    /// The deepest coding path a value is decoded at. Each failed guess below costs an error that
+    /// carries the whole path, so an unbounded depth would cost quadratic time; `extra` itself is
+    /// held to `WireRange.extraDepth` levels, and sits at most four levels into any document.
+    public static let maxDecodingPath = 64
+
     public init(from decoder: any Decoder) throws {
+        if decoder.codingPath.count > Self.maxDecodingPath {
+            throw DecodingError.dataCorrupted(.init(codingPath: [], debugDescription: "JSON nested deeper than \(Self.maxDecodingPath) levels"))
+        }
         let c = try decoder.singleValueContainer()
         if c.decodeNil() { self = .null }
         else if let b = try? c.decode(Bool.self) { self = .bool(b) }

@@ -14,11 +14,19 @@ import Glibc
 /// store comes with the scale-out issue.
 public protocol ChunkStore: Sendable {
     /// Stores `bytes` as chunk `hash` after checking that they hash to it. Idempotent.
-    func put(_ hash: ContentHash, bytes: ByteBuffer) async throws
+    /// `ifStored` says what to do when the chunk is already there: `.skip` answers at once;
+    /// `.store` does the whole durable write again, so that the answer's timing does not tell the
+    /// caller whether the chunk existed (an upload by an account that does not own the chunk).
+    func put(_ hash: ContentHash, bytes: ByteBuffer, ifStored: IfStored) async throws
     /// The chunk's size, or nil if it is not stored.
     func size(of hash: ContentHash) async throws -> Int64?
     /// Bytes `range` of the chunk (all of it when nil), or nil if it is not stored.
     func read(_ hash: ContentHash, range: Range<Int64>?) async throws -> ByteBuffer?
+}
+
+/// What `ChunkStore.put` does with a chunk that is already stored.
+public enum IfStored: Sendable {
+    case skip, store
 }
 
 public enum ChunkHashing {
@@ -40,7 +48,8 @@ public struct DirectoryChunkStore: ChunkStore {
         self.root = root
         self.pool = threadPool
         let fm = FileManager.default
-        try fm.createDirectory(atPath: root + "/tmp", withIntermediateDirectories: true)
+        try PrivateFiles.directory(root)
+        try PrivateFiles.directory(root + "/tmp")
         // Leftovers of puts interrupted by a crash.
         for name in (try? fm.contentsOfDirectory(atPath: root + "/tmp")) ?? [] {
             try? fm.removeItem(atPath: root + "/tmp/" + name)
@@ -52,18 +61,19 @@ public struct DirectoryChunkStore: ChunkStore {
         return "\(root)/\(hex.prefix(2))/\(hex.dropFirst(2))"
     }
 
-    public func put(_ hash: ContentHash, bytes: ByteBuffer) async throws {
+    public func put(_ hash: ContentHash, bytes: ByteBuffer, ifStored: IfStored) async throws {
         guard ChunkHashing.sha256(bytes) == hash else {
             throw APIError(.hashMismatch, "the uploaded bytes do not hash to \(hash); nothing was stored — re-read the chunk and upload it again")
         }
         let final = path(hash)
         let root = self.root
         try await pool.runIfActive {
-            if access(final, F_OK) == 0 { return }
+            // Rewriting replaces the file with identical bytes by rename: readers keep theirs.
+            if ifStored == .skip, access(final, F_OK) == 0 { return }
             let dir = String(final.dropLast(62))
-            if mkdir(dir, 0o755) != 0 && errno != EEXIST { throw Self.ioError("create folder", dir) }
+            if mkdir(dir, 0o700) != 0 && errno != EEXIST { throw Self.ioError("create folder", dir) }
             let tmp = "\(root)/tmp/\(UUID().uuidString)"
-            let fd = Glibc.open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o644)
+            let fd = Glibc.open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
             guard fd >= 0 else { throw Self.ioError("create", tmp) }
             var ok = false
             defer {
@@ -144,5 +154,19 @@ public struct DirectoryChunkStore: ChunkStore {
             return APIError(.storageFull, "the server's chunk storage is full; nothing was stored — free disk space on the server and retry")
         }
         return APIError(.unavailable, "the server could not \(what) a chunk file (errno \(e)); retry later")
+    }
+}
+
+/// Server data is the accounts' data: folders 0700, files 0600, whatever the umask.
+public enum PrivateFiles {
+    /// Creates `path` (and its parents) if missing and makes it 0700.
+    public static func directory(_ path: String) throws {
+        try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+        restrict(path, mode: 0o700)
+    }
+
+    /// Makes an existing file `mode` (0600 by default); a missing file is left alone.
+    public static func restrict(_ path: String, mode: mode_t = 0o600) {
+        _ = chmod(path, mode)
     }
 }

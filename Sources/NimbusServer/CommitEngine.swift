@@ -33,8 +33,8 @@ struct CommitEngine<T: StoreTransaction> {
         return response
     }
 
+    /// `req` has passed `CommitRequest.check()` at the protocol boundary.
     private mutating func apply(_ req: CommitRequest) throws -> CommitResponse {
-        try Self.validate(req)
         let incoming = req.state.state(by: device.id)
         try checkChunks(incoming.content)
 
@@ -244,7 +244,7 @@ struct CommitEngine<T: StoreTransaction> {
             var next = state
             next.location = current.state.location
             next.deleted = false
-            next.modified = max(now, current.state.modified + 1)
+            next.modified = max(now, WireRange.timeAfter(current.state.modified))
             next.modifiedBy = device.id
             let (item, renamed) = try write(current, next, conflicts: keptConflicts.count)
             return CommitResponse(outcome: .applied, item: item.record, renamed: renamed, restored: restored, cursor: lastSeq)
@@ -288,32 +288,6 @@ struct CommitEngine<T: StoreTransaction> {
         }
         for c in content.chunks where owned[c.hash] != c.size {
             throw APIError(.chunkSizeMismatch, "chunk \(c.hash) has \(owned[c.hash] ?? 0) bytes on the server, not \(c.size); fix the chunk list and commit again")
-        }
-    }
-
-    static func validate(_ req: CommitRequest) throws {
-        let s = req.state
-        if req.item.isRoot { throw APIError(.badRequest, "the root folder cannot be changed") }
-        if s.mode > 0o7777 { throw APIError(.badRequest, "mode \(s.mode) has bits outside 0o7777; send permission bits only") }
-        switch s.kind {
-        case .file:
-            if s.symlinkTarget != nil { throw APIError(.badRequest, "a file has no symlinkTarget") }
-        case .folder:
-            if !s.chunks.isEmpty || s.symlinkTarget != nil { throw APIError(.badRequest, "a folder has no chunks and no symlinkTarget") }
-        case .symlink:
-            guard let t = s.symlinkTarget, !t.isEmpty else { throw APIError(.badRequest, "a symlink needs a non-empty symlinkTarget") }
-            if t.utf8.count > ProtocolLimits.maxSymlinkTarget { throw APIError(.badRequest, "a symlink target can be at most \(ProtocolLimits.maxSymlinkTarget) bytes") }
-            if t.utf8.contains(0) { throw APIError(.badRequest, "a symlink target cannot contain NUL") }
-            if !s.chunks.isEmpty { throw APIError(.badRequest, "a symlink has no chunks") }
-        }
-        if s.chunks.count > ProtocolLimits.maxChunksPerItem {
-            throw APIError(.badRequest, "a version can have at most \(ProtocolLimits.maxChunksPerItem) chunks; use larger chunks")
-        }
-        for c in s.chunks where c.size <= 0 || c.size > Int64(ProtocolLimits.maxChunkSize) {
-            throw APIError(.badRequest, "chunk \(c.hash) has size \(c.size); sizes must be 1…\(ProtocolLimits.maxChunkSize)")
-        }
-        if let extra = s.extra, extra.serialized().utf8.count > ProtocolLimits.maxExtraBytes {
-            throw APIError(.badRequest, "\"extra\" can be at most \(ProtocolLimits.maxExtraBytes) bytes of JSON")
         }
     }
 }

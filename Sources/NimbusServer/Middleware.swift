@@ -5,6 +5,7 @@ import HTTPTypes
 import Hummingbird
 import Logging
 import NIOCore
+import NIOHTTP1
 import NimbusCore
 import NimbusProtocol
 import Synchronization
@@ -33,6 +34,11 @@ struct ErrorMiddleware: RouterMiddleware {
         case let e as APIError:
             if e.code == .internal || e.code == .unavailable { logger.error("\(request.method) \(request.uri.path): \(e)") }
             return e
+        case let e as HTTPParserError:
+            // The client sent a malformed request or went away mid-body: its fault, not ours.
+            let what = e == .invalidEOFState ? "the request ended before its body was complete" : "the request is not valid HTTP/1.1 (\(e.debugDescription))"
+            logger.info("\(request.method) \(request.uri.path): \(what)")
+            return APIError(.badRequest, "\(what); nothing was applied — send it again")
         case is NIOTooManyBytesError:
             return APIError(.bodyTooLarge, "the request body is larger than this endpoint accepts (\(ProtocolLimits.maxJSONBody) bytes for JSON, \(ProtocolLimits.maxChunkSize) for a chunk); split it")
         case let e as HTTPError:

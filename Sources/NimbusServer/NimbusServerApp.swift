@@ -12,26 +12,35 @@ public struct NimbusServerApp: Sendable {
     public let notifier: CommitNotifier
     public let metrics: ServerMetrics
     public var clock: @Sendable () -> Int64 = { Int64(Date().timeIntervalSince1970 * 1_000_000_000) }
+    public var limits = ServerLimits() {
+        didSet { bodies = BodyBudget(limits: limits) }
+    }
+    private(set) var bodies: BodyBudget
 
     public init(store: any ServerStore, chunks: any ChunkStore) {
         self.store = store
         self.chunks = chunks
         let metrics = ServerMetrics()
         self.metrics = metrics
+        self.bodies = BodyBudget(limits: ServerLimits())
         self.notifier = CommitNotifier(onAnnounce: { metrics.announced($0) })
     }
 
     /// The embedded configuration: `DIR/metadata.sqlite` and `DIR/chunks`.
+    /// The data directory is made private (0700) and the database file 0600 (SQLite gives its
+    /// -wal and -shm files the database's mode), whatever the umask: names, xattrs and chunks
+    /// are the account's data.
     public static func embedded(dataDir: String, history: HistoryRetention = .default) throws -> NimbusServerApp {
-        try FileManager.default.createDirectory(atPath: dataDir, withIntermediateDirectories: true)
-        return NimbusServerApp(store: try SQLiteStore(path: dataDir + "/metadata.sqlite", history: history),
-                               chunks: try DirectoryChunkStore(root: dataDir + "/chunks"))
+        try PrivateFiles.directory(dataDir)
+        let store = try SQLiteStore(path: dataDir + "/metadata.sqlite", history: history)
+        PrivateFiles.restrict(dataDir + "/metadata.sqlite")
+        return NimbusServerApp(store: store, chunks: try DirectoryChunkStore(root: dataDir + "/chunks"))
     }
 
     public func router() -> Router<NimbusContext> {
         let router = Router(context: NimbusContext.self)
         router.add(middleware: ErrorMiddleware(metrics: metrics))
-        Routes(store: store, chunks: chunks, notifier: notifier, metrics: metrics, clock: clock).register(on: router)
+        Routes(store: store, chunks: chunks, notifier: notifier, metrics: metrics, clock: clock, bodies: bodies).register(on: router)
         return router
     }
 
@@ -40,6 +49,9 @@ public struct NimbusServerApp: Sendable {
     public func run(host: String, port: Int, logger: Logger, onReady: @escaping @Sendable (Int) async -> Void) async throws {
         let app = Application(
             router: router(),
+            server: .http1(configuration: .init(
+                additionalChannelHandlers: [RequestReadDeadline(limit: limits.requestReadTimeout)],
+                idleTimeout: TimeAmount(limits.idleTimeout))),
             configuration: .init(address: .hostname(host, port: port), serverName: "nimbus"),
             onServerRunning: { channel in await onReady(channel.localAddress?.port ?? port) },
             logger: logger)

@@ -14,6 +14,7 @@ struct Routes: Sendable {
     let notifier: CommitNotifier
     let metrics: ServerMetrics
     let clock: @Sendable () -> Int64
+    let bodies: BodyBudget
     let containers = LockedDictionary<ContainerRecord>()
 
     func register(on router: Router<NimbusContext>) {
@@ -39,7 +40,7 @@ struct Routes: Sendable {
         v1.get("containers/:container/items") { req, ctx in
             let c = try await self.container(ctx)
             let after = try req.uri.queryParameters.get("after").map { s -> ItemID in
-                guard let id = ItemID(String(s)) else { throw APIError(.badRequest, "\"after\" must be an item id") }
+                guard let id = ItemID(String(s)) else { throw APIError(.invalidParameter, "query parameter \"after\" must be an item id") }
                 return id
             }
             let limit = try Self.intParam(req, "limit", default: 500, range: 1...Int64(ProtocolLimits.maxPage))
@@ -90,9 +91,6 @@ struct Routes: Sendable {
         v1.post("chunks/missing") { req, ctx in
             let d = try ctx.requireDevice()
             let body = try await Self.decode(ChunkList.self, req)
-            guard body.hashes.count <= ProtocolLimits.maxChunksPerItem else {
-                throw APIError(.badRequest, "ask about at most \(ProtocolLimits.maxChunksPerItem) chunks at a time")
-            }
             let owned = try await self.store.ownedChunks(account: d.accountID, hashes: body.hashes)
             var seen = Set<ContentHash>()
             let missing = body.hashes.filter { owned[$0] == nil && seen.insert($0).inserted }
@@ -101,12 +99,22 @@ struct Routes: Sendable {
         v1.put("chunks/:hash") { req, ctx in
             let d = try ctx.requireDevice()
             let hash = try Self.hash(ctx)
-            let bytes = try await req.body.collect(upTo: ProtocolLimits.maxChunkSize)
-            guard bytes.readableBytes > 0 else { throw APIError(.badRequest, "a chunk cannot be empty") }
-            try await self.chunks.put(hash, bytes: bytes)
-            try await self.store.recordChunk(account: d.accountID, hash: hash, size: Int64(bytes.readableBytes))
-            self.metrics.bytesIn.increment(by: Int64(bytes.readableBytes))
-            return Response(status: .created)
+            let declared = try Self.contentLength(req)
+            if let declared, declared > ProtocolLimits.maxChunkSize {
+                throw APIError(.bodyTooLarge, "a chunk can be at most \(ProtocolLimits.maxChunkSize) bytes; split it")
+            }
+            return try await self.bodies.withReservation(device: d.id, bytes: declared ?? ProtocolLimits.maxChunkSize) {
+                let bytes = try await req.body.collect(upTo: ProtocolLimits.maxChunkSize)
+                guard bytes.readableBytes > 0 else { throw APIError(.badRequest, "a chunk cannot be empty") }
+                // An account that does not own the chunk gets the whole durable write, whether or
+                // not another account stored the same bytes: neither the answer nor its timing
+                // tells it that they exist.
+                let owned = try await self.store.ownedChunks(account: d.accountID, hashes: [hash])[hash] != nil
+                try await self.chunks.put(hash, bytes: bytes, ifStored: owned ? .skip : .store)
+                try await self.store.recordChunk(account: d.accountID, hash: hash, size: Int64(bytes.readableBytes))
+                self.metrics.bytesIn.increment(by: Int64(bytes.readableBytes))
+                return Response(status: .created)
+            }
         }
         v1.get("chunks/:hash") { req, ctx in
             let d = try ctx.requireDevice()
@@ -154,10 +162,12 @@ struct Routes: Sendable {
         return c
     }
 
-    static func decode<T: Decodable>(_ type: T.Type, _ req: Request) async throws -> T {
+    /// Reads, decodes and checks a JSON body: past this point its numbers are in range (WireChecks).
+    static func decode<T: WireChecked>(_ type: T.Type, _ req: Request) async throws -> T {
         let body = try await req.body.collect(upTo: ProtocolLimits.maxJSONBody)
+        let value: T
         do {
-            return try JSONDecoder().decode(type, from: Data(buffer: body))
+            value = try JSONDecoder().decode(type, from: Data(buffer: body))
         } catch {
             if let api = error as? APIError { throw api }
             if case DecodingError.dataCorrupted(let c) = error, c.debugDescription.hasPrefix("invalid name") {
@@ -165,6 +175,12 @@ struct Routes: Sendable {
             }
             throw APIError(.invalidJSON, "the body is not valid JSON for this request: \(ErrorMiddleware.describe(error))")
         }
+        do {
+            try value.check()
+        } catch {
+            throw APIError(error.code, error.message)
+        }
+        return value
     }
 
     static func itemID(_ ctx: NimbusContext) throws -> ItemID {
@@ -179,10 +195,17 @@ struct Routes: Sendable {
         return h
     }
 
+    /// The declared body size, if any; a malformed Content-Length is refused.
+    static func contentLength(_ req: Request) throws -> Int? {
+        guard let s = req.headers[.contentLength] else { return nil }
+        guard let n = Int(s), n >= 0 else { throw APIError(.badRequest, "Content-Length \(s.prefix(32).debugDescription) is not a byte count") }
+        return n
+    }
+
     static func intParam(_ req: Request, _ name: String, default value: Int64, range: ClosedRange<Int64>) throws -> Int64 {
         guard let s = req.uri.queryParameters.get(name) else { return value }
         guard let n = Int64(s), range.contains(n) else {
-            throw APIError(.badRequest, "query parameter \"\(name)\" must be an integer in \(range.lowerBound)…\(range.upperBound)")
+            throw APIError(.invalidParameter, "query parameter \"\(name)\" must be an integer in \(range.lowerBound)…\(range.upperBound)")
         }
         return n
     }
@@ -203,6 +226,7 @@ enum ByteRange {
         guard let a = Int64(parts[0]), a >= 0, a < size else { throw bad }
         if parts[1].isEmpty { return a..<size }
         guard let b = Int64(parts[1]), b >= a else { throw bad }
-        return a..<min(b + 1, size)
+        // `b` may be any Int64 (a client may ask for "the rest" with a huge end): clamp before + 1.
+        return a..<(b >= size - 1 ? size : b + 1)
     }
 }

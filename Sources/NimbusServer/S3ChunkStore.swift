@@ -60,12 +60,12 @@ public struct S3ChunkStore: ChunkStore {
 
     // MARK: ChunkStore
 
-    public func put(_ hash: ContentHash, bytes: ByteBuffer) async throws {
+    public func put(_ hash: ContentHash, bytes: ByteBuffer, ifStored: IfStored) async throws {
         guard ChunkHashing.sha256(bytes) == hash else {
             throw APIError(.hashMismatch, "the uploaded bytes do not hash to \(hash); nothing was stored — re-read the chunk and upload it again")
         }
         // Content-addressed: an object already there holds these very bytes.
-        if try await size(of: hash) == Int64(bytes.readableBytes) { return }
+        if ifStored == .skip, try await size(of: hash) == Int64(bytes.readableBytes) { return }
         let r = try await send(.PUT, objectPath(hash), body: bytes, payloadHash: hash.hex)
         guard r.status == .ok else { throw unexpected(r, "store chunk \(hash)") }
     }

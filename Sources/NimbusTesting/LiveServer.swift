@@ -1,6 +1,7 @@
 import Foundation
 import Logging
 import NimbusServer
+import Synchronization
 
 /// A real server on 127.0.0.1 (port chosen by the kernel) in this process, with a fresh data
 /// directory, for the duration of `body`. The server is stopped and its data removed afterwards,
@@ -9,6 +10,8 @@ public struct LiveServer: Sendable {
     public let url: String
     public let app: NimbusServerApp
     public let dataDir: String
+    /// What the server logged at info level and above.
+    public let log: LogCapture
 
     /// Creates a device and returns its token.
     public func token(account: String = "alice", device: String = "laptop") async throws -> String {
@@ -18,14 +21,19 @@ public struct LiveServer: Sendable {
     }
 
     /// `history` is the server's retention (`nimbus serve --keep-versions/--keep-days`).
-    public static func with<T: Sendable>(history: HistoryRetention = .default,
+    public static func with<T: Sendable>(history: HistoryRetention = .default, limits: ServerLimits = ServerLimits(),
                                          _ body: @Sendable (LiveServer) async throws -> T) async throws -> T {
         let dir = FileManager.default.temporaryDirectory.appendingPathComponent("nimbus-live-\(UUID().uuidString)").path
         defer { try? FileManager.default.removeItem(atPath: dir) }
-        let app = try NimbusServerApp.embedded(dataDir: dir, history: history)
+        let app = try {
+            var app = try NimbusServerApp.embedded(dataDir: dir, history: history)
+            app.limits = limits
+            return app
+        }()
+        let capture = LogCapture()
         let logger = {
-            var l = Logger(label: "nimbus.test-server")
-            l.logLevel = .critical
+            var l = Logger(label: "nimbus.test-server") { _ in capture }
+            l.logLevel = .info
             return l
         }()
         let (ports, portSink) = AsyncStream.makeStream(of: Int.self)
@@ -36,7 +44,7 @@ public struct LiveServer: Sendable {
             }
             var it = ports.makeAsyncIterator()
             guard let port = await it.next() else { throw FixtureError("server did not start") }
-            let server = LiveServer(url: "http://127.0.0.1:\(port)", app: app, dataDir: dir)
+            let server = LiveServer(url: "http://127.0.0.1:\(port)", app: app, dataDir: dir, log: capture)
             do {
                 let result = try await body(server)
                 group.cancelAll()
@@ -47,4 +55,26 @@ public struct LiveServer: Sendable {
             }
         }
     }
+}
+
+/// A log handler that keeps each message (`LEVEL message`) for a test to read.
+public final class LogCapture: LogHandler, @unchecked Sendable {
+    // @unchecked: `lines` is behind its own lock; the LogHandler properties are set once, before use.
+    private let lines = Mutex<[String]>([])
+    public var metadata: Logger.Metadata = [:]
+    public var logLevel: Logger.Level = .info
+
+    public init() {}
+
+    public subscript(metadataKey key: String) -> Logger.Metadata.Value? {
+        get { metadata[key] }
+        set { metadata[key] = newValue }
+    }
+
+    public func log(level: Logger.Level, message: Logger.Message, metadata: Logger.Metadata?, source: String,
+                    file: String, function: String, line: UInt) {
+        lines.withLock { $0.append("\(level) \(message)") }
+    }
+
+    public var messages: [String] { lines.withLock { $0 } }
 }

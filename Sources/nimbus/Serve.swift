@@ -50,6 +50,8 @@ struct Serve: AsyncParsableCommand {
     }
 
     func run() async throws {
+        // Everything the server writes (database, chunks, temp files) is for this user only.
+        umask(0o077)
         let (host, port) = try HostPort.parse(listen)
         var logger = Logger(label: "nimbus.serve")
         logger.logLevel = Logger.Level(rawValue: logLevel) ?? .info

@@ -33,8 +33,9 @@ struct S3ChunkStoreTests {
             let hash = ChunkHashing.sha256(data)
             #expect(try await store.size(of: hash) == nil)
             #expect(try await store.read(hash, range: nil) == nil)
-            try await store.put(hash, bytes: data)
-            try await store.put(hash, bytes: data)  // idempotent
+            try await store.put(hash, bytes: data, ifStored: .skip)
+            try await store.put(hash, bytes: data, ifStored: .skip)  // idempotent
+            try await store.put(hash, bytes: data, ifStored: .store)
             #expect(try await store.size(of: hash) == Int64(data.readableBytes))
             #expect(try await store.read(hash, range: nil) == data)
             #expect(try await store.read(hash, range: 7..<20) == data.getSlice(at: 7, length: 13))
@@ -45,7 +46,7 @@ struct S3ChunkStoreTests {
     @Test func refusesBytesThatDoNotHashToTheName() async throws {
         try await S3Scratch.withBucket { store, _ in
             let wrong = ChunkHashing.sha256(Self.bytes("other"))
-            await #expect(throws: APIError.self) { try await store.put(wrong, bytes: Self.bytes("mine")) }
+            await #expect(throws: APIError.self) { try await store.put(wrong, bytes: Self.bytes("mine"), ifStored: .skip) }
             let size = try await store.size(of: wrong)
             #expect(size == nil)
         }
