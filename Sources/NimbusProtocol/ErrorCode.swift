@@ -18,6 +18,7 @@ public enum APIErrorCode: String, Sendable, Codable, CaseIterable {
     case itemNotFound = "item_not_found"
     case chunkNotFound = "chunk_not_found"
     case versionNotFound = "version_not_found"
+    case deviceNotFound = "device_not_found"
     case parentNotFound = "parent_not_found"
     case parentNotFolder = "parent_not_folder"
     case kindMismatch = "kind_mismatch"
@@ -40,7 +41,7 @@ public enum APIErrorCode: String, Sendable, Codable, CaseIterable {
              .invalidParameter, .invalidTime, .invalidVersion, .invalidCursor, .invalidSize, .invalidMode, .invalidExtra:
             return 400
         case .unauthorized: return 401
-        case .notFound, .containerNotFound, .itemNotFound, .chunkNotFound, .versionNotFound: return 404
+        case .notFound, .containerNotFound, .itemNotFound, .chunkNotFound, .versionNotFound, .deviceNotFound: return 404
         case .methodNotAllowed: return 405
         case .parentNotFound, .parentNotFolder, .moveCycle, .missingChunks, .notAConflict: return 409
         case .bodyTooLarge: return 413

@@ -97,11 +97,18 @@ struct ErrorMiddleware: RouterMiddleware {
 }
 
 /// Authenticates `Authorization: Bearer TOKEN` and puts the device in the context. Tokens are looked
-/// up by their SHA-256; known hashes are cached (a device is never deleted in protocol v1).
+/// up by their SHA-256. A known device is remembered for `recheck` and then looked up again, so a
+/// device revoked by `nimbus admin revoke-device` (on this instance or any other sharing the
+/// database) is refused within that time.
 struct AuthMiddleware: RouterMiddleware {
     typealias Context = NimbusContext
+    struct Known: Sendable {
+        var device: DeviceRecord
+        var checked: ContinuousClock.Instant
+    }
+    static let recheck: Duration = .seconds(1)
     let store: any ServerStore
-    let cache: LockedDictionary<DeviceRecord>
+    let cache: LockedDictionary<Known>
 
     init(store: any ServerStore) {
         self.store = store
@@ -114,13 +121,16 @@ struct AuthMiddleware: RouterMiddleware {
         }
         let token = header.dropFirst("Bearer ".count).trimmingCharacters(in: .whitespaces)
         let hash = TokenHash.of(token)
-        var device = cache[hash]
-        if device == nil {
+        let now = ContinuousClock.now
+        var device: DeviceRecord?
+        if let known = cache[hash], now - known.checked < Self.recheck {
+            device = known.device
+        } else {
             device = try await store.device(tokenHash: hash)
-            if let device { cache[hash] = device }
+            cache[hash] = device.map { Known(device: $0, checked: now) }
         }
         guard let device else {
-            throw APIError(.unauthorized, "this device token is not known to the server; create a new one with `nimbus admin add-device`")
+            throw APIError(.unauthorized, "this device token is not known to the server or was revoked; enroll the device again with a new token (`nimbus admin add-device`)")
         }
         var context = context
         context.device = device

@@ -94,6 +94,8 @@ enum PostgresSchema {
             """,
             "ALTER TABLE items ADD COLUMN history_floor BIGINT NOT NULL DEFAULT 0 CHECK (history_floor >= 0)",
         ]),
+        // A revoked device keeps its row (versions and the journal name it); its token stops working.
+        (3, ["ALTER TABLE devices ADD COLUMN revoked BIGINT"]),
     ]
 
     /// Arbitrary constant naming the advisory lock held while migrating ("nimbus" in ASCII).

@@ -146,11 +146,34 @@ public final class PostgresStore: ServerStore {
     public func device(tokenHash: String) async throws -> DeviceRecord? {
         guard let row = try await read("""
             SELECT d.id, d.name, d.account_id, a.name FROM devices d JOIN accounts a ON a.id = d.account_id
-            WHERE d.token_hash = \(tokenHash)
+            WHERE d.token_hash = \(tokenHash) AND d.revoked IS NULL
             """).first else { return nil }
         let (id, name, accountID, accountName) = try row.decode((String, String, Int64, String).self)
         guard let deviceID = DeviceID(id) else { return nil }
         return DeviceRecord(id: deviceID, name: name, accountID: accountID, accountName: accountName)
+    }
+
+    public func devices(account: String?) async throws -> [DeviceListing] {
+        let rows = try await read("""
+            SELECT d.id, d.name, a.name, d.created, d.revoked FROM devices d JOIN accounts a ON a.id = d.account_id
+            WHERE \(account)::text IS NULL OR a.name = \(account) ORDER BY a.name, d.name, d.id
+            """)
+        return try rows.compactMap { row in
+            let (id, name, account, created, revoked) = try row.decode((String, String, String, Int64, Int64?).self)
+            return DeviceID(id).map { DeviceListing(id: $0, name: name, account: account, created: created, revoked: revoked) }
+        }
+    }
+
+    public func revokeDevice(account: String, device: String, now: Int64) async throws -> DeviceListing {
+        var d = try await devices(account: account).one(named: device, account: account)
+        if d.revoked == nil {
+            let id = d.id.description
+            try await write(locking: nil) { db in
+                try db.exec("UPDATE devices SET revoked = \(now) WHERE id = \(id) AND revoked IS NULL")
+            }
+            d.revoked = now
+        }
+        return d
     }
 
     // MARK: containers

@@ -122,6 +122,10 @@ public final class SQLiteStore: ServerStore {
                 ALTER TABLE items ADD COLUMN history_floor INTEGER NOT NULL DEFAULT 0 CHECK (history_floor >= 0);
                 """)
         }
+        // A revoked device keeps its row (versions and the journal name it); its token stops working.
+        m.registerMigration("v3-revoke") { db in
+            try db.execute(sql: "ALTER TABLE devices ADD COLUMN revoked INTEGER")
+        }
         return m
     }
 
@@ -146,11 +150,36 @@ public final class SQLiteStore: ServerStore {
         try await pool.read { db in
             guard let row = try Row.fetchOne(db, sql: """
                 SELECT d.id, d.name, d.account_id, a.name AS account FROM devices d JOIN accounts a ON a.id = d.account_id
-                WHERE d.token_hash = ?
+                WHERE d.token_hash = ? AND d.revoked IS NULL
                 """, arguments: [tokenHash]),
                 let id = DeviceID(row["id"] as String)
             else { return nil }
             return DeviceRecord(id: id, name: row["name"], accountID: row["account_id"], accountName: row["account"])
+        }
+    }
+
+    public func devices(account: String?) async throws -> [DeviceListing] {
+        try await pool.read { db in try Self.devices(db, account: account) }
+    }
+
+    static func devices(_ db: Database, account: String?) throws -> [DeviceListing] {
+        try Row.fetchAll(db, sql: """
+            SELECT d.id, d.name, a.name AS account, d.created, d.revoked FROM devices d JOIN accounts a ON a.id = d.account_id
+            WHERE ? IS NULL OR a.name = ? ORDER BY a.name, d.name, d.id
+            """, arguments: [account, account]).compactMap { row in
+            guard let id = DeviceID(row["id"] as String) else { return nil }
+            return DeviceListing(id: id, name: row["name"], account: row["account"], created: row["created"], revoked: row["revoked"])
+        }
+    }
+
+    public func revokeDevice(account: String, device: String, now: Int64) async throws -> DeviceListing {
+        try await pool.write { db in
+            var d = try Self.devices(db, account: account).one(named: device, account: account)
+            if d.revoked == nil {
+                try db.execute(sql: "UPDATE devices SET revoked = ? WHERE id = ?", arguments: [now, d.id.description])
+                d.revoked = now
+            }
+            return d
         }
     }
 

@@ -11,8 +11,14 @@ import NimbusProtocol
 public protocol ServerStore: Sendable {
     /// Creates the account if new and a device in it; `tokenHash` is the SHA-256 of the token.
     func addDevice(account: String, deviceName: String, tokenHash: String) async throws -> DeviceRecord
-    /// The device whose token hashes to `tokenHash`, if any.
+    /// The device whose token hashes to `tokenHash`, if any and not revoked.
     func device(tokenHash: String) async throws -> DeviceRecord?
+    /// Every device of every account (or of `account`), by account then name.
+    func devices(account: String?) async throws -> [DeviceListing]
+    /// Revokes the device of `account` named `device` (or with that id): its token stops working.
+    /// Returns it as now listed. `device_not_found` if there is none; `bad_request` if the name
+    /// is shared by several devices (name the id then).
+    func revokeDevice(account: String, device: String, now: Int64) async throws -> DeviceListing
 
     /// The container `name` of the account; created when `create` is set and it does not exist.
     func container(account: Int64, name: String, create: Bool) async throws -> ContainerRecord?
@@ -43,4 +49,38 @@ public protocol ServerStore: Sendable {
     func referencedChunks() async throws -> Set<ContentHash>
     /// Invariant violations found in the stored data; empty when consistent.
     func consistencyProblems() async throws -> [String]
+}
+
+/// A device as `nimbus admin list-devices` shows it.
+public struct DeviceListing: Hashable, Sendable {
+    public var id: DeviceID
+    public var name: String
+    public var account: String
+    /// Seconds since 1970.
+    public var created: Int64
+    /// Seconds since 1970 when revoked; nil while the token works.
+    public var revoked: Int64?
+    public init(id: DeviceID, name: String, account: String, created: Int64, revoked: Int64?) {
+        self.id = id
+        self.name = name
+        self.account = account
+        self.created = created
+        self.revoked = revoked
+    }
+}
+
+extension [DeviceListing] {
+    /// The one device `device` names (its id, or its name when no other device has it).
+    func one(named device: String, account: String) throws -> DeviceListing {
+        let byID = filter { $0.id.description == device.lowercased() }
+        if let d = byID.first { return d }
+        let named = filter { $0.name == device }
+        if named.count > 1 {
+            throw APIError(.badRequest, "account \(account) has \(named.count) devices named \(device.debugDescription) (\(named.map(\.id.description).joined(separator: ", "))); name one by its id")
+        }
+        guard let d = named.first else {
+            throw APIError(.deviceNotFound, "account \(account) has no device \(device.debugDescription); list them with `nimbus admin list-devices`")
+        }
+        return d
+    }
 }

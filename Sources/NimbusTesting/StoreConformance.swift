@@ -23,6 +23,7 @@ public enum StoreConformance: String, CaseIterable, Sendable {
     case missingChunksRejected
     case accountsAreIsolated
     case retriesAreIdempotent
+    case revokedDevicesAreRefused
     case historyKeepsLastVersions
     case historyKeepsRecentVersions
     case historyNeverPrunesConflicts
@@ -58,6 +59,7 @@ public enum StoreConformance: String, CaseIterable, Sendable {
         case .missingChunksRejected: try await Self.missingChunks(f)
         case .accountsAreIsolated: try await Self.accountsAreIsolated(f)
         case .retriesAreIdempotent: try await Self.retries(f)
+        case .revokedDevicesAreRefused: try await Self.revokedDevices(f)
         case .historyKeepsLastVersions: try await Self.historyKeepsLastVersions(f)
         case .historyKeepsRecentVersions: try await Self.historyKeepsRecentVersions(f)
         case .historyNeverPrunesConflicts: try await Self.historyNeverPrunesConflicts(f)
@@ -309,6 +311,34 @@ public enum StoreConformance: String, CaseIterable, Sendable {
         let u1 = try await f.commit(id, base: first.item.version, up)
         let u2 = try await f.commit(id, base: first.item.version, up)
         try check(u2.outcome == .unchanged && u2.item.version == u1.item.version, "a repeated update changes nothing")
+    }
+}
+
+extension StoreConformance {
+    static func revokedDevices(_ f: StoreFixture) async throws {
+        let tokenA = UUID().uuidString, tokenB = UUID().uuidString, tokenC = UUID().uuidString
+        let laptop = try await f.store.addDevice(account: "carol", deviceName: "laptop", tokenHash: TokenHash.of(tokenA))
+        _ = try await f.store.addDevice(account: "carol", deviceName: "phone", tokenHash: TokenHash.of(tokenB))
+        _ = try await f.store.addDevice(account: "carol", deviceName: "phone", tokenHash: TokenHash.of(tokenC))
+        let listed = try await f.store.devices(account: "carol")
+        try check(listed.map(\.name) == ["laptop", "phone", "phone"] && listed.allSatisfy { $0.revoked == nil && $0.account == "carol" },
+                  "carol's devices are listed: \(listed)")
+        try check(try await f.store.devices(account: nil).count >= 3 + 2, "all accounts' devices are listed")
+        let revoked = try await f.store.revokeDevice(account: "carol", device: "laptop", now: 1_000)
+        try check(revoked.id == laptop.id && revoked.revoked == 1_000, "the laptop is revoked")
+        try check(try await f.store.device(tokenHash: TokenHash.of(tokenA)) == nil, "a revoked token finds no device")
+        try check(try await f.store.device(tokenHash: TokenHash.of(tokenB)) != nil, "the other devices still work")
+        let again = try await f.store.revokeDevice(account: "carol", device: laptop.id.description, now: 2_000)
+        try check(again.revoked == 1_000, "revoking again keeps the first time")
+        do {
+            _ = try await f.store.revokeDevice(account: "carol", device: "phone", now: 3_000)
+            throw ConformanceFailure("a name shared by two devices must be refused")
+        } catch let e as APIError { try check(e.code == .badRequest, "shared name: \(e)") }
+        do {
+            _ = try await f.store.revokeDevice(account: "bob", device: "laptop", now: 3_000)
+            throw ConformanceFailure("another account's device must not be found")
+        } catch let e as APIError { try check(e.code == .deviceNotFound, "other account: \(e)") }
+        try check(try await f.store.devices(account: "carol").filter { $0.revoked != nil }.map(\.id) == [laptop.id], "only the laptop is revoked")
     }
 }
 

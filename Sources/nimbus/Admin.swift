@@ -6,7 +6,7 @@ import NimbusServer
 struct Admin: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Administer a server's data directory (works while the server runs).",
-        subcommands: [AddDevice.self, Check.self])
+        subcommands: [AddDevice.self, ListDevices.self, RevokeDevice.self, Check.self])
 
     struct AddDevice: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
@@ -20,24 +20,82 @@ struct Admin: AsyncParsableCommand {
         @Option(help: "A name for the device, shown in version lists.") var device: String
 
         func run() async throws {
-            // The chunks are not needed to add a device; "-" only completes the options.
-            let storage = StorageOptions(dataDir: data, database: database, chunks: database == nil ? nil : "-")
-            if let problem = storage.problem { throw ValidationError(problem) }
-            let store: any ServerStore
-            do {
-                store = try await storage.openStore(logger: Logger(label: "nimbus.admin"))
-            } catch {
-                throw CLIFailure(.storage, "cannot open the metadata store (\(storage.summary)): \(error)")
-            }
             let token = TokenHash.newToken()
-            do {
-                _ = try await store.addDevice(account: account, deviceName: device, tokenHash: TokenHash.of(token))
-                await (store as? PostgresStore)?.shutdown()
-            } catch let e as APIError {
-                await (store as? PostgresStore)?.shutdown()
-                throw CLIFailure(.usage, e.message)
+            _ = try await Admin.withStore(data: data, database: database) {
+                try await $0.addDevice(account: account, deviceName: device, tokenHash: TokenHash.of(token))
             }
             print(token)
+        }
+    }
+
+    /// Opens the metadata store of `--data` or `--database` for a device command.
+    static func openStore(data: String?, database: String?) async throws -> any ServerStore {
+        // The chunks are not needed for devices; "-" only completes the options.
+        let storage = StorageOptions(dataDir: data, database: database, chunks: database == nil ? nil : "-")
+        if let problem = storage.problem { throw ValidationError(problem) }
+        do {
+            return try await storage.openStore(logger: Logger(label: "nimbus.admin"))
+        } catch {
+            throw CLIFailure(.storage, "cannot open the metadata store (\(storage.summary)): \(error)")
+        }
+    }
+
+    /// Runs `body` on the store and closes it, whatever happens; an `APIError` becomes a usage failure.
+    static func withStore<T>(data: String?, database: String?, _ body: (any ServerStore) async throws -> T) async throws -> T {
+        let store = try await openStore(data: data, database: database)
+        do {
+            let r = try await body(store)
+            await (store as? PostgresStore)?.shutdown()
+            return r
+        } catch let e as APIError {
+            await (store as? PostgresStore)?.shutdown()
+            throw CLIFailure(.usage, e.message)
+        } catch {
+            await (store as? PostgresStore)?.shutdown()
+            throw CLIFailure(.storage, "the metadata store failed: \(error)")
+        }
+    }
+
+    static func seconds(_ t: Int64) -> String {
+        let f = ISO8601DateFormatter()
+        return f.string(from: Date(timeIntervalSince1970: TimeInterval(t)))
+    }
+
+    struct ListDevices: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            commandName: "list-devices",
+            abstract: "List devices: account, name, id, when added, and when revoked (tokens are never shown).")
+
+        @Option(help: "The server's data directory.") var data: String?
+        @Option(help: "The server's PostgreSQL database (postgres://…), when it uses one.") var database: String?
+        @Option(help: "Only this account's devices.") var account: String?
+
+        func run() async throws {
+            let devices = try await Admin.withStore(data: data, database: database) { try await $0.devices(account: account) }
+            for d in devices {
+                let revoked = d.revoked.map { "revoked \(Admin.seconds($0))" } ?? "active"
+                print("\(d.account)\t\(d.name)\t\(d.id)\tadded \(Admin.seconds(d.created))\t\(revoked)")
+            }
+        }
+    }
+
+    struct RevokeDevice: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            commandName: "revoke-device",
+            abstract: "Revoke a device's token: within a second every server instance refuses it.",
+            discussion: "The device's versions and history stay. The device keeps its local changes and shows that it is unauthorized; enroll it again with `nimbus admin add-device` and mount with the new token.")
+
+        @Option(help: "The server's data directory.") var data: String?
+        @Option(help: "The server's PostgreSQL database (postgres://…), when it uses one.") var database: String?
+        @Option(help: "The device's account.") var account: String
+        @Option(help: "The device's name, or its id when several share the name.") var device: String
+
+        func run() async throws {
+            let now = Int64(Date().timeIntervalSince1970)
+            let d = try await Admin.withStore(data: data, database: database) {
+                try await $0.revokeDevice(account: account, device: device, now: now)
+            }
+            print("revoked \(d.account)/\(d.name) (\(d.id))")
         }
     }
 

@@ -31,6 +31,36 @@ import Testing
         #expect(check.status == 0 && check.stdout == "consistent\n")
     }
 
+    @Test func aDeviceRevokedWhileTheServerRunsIsRefusedWithinASecond() async throws {
+        let dir = Self.tempDir()
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let server = ServerProcess(dataDir: dir)
+        defer { server.stop() }
+        try await server.start()
+        var tokens: [String] = []
+        for device in ["laptop", "phone"] {
+            let r = try await NimbusBinary.run(["admin", "add-device", "--data", dir, "--account", "alice", "--device", device])
+            #expect(r.status == 0)
+            tokens.append(r.stdout.trimmingCharacters(in: .whitespacesAndNewlines))
+        }
+        let laptop = NimbusClient(baseURL: server.url, token: tokens[0]), phone = NimbusClient(baseURL: server.url, token: tokens[1])
+        #expect(try await laptop.whoami().deviceName == "laptop")  // known and remembered by the server
+        let list = try await NimbusBinary.run(["admin", "list-devices", "--data", dir])
+        #expect(list.status == 0 && list.stdout.split(separator: "\n").count == 2, "\(list)")
+        #expect(list.stdout.contains("alice\tlaptop\t") && list.stdout.contains("active"))
+        #expect(!list.stdout.contains(tokens[0]) && !list.stdout.contains(tokens[1]), "tokens are never shown")
+        let revoke = try await NimbusBinary.run(["admin", "revoke-device", "--data", dir, "--account", "alice", "--device", "laptop"])
+        #expect(revoke.status == 0 && revoke.stdout.hasPrefix("revoked alice/laptop"), "\(revoke)")
+        try await Task.sleep(for: .milliseconds(1_100))
+        let refused = try await laptop.send(.GET, "/v1/whoami")
+        #expect(refused.status == 401 && refused.text.contains("revoked"), "\(refused.status) \(refused.text)")
+        #expect(try await phone.whoami().deviceName == "phone", "the other device still works")
+        let listed = try await NimbusBinary.run(["admin", "list-devices", "--data", dir, "--account", "alice"])
+        #expect(listed.stdout.split(separator: "\n").first { $0.contains("laptop") }?.contains("revoked 20") == true, "\(listed.stdout)")
+        let unknown = try await NimbusBinary.run(["admin", "revoke-device", "--data", dir, "--account", "alice", "--device", "tablet"])
+        #expect(unknown.status == 2 && unknown.stderr.contains("no device"), "\(unknown)")
+    }
+
     @Test func serveRejectsABadListenAddress() async throws {
         let dir = Self.tempDir()
         defer { try? FileManager.default.removeItem(atPath: dir) }
