@@ -73,17 +73,18 @@ public final class RawConnection: @unchecked Sendable {
         }
     }
 
-    /// Reads until one whole response (head and Content-Length body) has arrived, or `timeout`.
-    public func readResponse(timeout: Duration) -> RawHTTPResponse? {
+    /// Reads until one whole response (head and Content-Length body; the head alone for an answer
+    /// to HEAD) has arrived, or `timeout`.
+    public func readResponse(timeout: Duration, toHEAD: Bool = false) -> RawHTTPResponse? {
         var got: [UInt8] = []
         let deadline = ContinuousClock.now + timeout
         while ContinuousClock.now < deadline {
             let (bytes, closed) = read(timeout: min(.milliseconds(200), deadline - ContinuousClock.now))
             got += bytes
-            if let r = RawHTTPResponse(got), r.complete { return r }
-            if closed { return RawHTTPResponse(got) }
+            if let r = RawHTTPResponse(got, toHEAD: toHEAD), r.complete { return r }
+            if closed { return RawHTTPResponse(got, toHEAD: toHEAD) }
         }
-        return RawHTTPResponse(got)
+        return RawHTTPResponse(got, toHEAD: toHEAD)
     }
 }
 
@@ -94,7 +95,7 @@ public struct RawHTTPResponse: Sendable {
     public let body: [UInt8]
     public let complete: Bool
 
-    init?(_ bytes: [UInt8]) {
+    init?(_ bytes: [UInt8], toHEAD: Bool) {
         let sep: [UInt8] = [13, 10, 13, 10]
         guard let end = (0..<max(0, bytes.count - 3)).first(where: { Array(bytes[$0..<$0 + 4]) == sep }) else { return nil }
         let head = String(decoding: bytes[0..<end], as: UTF8.self).components(separatedBy: "\r\n")
@@ -107,7 +108,7 @@ public struct RawHTTPResponse: Sendable {
         status = code
         headers = h
         body = Array(bytes[(end + 4)...])
-        complete = body.count >= Int(h["content-length"] ?? "0") ?? 0
+        complete = toHEAD || body.count >= Int(h["content-length"] ?? "0") ?? 0
     }
 
     public var text: String { String(decoding: body, as: UTF8.self) }
