@@ -144,7 +144,7 @@ public struct NimbusClient: Sendable {
         } catch {
             if let partError { throw partError }
             if let e = error as? RemoteError { throw e }
-            throw RemoteError.transport("\(error) (GET \(baseURL)/v1/chunks/\(hash))")
+            throw RemoteError.transport(redacted("\(error) (GET \(baseURL)/v1/chunks/\(hash))"))
         }
     }
 
@@ -174,11 +174,11 @@ public struct NimbusClient: Sendable {
             let bytes = try await response.body.collect(upTo: ProtocolLimits.maxChunkSize + 1024 * 1024)
             return RawResponse(status: Int(response.status.code), headers: response.headers.map { ($0.name, $0.value) }, body: bytes)
         } catch let e as HTTPClientError {
-            throw RemoteError.transport("\(e) (\(method) \(baseURL)\(path.prefix(120)))")
+            throw RemoteError.transport(redacted("\(e) (\(method) \(baseURL)\(path.prefix(120)))"))
         } catch let e as RemoteError {
             throw e
         } catch {
-            throw RemoteError.transport("\(error) (\(method) \(baseURL)\(path.prefix(120)))")
+            throw RemoteError.transport(redacted("\(error) (\(method) \(baseURL)\(path.prefix(120)))"))
         }
     }
 
@@ -207,6 +207,11 @@ public struct NimbusClient: Sendable {
             throw RemoteError.server(status: r.status, code: e.error.code, message: e.error.message, missing: e.error.missing)
         }
         throw RemoteError.unexpected(status: r.status, String(r.text.prefix(200)))
+    }
+
+    /// `text` without the token: errors end up in logs and `.nimbus/status`.
+    func redacted(_ text: String) -> String {
+        token.isEmpty ? text : text.replacingOccurrences(of: token, with: "[token]")
     }
 
     private func escape(_ s: String) -> String {

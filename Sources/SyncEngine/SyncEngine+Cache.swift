@@ -210,6 +210,7 @@ extension SyncEngine {
             if Task.isCancelled { return }
             startQuietUploads()
             enforceCacheLimit()
+            wakeForRetries()
         }
     }
 

@@ -104,9 +104,12 @@ extension SyncEngine {
                 if state.withLock({ $0.relistAtStart }) {
                     try await relist()
                     clearRelistMark()
+                    setConnection("online")
                 }
-                let since = state.withLock { $0.cursor }
-                let r = try await client.changes(container, since: since, wait: options.longPoll, limit: ProtocolLimits.maxPage)
+                // Until the server has answered, ask without waiting: the status says "online"
+                // as soon as it is, not after a long-poll.
+                let (since, online) = state.withLock { ($0.cursor, $0.connection == "online") }
+                let r = try await client.changes(container, since: since, wait: online ? options.longPoll : 0, limit: ProtocolLimits.maxPage)
                 if Task.isCancelled || isPaused { return }  // paused while waiting: apply nothing
                 // The last change per item is its state (docs/protocol.md "Changes").
                 var last: [ItemID: Change] = [:]
@@ -122,7 +125,12 @@ extension SyncEngine {
                 return
             } catch {
                 if Task.isCancelled { return }
-                setConnection("offline (retrying in \(backoff) s)", error: "\(error)")
+                if Self.classify(error) == .unauthorized {
+                    state.withLock { $0.unauthorized = "\(error)" }
+                    setConnection(Self.unauthorizedStatus(error), error: "\(error)")
+                } else {
+                    setConnection("offline (retrying in \(backoff) s)", error: "\(error)")
+                }
                 log("pull failed: \(error); retrying in \(backoff) s")
                 await options.clock.sleep(for: .seconds(backoff))
                 backoff = min(backoff * 2, 30)

@@ -47,19 +47,23 @@ extension SyncEngine: ChangeObserver {
     }
 
     func pushLoop() async {
-        var backoff = 1
         var wakeups = wakes.makeAsyncIterator()
         while !Task.isCancelled {
+            let now = options.clock.now
             let next: ItemID? = state.withLock { s in
-                guard !s.queue.isEmpty, !s.paused else { return nil }
-                let id = s.queue.removeFirst()
+                guard !s.queue.isEmpty, !s.paused, s.unauthorized == nil else { return nil }
+                // An item waiting out its back-off stays in its place; the next ready one goes
+                // (one item the server refuses for a while never holds up the others).
+                guard let i = s.queue.firstIndex(where: { s.retryAt[$0].map { $0.at <= now } ?? true }) else { return nil }
+                let id = s.queue.remove(at: i)
                 s.queued.remove(id)
                 s.inFlight = id
                 return id
             }
             guard var id = next else {
-                // Nothing queued: sleep until a change wakes us (a yield while busy is buffered,
-                // so none is lost); `stop()` finishes the stream.
+                // Nothing ready: sleep until a change wakes us, or the tick loop does when a
+                // back-off ends (a yield while busy is buffered, so none is lost); `stop()`
+                // finishes the stream.
                 if await wakeups.next() == nil { return }
                 continue
             }
@@ -81,7 +85,8 @@ extension SyncEngine: ChangeObserver {
                 // also clears this; seen stuck once after a conflict made while paused).
                 let closed = state.withLock { $0.fs }?.writeState(id).map { $0.writers == 0 } ?? true
                 let retry: [ServerItem] = state.withLock { s in
-                    s.inFlight = nil; s.failed.remove(id); s.itemErrors[id] = nil; s.upload = nil
+                    s.inFlight = nil; s.failed.remove(id); s.itemErrors[id] = nil; s.upload = nil; s.retryAt[id] = nil
+                    if s.queue.allSatisfy({ s.retryAt[$0] == nil }) { s.lastError = nil }
                     if closed { s.writing.remove(id) }
                     return s.queue.isEmpty ? s.skippedRemote.values.sorted { $0.version < $1.version } : []
                 }
@@ -89,26 +94,58 @@ extension SyncEngine: ChangeObserver {
                 if !retry.isEmpty {
                     do { try apply(await current(retry)) } catch { log("showing skipped remote items failed: \(error)") }
                 }
-                backoff = 1
             } catch {
-                let retry = Self.isRetryable(error)
-                state.withLock { s in
+                // The change stays queued (in memory and on disk) whatever the error: it leaves
+                // the queue only when the server has it.
+                let failure = Self.classify(error)
+                let now = options.clock.now
+                let delay: Int = state.withLock { s in
                     s.inFlight = nil
                     s.upload = nil
                     s.lastError = "upload of \(id): \(error)"
                     s.itemErrors[id] = "upload failed: \(error)"
-                    if retry, s.queued.insert(id).inserted { s.queue.insert(id, at: 0) }
-                    if !retry { s.failed.insert(id) }
+                    let delay: Int
+                    switch failure {
+                    case .unauthorized:
+                        s.unauthorized = "\(error)"
+                        s.connection = Self.unauthorizedStatus(error)
+                        delay = 0
+                    case .retry:
+                        delay = min(max(1, (s.retryAt[id]?.delay ?? 0) * 2), 30)
+                        s.retryAt[id] = (now + .seconds(delay), delay)
+                    case .rejected:
+                        // The server refuses this state as it is: shown as an error on the item,
+                        // tried again when it changes, at the next start, or in five minutes.
+                        s.failed.insert(id)
+                        delay = 300
+                        s.retryAt[id] = (now + .seconds(delay), delay)
+                    }
+                    if s.queued.insert(id).inserted { s.queue.insert(id, at: 0) }
+                    return delay
                 }
-                log("upload of \(id) failed: \(error)\(retry ? "; retrying in \(backoff) s" : "; dropped")")
-                if !retry { try? store.removeSyncOps(id, upTo: Int64.max) }
+                switch failure {
+                case .unauthorized: log("upload of \(id) refused: \(error); uploads wait for a valid token (mount again with --token-file)")
+                case .retry: log("upload of \(id) failed: \(error); retrying in \(delay) s")
+                case .rejected: log("upload of \(id) refused: \(error); kept queued, retrying in \(delay) s or when it changes")
+                }
                 if (error as? RemoteError)?.code == "move_cycle" { await revertToServer(id) }
-                if retry {
-                    await options.clock.sleep(for: .seconds(backoff))
-                    backoff = min(backoff * 2, 30)
+                if failure == .retry, Self.isTransport(error) {
+                    setConnection("offline (retrying)", error: "\(error)")
                 }
             }
         }
+    }
+
+    /// The back-offs of items that failed to upload and the token check: wakes the push loop
+    /// when one is due (called by the tick loop every second).
+    func wakeForRetries() {
+        let now = options.clock.now
+        let due = state.withLock { s in s.queue.contains { s.retryAt[$0].map { $0.at <= now } ?? false } }
+        if due { wake.yield() }
+    }
+
+    static func unauthorizedStatus(_ error: any Error) -> String {
+        "unauthorized (the server refused this device's token: it was revoked or is wrong; changes stay queued — mount again with a valid --token-file)"
     }
 
     /// Transport failures and ordering races are retried; a request the server rejects for what
@@ -121,7 +158,7 @@ extension SyncEngine: ChangeObserver {
     func revertToServer(_ id: ItemID) async {
         do {
             let item = try await client.item(container, id)
-            state.withLock { s in s.failed.remove(id); s.itemErrors[id] = nil }
+            state.withLock { s in s.failed.remove(id); s.itemErrors[id] = nil; s.retryAt[id] = nil }
             try apply([item], force: [id])
             let retry = state.withLock { Array($0.skippedRemote.values).sorted { $0.version < $1.version } }
             if !retry.isEmpty { try apply(await current(retry)) }
@@ -143,15 +180,27 @@ extension SyncEngine: ChangeObserver {
         }
     }
 
-    static func isRetryable(_ e: any Error) -> Bool {
-        guard let r = e as? RemoteError else { return !(e is ChunkReadError) }
+    enum Failure { case retry, rejected, unauthorized }
+
+    /// Transport failures, server-side trouble (5xx, `busy`, `storage_full`) and ordering races
+    /// are retried with a back-off; a 401 stops uploads until the token is accepted again; a
+    /// state the server refuses for what it is (a bad name, a kind change) is `rejected`: shown on
+    /// the item and tried again later. None of them drops the change.
+    static func classify(_ e: any Error) -> Failure {
+        guard let r = e as? RemoteError else { return e is ChunkReadError ? .rejected : .retry }
         switch r {
-        case .transport: return true
-        case .unexpected(let status, _): return status >= 500
+        case .transport: return .retry
+        case .unexpected(let status, _): return status == 401 ? .unauthorized : status >= 500 ? .retry : .rejected
         case .server(let status, let code, _, _):
-            return status >= 500
-                || ["missing_chunks", "parent_not_found", "item_not_found", "unavailable", "container_not_found"].contains(code)
+            if code == APIErrorCode.unauthorized.rawValue || status == 401 { return .unauthorized }
+            if status >= 500 || status == 413 || status == 429 { return .retry }
+            return ["missing_chunks", "parent_not_found", "item_not_found", "container_not_found"].contains(code) ? .retry : .rejected
         }
+    }
+
+    static func isTransport(_ e: any Error) -> Bool {
+        if case .transport = e as? RemoteError { return true }
+        return false
     }
 
     /// Commits the item's whole current state against its base.

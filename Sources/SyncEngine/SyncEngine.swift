@@ -90,6 +90,10 @@ public final class SyncEngine: Sendable {
         var pullTask: Task<Void, Never>?
         /// Items whose upload the server refused (shown as `error`).
         var failed: Set<ItemID> = []
+        /// Items whose upload failed, with when to try again and the back-off used.
+        var retryAt: [ItemID: (at: ContinuousClock.Instant, delay: Int)] = [:]
+        /// Why the server refused this device's token (401); uploads wait while set.
+        var unauthorized: String?
         /// Never-synced files with a device-local name (SQLite's journals): kept here only.
         var deviceLocal: Set<ItemID> = []
         /// How often each never-committed folder was pushed ahead of an item inside it (bounded,
@@ -257,12 +261,20 @@ public final class SyncEngine: Sendable {
     }
 
     func setConnection(_ c: String, error: String? = nil) {
-        state.withLock { s in
+        let resumed = state.withLock { s -> Bool in
             if let error { s.lastError = error }
-            if s.paused && !c.hasPrefix("paused") { return }
+            if s.paused && !c.hasPrefix("paused") { return false }
             s.connection = c
-            if c == "online" { s.offlineUntil = nil }
+            guard c == "online" else { return false }
+            s.offlineUntil = nil
+            // The server answers this device again: uploads go on, and an error of the
+            // connection (not of an item) is over.
+            let was = s.unauthorized != nil
+            s.unauthorized = nil
+            if s.failed.isEmpty, s.retryAt.isEmpty { s.lastError = nil }
+            return was
         }
+        if resumed { wake.yield() }
     }
 
     /// `NIMBUS_SYNC_TRACE=1`: one line per decision about an item (pull, push, commit answer),
@@ -351,9 +363,10 @@ extension SyncEngine: SyncStatusSource {
             if s.failed.contains(item) { return "error" }
             if s.deviceLocal.contains(item) { return "local" }
             if let b = s.bases[item], b.record.conflicts > 0 { return "conflict" }
-            // Queued, being pushed, written here and not yet uploaded, or never uploaded.
-            if s.inFlight == item || s.queued.contains(item) || s.writing.contains(item) { return "uploading" }
-            if s.bases[item] == nil && !item.isRoot { return "uploading" }
+            // Queued, being pushed, written here and not yet uploaded, or never uploaded; an
+            // error while the server refuses this device's token (nothing uploads).
+            let waiting = s.inFlight == item || s.queued.contains(item) || s.writing.contains(item) || (s.bases[item] == nil && !item.isRoot)
+            if waiting { return s.unauthorized == nil ? "uploading" : "error" }
             // A newer version waits (for a lock or a writer); one already shown does not count.
             let shown = s.bases[item]?.version ?? -1
             if (s.pendingRemote[item]?.version ?? -1) > shown || (s.heldForWriter[item]?.version ?? -1) > shown { return "downloaded" }
@@ -371,6 +384,9 @@ extension SyncEngine: SyncStatusSource {
             case "pinned": return s.pinned.contains(item) || ancestors.contains(where: s.pinned.contains) ? "1" : "0"
             case "error":
                 if s.failed.contains(item) { return s.itemErrors[item] ?? "the server refused the upload (see the mount log)" }
+                if s.unauthorized != nil, s.queued.contains(item) || s.writing.contains(item) || s.bases[item] == nil {
+                    return "not uploaded: the server refused this device's token (revoked or wrong); the change is kept — mount again with a valid --token-file"
+                }
                 return s.itemErrors[item] ?? ""
             case "progress":
                 if let u = s.upload, u.item == item {

@@ -69,13 +69,12 @@ struct Mount: ParsableCommand {
             guard let text = try? String(contentsOfFile: tokenFile, encoding: .utf8) else {
                 throw CLIFailure(.usage, "cannot read the token file \(tokenFile)")
             }
-            token = text.trimmingCharacters(in: .whitespacesAndNewlines)
+            token = try DeviceToken.parse(text, from: "the token file \(tokenFile)")
         } else if let env = ProcessInfo.processInfo.environment["NIMBUS_TOKEN"] {
-            token = env.trimmingCharacters(in: .whitespacesAndNewlines)
+            token = try DeviceToken.parse(env, from: "NIMBUS_TOKEN")
         } else {
             throw CLIFailure(.usage, "--server needs a device token: --token-file FILE or NIMBUS_TOKEN (nimbus admin add-device prints one)")
         }
-        if token.isEmpty { throw CLIFailure(.usage, "the device token is empty") }
         return RemoteConfig(server: server, container: container, token: token, tokenFile: tokenFile,
                             cacheSize: cacheSize.flatMap(ByteSize.parse), readTimeout: readTimeout, quietPeriod: quietPeriod,
                             presenterTimeout: presenterTimeout)
@@ -153,5 +152,19 @@ enum ByteSize {
         let bytes = v * Double(Int64(1) << shift)
         guard bytes < 9e18 else { return nil }
         return Int64(bytes)
+    }
+}
+
+/// A device token as read from a file or the environment: its first line, trimmed. What is not a
+/// token is refused before mounting, with a message that never shows the text itself.
+enum DeviceToken {
+    static func parse(_ text: String, from source: String) throws -> String {
+        let first = text.split(separator: "\n", maxSplits: 1, omittingEmptySubsequences: false).first ?? ""
+        let token = first.trimmingCharacters(in: .whitespacesAndNewlines)
+        if token.isEmpty { throw CLIFailure(.usage, "the first line of \(source) is empty; it must hold the device token (nimbus admin add-device prints one)") }
+        guard token.utf8.count <= 4096, token.utf8.allSatisfy({ (0x21...0x7e).contains($0) }) else {
+            throw CLIFailure(.usage, "the first line of \(source) is not a device token (tokens are one word of printable ASCII, like nim_…); put only the token there")
+        }
+        return token
     }
 }

@@ -63,7 +63,9 @@ enum MountSupport {
             }
             if !p.isRunning {
                 let text = (try? String(contentsOfFile: logPath, encoding: .utf8)).map { String($0.utf8.dropFirst(Int(logStart))) ?? "" } ?? ""
-                throw CLIFailure(.storage, "the mount daemon exited (status \(p.terminationStatus)): \(text.trimmingCharacters(in: .whitespacesAndNewlines))")
+                // The daemon's own exit code says what kind of failure it was (docs/errors.md).
+                let status = ExitStatus(rawValue: p.terminationStatus) ?? .storage
+                throw CLIFailure(status, "the mount daemon exited (status \(p.terminationStatus)): \(text.trimmingCharacters(in: .whitespacesAndNewlines))")
             }
             usleep(20_000)
         }

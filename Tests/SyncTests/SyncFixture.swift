@@ -158,6 +158,19 @@ final class SyncWorld: @unchecked Sendable {
         return mp
     }
 
+    /// Runs `nimbus admin ARGS` on this world's storage (`--data` or `--database` added).
+    func admin(_ command: String, _ args: [String]) async throws -> String {
+        let r = try await NimbusBinary.run(["admin", command] + adminStorage + args)
+        guard r.status == 0 else { throw ShellFailed(description: "admin \(command) failed: \(r.stderr)") }
+        return r.stdout
+    }
+
+    /// Gives `device` a new token (a new device of the account, same name) in its token file.
+    func newToken(_ device: String) async throws {
+        let token = try await admin("add-device", ["--account", "alice", "--device", device])
+        try token.write(toFile: base + "/\(device).token", atomically: true, encoding: .utf8)
+    }
+
     /// The servers' `nimbus_chunk_bytes_out_total` (downloads), summed over instances.
     func chunkBytesOut() throws -> Int64 { try metric("nimbus_chunk_bytes_out_total") }
     /// The servers' `nimbus_chunk_bytes_in_total` (uploads), summed over instances.
