@@ -113,6 +113,9 @@ extension SyncEngine: ChangeObserver {
                     case .retry:
                         delay = min(max(1, (s.retryAt[id]?.delay ?? 0) * 2), 30)
                         s.retryAt[id] = (now + .seconds(delay), delay)
+                    case .reverted:
+                        delay = 0
+                        return delay
                     case .rejected:
                         // The server refuses this state as it is: shown as an error on the item,
                         // tried again when it changes, at the next start, or in five minutes.
@@ -127,8 +130,14 @@ extension SyncEngine: ChangeObserver {
                 case .unauthorized: log("upload of \(id) refused: \(error); uploads wait for a valid token (mount again with --token-file)")
                 case .retry: log("upload of \(id) failed: \(error); retrying in \(delay) s")
                 case .rejected: log("upload of \(id) refused: \(error); kept queued, retrying in \(delay) s or when it changes")
+                case .reverted:
+                    // The conflict rule for crossing moves (DESIGN §3): the mover's device puts
+                    // the folder back where the server has it. Only the refused move is undone;
+                    // nothing else of the item was in it (folders have no content).
+                    log("upload of \(id) refused: \(error); putting it back where the server has it")
+                    try? store.removeSyncOps(id, upTo: Int64.max)
+                    await revertToServer(id)
                 }
-                if (error as? RemoteError)?.code == "move_cycle" { await revertToServer(id) }
                 if failure == .retry, Self.isTransport(error) {
                     setConnection("offline (retrying)", error: "\(error)")
                 }
@@ -180,7 +189,7 @@ extension SyncEngine: ChangeObserver {
         }
     }
 
-    enum Failure { case retry, rejected, unauthorized }
+    enum Failure { case retry, rejected, unauthorized, reverted }
 
     /// Transport failures, server-side trouble (5xx, `busy`, `storage_full`) and ordering races
     /// are retried with a back-off; a 401 stops uploads until the token is accepted again; a
@@ -194,6 +203,7 @@ extension SyncEngine: ChangeObserver {
         case .server(let status, let code, _, _):
             if code == APIErrorCode.unauthorized.rawValue || status == 401 { return .unauthorized }
             if status >= 500 || status == 413 || status == 429 { return .retry }
+            if code == APIErrorCode.moveCycle.rawValue { return .reverted }
             return ["missing_chunks", "parent_not_found", "item_not_found", "container_not_found"].contains(code) ? .retry : .rejected
         }
     }
