@@ -33,20 +33,24 @@ extension ContainerFS {
         FuseEntry(node: node, attr: controlAttr(node), attrTimeout: options.attrTimeout, entryTimeout: options.entryTimeout)
     }
 
-    func openControl(_ node: UInt64) -> FuseOpen {
+    /// Opens a control file for `caller`: what it shows names only items the caller can reach
+    /// in the tree (ContainerFS+Access.swift).
+    func openControl(_ node: UInt64, caller: Caller) -> FuseOpen {
         if node == Self.controlEventsNode {
-            // Read live from the log (no snapshot): an empty marker entry.
+            // Read live from the log (no snapshot); a caller who may not see everything reads
+            // through a cursor of its own that skips the lines it may not see.
+            let reader = EventReader(caller: seesAll(caller) ? nil : caller)
             let h = lock.withLock { () -> UInt64 in
                 let h = Self.controlHandleBase + t.nextControlHandle
                 t.nextControlHandle += 1
-                t.eventHandles.insert(h)
+                t.eventHandles[h] = reader
                 return h
             }
             return FuseOpen(handle: h, keepCache: false, directIO: true)
         }
         let text = switch node {
-        case Self.controlClaimsNode: claimsText()
-        case Self.controlConflictsNode: conflictsText()
+        case Self.controlClaimsNode: claimsText(for: caller)
+        case Self.controlConflictsNode: conflictsText(for: caller)
         default: statusText()
         }
         let bytes = Array(text.utf8)
@@ -60,7 +64,15 @@ extension ContainerFS {
     }
 
     public func readControl(handle: UInt64, offset: Int64, size: Int) throws(Errno) -> [UInt8] {
-        if lock.withLock({ t.eventHandles.contains(handle) }) { return events.read(offset: offset, size: size) }
+        if let reader = lock.withLock({ t.eventHandles[handle] }) {
+            guard let caller = reader.caller else { return events.read(offset: offset, size: size) }
+            var cursor = reader.cursor
+            let bytes = events.readFiltered(&cursor, offset: offset, size: size) { paths in
+                paths.allSatisfy { reachable(path: $0, by: caller) }
+            }
+            lock.withLock { t.eventHandles[handle]?.cursor = cursor }
+            return bytes
+        }
         return try lock.withLock { () throws(Errno) -> [UInt8] in
             guard let b = t.controls[handle] else { throw .EBADF }
             let start = min(Int(offset), b.count)
@@ -69,14 +81,15 @@ extension ContainerFS {
     }
 
     func releaseControl(_ handle: UInt64) {
-        lock.withLock { t.controls[handle] = nil; t.eventHandles.remove(handle) }
+        lock.withLock { t.controls[handle] = nil; t.eventHandles[handle] = nil }
     }
 
-    /// The text of `.nimbus/conflicts`: `COUNT PATH` per item with unresolved conflict versions,
-    /// by path; empty when there are none.
-    public func conflictsText() -> String {
-        let items = syncStatus?.conflictedItems() ?? []
-        return items.map { (path(of: $0.0), $0.1) }.sorted { $0.0 < $1.0 }.map { "\($0.1) \($0.0)\n" }.joined()
+    /// The text of `.nimbus/conflicts`: `COUNT PATH` per item with unresolved conflict versions
+    /// that `caller` can reach, by path, the path escaped as in `.nimbus/events` (one item, one
+    /// line); empty when there are none.
+    public func conflictsText(for caller: Caller = .process) -> String {
+        let items = (syncStatus?.conflictedItems() ?? []).filter { reachable($0.0, by: caller) }
+        return items.map { (path(of: $0.0), $0.1) }.sorted { $0.0 < $1.0 }.map { "\($0.1) \(EventLog.escape($0.0))\n" }.joined()
     }
 
     /// The text of `.nimbus/status`: one `key: value` per line, stable keys for scripts.

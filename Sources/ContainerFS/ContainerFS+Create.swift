@@ -8,8 +8,11 @@ import NimbusCore
 public struct Caller: Sendable {
     public var uid: UInt32
     public var gid: UInt32
-    public init(uid: UInt32, gid: UInt32) { self.uid = uid; self.gid = gid }
-    public init(_ c: FuseContext) { uid = c.uid; gid = c.gid }
+    /// Supplementary groups (for permission checks the daemon makes itself: what the control
+    /// files show this caller).
+    public var groups: [UInt32] = []
+    public init(uid: UInt32, gid: UInt32, groups: [UInt32] = []) { self.uid = uid; self.gid = gid; self.groups = groups }
+    public init(_ c: FuseContext, groups: [UInt32] = []) { uid = c.uid; gid = c.gid; self.groups = groups }
     public static var process: Caller { Caller(uid: getuid(), gid: getgid()) }
 }
 

@@ -8,8 +8,10 @@ import NimbusCore
 // the adapter splices straight from the descriptor.
 
 extension ContainerFS {
-    public func open(node: UInt64, flags: Int32) throws(Errno) -> FuseOpen {
-        if Self.isControlFile(node) { return openControl(node) }
+    /// `caller` decides what a control file shows (ContainerFS+Access.swift); the kernel has
+    /// checked the access mode against the item's owner and mode.
+    public func open(node: UInt64, flags: Int32, caller: Caller = .process) throws(Errno) -> FuseOpen {
+        if Self.isControlFile(node) { return openControl(node, caller: caller) }
         if node == Self.controlDirNode || node == Self.controlVersionsNode { throw .EISDIR }
         if node >= Self.virtualBase { return try openVersionEntry(node, flags: flags) }
         // The cache file is opened under the lock: a remote version swapping the file (and the

@@ -34,9 +34,12 @@ extension ContainerFS {
     }
 
     /// The text of `.nimbus/claims`: every held and waiting lock or claim with its owner.
-    public func claimsText() -> String {
-        let lines = coordinator.dump { self.path(of: $0) }
-        let presenting = presenters.presentationLines()
+    /// The text of `.nimbus/claims` for `caller`: held and waiting claims on items the caller
+    /// can reach (paths escaped as in `.nimbus/events`), and the presentations (all of them are
+    /// the mount owner's: only the owner can use the presenter socket) for a caller who sees all.
+    public func claimsText(for caller: Caller = .process) -> String {
+        let lines = coordinator.dump { id in reachable(id, by: caller) ? EventLog.escape(self.path(of: id)) : nil }
+        let presenting = seesAll(caller) ? presenters.presentationLines() : []
         let claims = lines.isEmpty ? "no claims\n" : lines.map { Self.describeOwners(in: $0) + "\n" }.joined()
         return claims + presenting.map { $0 + "\n" }.joined()
     }

@@ -9,7 +9,7 @@ public struct RemoteState: Sendable {
     public var parent: ItemID
     public var name: String
     public var kind: ItemKind
-    /// Permission bits (≤ 0o7777).
+    /// Permission bits (`ItemLimits.syncedPermissions`: never set-user-id or set-group-id).
     public var perm: UInt32
     public var size: Int64
     public var mtime: Int64
@@ -222,20 +222,23 @@ extension ContainerFS {
             return .done
         }
         guard let pnode = t.byID[s.parent], let p = t.nodes[pnode], p.isDir, p.linked else { return .waitForParent }
+        // The control folder's name at the top is no item's: the server refuses it, and an item
+        // that has it anyway (an older server) is not shown, so `.nimbus/` always works.
+        if p.node == Self.rootNode && ItemName.same(s.name, Self.controlName) { return .skip }
         if let n = existing {
             // Written here since the last close/fsync, or open for writing: the writer's close
             // queues an upload with the old base (the server keeps both) or lets the engine
             // apply the new version then; never replace bytes being written.
             if n.rec.kind == .file && s.resetContent
                 && (n.metaDirty || n.writers > 0 || s.unlessWrittenSince.map { $0 != n.writeGen } == true) { return .skip }
-            if n.rec.parent != s.parent || n.rec.name != s.name {
+            if n.rec.parent != s.parent || !ItemName.same(n.rec.name, s.name) {
                 // Taken: perhaps by an item this batch moves away (retried after it).
                 if let occupant = p.children[s.name], occupant != n.node { return .waitForName }
                 if n.isDir && isInside(p, n) { return .skip }
             }
             applied(s.id)
             let oldPath = pathLocked(n)
-            if n.rec.parent != s.parent || n.rec.name != s.name {
+            if n.rec.parent != s.parent || !ItemName.same(n.rec.name, s.name) {
                 if let old = t.nodes[n.parentNode] {
                     // (Not there when set aside to break a cycle, and then maybe taken already.)
                     if old.children[n.rec.name] == n.node { old.children[n.rec.name] = nil }
@@ -249,7 +252,7 @@ extension ContainerFS {
                 n.rec.name = s.name
                 actions.append(.entry(parent: p.node, name: s.name))
             }
-            n.rec.mode = (n.rec.mode & UInt32(S_IFMT)) | (s.perm & 0o7777)
+            n.rec.mode = (n.rec.mode & UInt32(S_IFMT)) | (s.perm & ItemLimits.syncedPermissions)
             n.rec.mtime = s.mtime
             n.rec.ctime = now
             if n.rec.kind == .symlink, let target = s.target {
@@ -287,7 +290,7 @@ extension ContainerFS {
         t.nextNode += 1
         // Remote items belong to the user running the mount (the server has no uids).
         var rec = ItemRecord(id: s.id, node: node, parent: s.parent, name: s.name, kind: s.kind,
-                             mode: type | (s.kind == .symlink ? 0o777 : s.perm & 0o7777), uid: owner.uid, gid: owner.gid,
+                             mode: type | (s.kind == .symlink ? 0o777 : s.perm & ItemLimits.syncedPermissions), uid: owner.uid, gid: owner.gid,
                              size: s.kind == .file ? s.size : Int64(s.target?.utf8.count ?? 0), time: s.mtime, target: s.target)
         rec.ctime = now
         rec.dirty = false

@@ -20,7 +20,7 @@ extension ContainerFS {
     }
 
     func isControl(parent: UInt64, name: String) -> Bool {
-        parent == Self.controlDirNode || (parent == Self.rootNode && name == Self.controlName)
+        parent == Self.controlDirNode || (parent == Self.rootNode && ItemName.same(name, Self.controlName))
     }
 
     public func unlink(parent: UInt64, name: String) throws(Errno) {
@@ -99,7 +99,7 @@ extension ContainerFS {
     func noteCreated(_ n: Node, folder: UInt64, name: String) {
         let now = Self.monotonicNow()
         t.safeSaves = t.safeSaves.filter { now &- $0.value.at <= Self.safeSaveWindow }
-        guard let r = t.renamedAway.last(where: { $0.folder == folder && $0.name == name && now &- $0.at <= Self.safeSaveWindow }),
+        guard let r = t.renamedAway.last(where: { $0.folder == folder && ItemName.same($0.name, name) && now &- $0.at <= Self.safeSaveWindow }),
               t.nodes[r.node]?.linked == true else { return }
         t.safeSaves[n.node] = (r.node, now)
     }

@@ -82,20 +82,38 @@ extension ContainerFS {
 
     func versionsAttr(_ node: UInt64) throws(Errno) -> stat {
         guard let v = versionsTree.vnode(node) else { throw .ENOENT }
+        // Each node carries the owner and permissions of the item it mirrors, so the kernel
+        // (default_permissions) lets a user into `.nimbus/versions/PATH/` exactly where it lets
+        // the user into PATH: a folder's search bit, a file's read bit. Nothing is writable but a
+        // file's versions folder for who may write the file (`rm` of an entry resolves).
+        let id: ItemID = switch v { case .mirror(let i), .versions(let i), .entry(let i, _): i }
+        guard let rec = id == .root ? nil : lock.withLock({ t.byID[id].flatMap { t.nodes[$0] }.map(\.rec) }) else {
+            if id == .root { return controlAttr(Self.controlVersionsNode) }
+            throw .ENOENT
+        }
         var st = stat()
         st.st_ino = UInt(node)
-        st.st_uid = owner.uid
-        st.st_gid = owner.gid
+        st.st_uid = rec.uid
+        st.st_gid = rec.gid
         st.st_blksize = 4096
         var ts = Self.ts(mountTime)
-        if case .entry = v, let e = versionsTree.state.withLock({ $0.entries[node] }) {
-            st.st_mode = S_IFREG | 0o444
+        let perm = rec.mode & 0o777
+        switch v {
+        case .entry:
+            guard let e = versionsTree.state.withLock({ $0.entries[node] }) else { throw .ENOENT }
+            st.st_mode = S_IFREG | (perm & 0o444)
             st.st_nlink = 1
             st.st_size = Int(e.size)
             st.st_blocks = Int((e.size + 511) / 512)
-            ts = timespec(tv_sec: Int(e.modified / 1_000_000_000), tv_nsec: Int(e.modified % 1_000_000_000))
-        } else {
-            st.st_mode = S_IFDIR | 0o555
+            ts = Self.ts(e.modified)
+        case .versions:
+            // r on the file → r-x on its versions folder; w on the file → w (discard a conflict).
+            let readable = perm & 0o444
+            st.st_mode = S_IFDIR | readable | (readable >> 2) | (perm & 0o222)
+            st.st_nlink = 2
+            st.st_size = 4096
+        case .mirror:
+            st.st_mode = S_IFDIR | (perm & 0o555)
             st.st_nlink = 2
             st.st_size = 4096
         }
@@ -146,7 +164,7 @@ extension ContainerFS {
     }
 
     func versionsLookup(parent: UInt64, name: String) throws(Errno) -> FuseEntry {
-        guard let child = try versionsChildren(parent).first(where: { $0.name == name }) else { throw .ENOENT }
+        guard let child = try versionsChildren(parent).first(where: { ItemName.same($0.name, name) }) else { throw .ENOENT }
         return try versionsEntry(child.node)
     }
 
@@ -174,7 +192,7 @@ extension ContainerFS {
     /// `rm` of an entry: a conflict version is discarded on the server; history stays (EPERM).
     func unlinkVersionEntry(parent: UInt64, name: String) throws(Errno) {
         guard case .versions(let id)? = versionsTree.vnode(parent) else { throw .EPERM }
-        guard let child = try versionsChildren(parent).first(where: { $0.name == name }) else { throw .ENOENT }
+        guard let child = try versionsChildren(parent).first(where: { ItemName.same($0.name, name) }) else { throw .ENOENT }
         guard let e = versionsTree.state.withLock({ $0.entries[child.node] }) else { throw .ENOENT }
         guard e.conflict else { throw .EPERM }
         guard let sync = syncStatus else { throw .EPERM }

@@ -38,7 +38,7 @@ public final class ContainerFS: @unchecked Sendable {
     static let controlFiles: [(name: String, node: UInt64)] = [("status", controlStatusNode), ("claims", controlClaimsNode),
                                                                   ("events", controlEventsNode), ("conflicts", controlConflictsNode)]
     static func isControlFile(_ node: UInt64) -> Bool { controlFiles.contains { $0.node == node } }
-    public static let controlName = ".nimbus"
+    public static let controlName = ItemName.controlFolder
     /// Handles ≥ this are control-file handles; file handles are file descriptors (< 2^31).
     static let controlHandleBase: UInt64 = 1 << 62
 
@@ -163,9 +163,11 @@ public final class ContainerFS: @unchecked Sendable {
     }
 
     static func ts(_ ns: Int64) -> timespec {
-        timespec(tv_sec: Int(ns / 1_000_000_000), tv_nsec: Int(ns % 1_000_000_000))
+        let (s, n) = ItemLimits.split(ns)
+        return timespec(tv_sec: Int(s), tv_nsec: Int(n))
     }
-    static func ns(_ ts: timespec) -> Int64 { Int64(ts.tv_sec) * 1_000_000_000 + Int64(ts.tv_nsec) }
+    /// A time from the kernel (any user's `utimensat`), clamped into what items carry: never traps.
+    static func ns(_ ts: timespec) -> Int64 { ItemLimits.time(seconds: Int64(ts.tv_sec), nanoseconds: Int64(ts.tv_nsec)) }
 
     func persist(_ n: Node) {
         n.metaDirty = false
@@ -207,7 +209,7 @@ public final class ContainerFS: @unchecked Sendable {
             if case .tooLong = problem { throw .ENAMETOOLONG }
             throw .EINVAL
         }
-        if parent == rootNode && name == controlName { throw .EEXIST }
+        if parent == rootNode && ItemName.same(name, controlName) { throw .EEXIST }
     }
 
     /// Frees an unlinked node once the kernel forgot it and no handle is open.
@@ -227,7 +229,7 @@ public final class ContainerFS: @unchecked Sendable {
 
     public func lookup(parent: UInt64, name: String) throws(Errno) -> FuseEntry {
         if name.utf8.count > ItemName.maxBytes { throw .ENAMETOOLONG }
-        if parent == Self.rootNode && name == Self.controlName { return controlEntry(Self.controlDirNode) }
+        if parent == Self.rootNode && ItemName.same(name, Self.controlName) { return controlEntry(Self.controlDirNode) }
         if parent == Self.controlDirNode {
             if let f = Self.controlFiles.first(where: { $0.name == name }) { return controlEntry(f.node) }
             if name == "versions" { return controlEntry(Self.controlVersionsNode) }

@@ -27,6 +27,25 @@ public final class EventLog: Sendable {
         var oldest = 0
         /// The last line's kind, origin and path, and when it was written (for `coalesce`).
         var last: (kind: String, origin: String, path: String, at: ContinuousClock.Instant)?
+        /// Where each line kept starts and the paths it names (for readers who may see only some
+        /// lines: `readFiltered`); `lines[firstLine]` is the oldest line kept.
+        var lines: [LineInfo] = []
+        var firstLine = 0
+    }
+
+    struct LineInfo {
+        var start: Int64
+        var paths: [String]
+    }
+
+    /// Where a reader that sees only some lines is in the stream (`readFiltered`): its own offset
+    /// (the bytes it was given so far), the stream offset it has read up to, and the bytes of
+    /// whole lines read but not yet given.
+    public struct FilteredCursor: Sendable {
+        var offset: Int64 = 0
+        var stream: Int64 = 0
+        var pending: [UInt8] = []
+        public init() {}
     }
 
     /// One event as a presenter hears of it (PresenterHub).
@@ -101,6 +120,7 @@ public final class EventLog: Sendable {
             if let detail { line += " \(detail)" }
             line += "\n"
             s.seq += 1
+            s.lines.append(LineInfo(start: s.base + Int64(s.buffer.count), paths: to.map { [path, $0] } ?? [path]))
             s.buffer += Array(line.utf8)
             if s.buffer.count - s.oldest > capacity {
                 // Whole lines leave the front: the oldest kept line moves on at once, the bytes
@@ -109,10 +129,14 @@ public final class EventLog: Sendable {
                 var cut = s.buffer.count - capacity
                 while cut < s.buffer.count, s.buffer[cut - 1] != UInt8(ascii: "\n") { cut += 1 }
                 s.oldest = cut
+                let oldestStart = s.base + Int64(cut)
+                while s.firstLine < s.lines.count, s.lines[s.firstLine].start < oldestStart { s.firstLine += 1 }
                 if s.oldest >= capacity / 4 {
                     s.buffer.removeFirst(s.oldest)
                     s.base += Int64(s.oldest)
                     s.oldest = 0
+                    s.lines.removeFirst(s.firstLine)
+                    s.firstLine = 0
                 }
             }
             return seq
@@ -130,6 +154,57 @@ public final class EventLog: Sendable {
             let start = max(s.oldest, Int(offset - s.base))
             guard start < s.buffer.count else { return [] }
             return Array(s.buffer[start..<min(s.buffer.count, start + size)])
+        }
+    }
+
+    /// Reads for someone who may see only the lines `visible` accepts (called with the paths a
+    /// line names, outside this log's lock). The reader's offsets count only the bytes it was
+    /// given: reading on from where the last read ended continues the stream line by line; a
+    /// read elsewhere (a seek) starts at the first line kept at or after that stream offset.
+    public func readFiltered(_ cursor: inout FilteredCursor, offset: Int64, size: Int,
+                             visible: ([String]) -> Bool) -> [UInt8] {
+        if offset != cursor.offset {
+            cursor = FilteredCursor()
+            cursor.offset = offset
+            cursor.stream = max(0, offset)
+        }
+        var out = cursor.pending
+        while out.count < size {
+            let batch = lines(from: cursor.stream, bytes: max(size, 16 * 1024))
+            if batch.isEmpty { break }
+            for l in batch {
+                if visible(l.paths) { out += l.bytes }
+                cursor.stream = l.end
+            }
+        }
+        let given = Array(out.prefix(size))
+        cursor.pending = Array(out.dropFirst(given.count))
+        cursor.offset += Int64(given.count)
+        return given
+    }
+
+    /// Whole lines kept that start at or after stream offset `from` (from the oldest kept when
+    /// `from` is older), about `bytes` of them, with the paths each names.
+    func lines(from: Int64, bytes: Int) -> [(end: Int64, bytes: [UInt8], paths: [String])] {
+        state.withLock { s in
+            var lo = s.firstLine, hi = s.lines.count
+            while lo < hi {
+                let mid = (lo + hi) / 2
+                if s.lines[mid].start < from { lo = mid + 1 } else { hi = mid }
+            }
+            let total = s.base + Int64(s.buffer.count)
+            var out: [(end: Int64, bytes: [UInt8], paths: [String])] = []
+            var taken = 0
+            var i = lo
+            while i < s.lines.count, taken < bytes {
+                let start = s.lines[i].start
+                let end = i + 1 < s.lines.count ? s.lines[i + 1].start : total
+                let a = Int(start - s.base), b = Int(end - s.base)
+                out.append((end, Array(s.buffer[a..<b]), s.lines[i].paths))
+                taken += b - a
+                i += 1
+            }
+            return out
         }
     }
 

@@ -10,8 +10,18 @@ import NimbusCore
 extension FuseAdapter {
     public var handlesLocks: Bool { true }
 
-    static func posixOwner(_ owner: UInt64, pid: Int32) -> LockOwner { LockOwner(.posix(owner), label: "pid \(pid)", pid: pid) }
-    static func flockOwner(_ owner: UInt64, pid: Int32) -> LockOwner { LockOwner(.flock(owner), label: "pid \(pid)", pid: pid) }
+    static func posixOwner(_ owner: UInt64, pid: Int32, holdsSync: Bool = true) -> LockOwner {
+        LockOwner(.posix(owner), label: "pid \(pid)" + (holdsSync ? "" : " (cannot write: sync not held)"), pid: pid, holdsSync: holdsSync)
+    }
+    static func flockOwner(_ owner: UInt64, pid: Int32, holdsSync: Bool = true) -> LockOwner {
+        LockOwner(.flock(owner), label: "pid \(pid)" + (holdsSync ? "" : " (cannot write: sync not held)"), pid: pid, holdsSync: holdsSync)
+    }
+
+    /// Whether the caller of `reply` may write `node`: only then do its locks hold sync back.
+    private func holdsSync(_ node: UInt64, _ reply: borrowing FuseReply) -> Bool {
+        let c = reply.context
+        return fs.mayWrite(node: node, caller: Caller(c, groups: c.uid == 0 ? [] : reply.groups))
+    }
 
     public func getlk(node: UInt64, handle: UInt64, owner: UInt64, lock: FuseLock, reply: consuming FuseReply) {
         let id: ItemID
@@ -31,7 +41,7 @@ extension FuseAdapter {
     public func setlk(node: UInt64, handle: UInt64, owner: UInt64, lock: FuseLock, wait: Bool, reply: consuming FuseReply) {
         let id: ItemID
         do { id = try fs.lockableItem(node) } catch { return reply.error(error) }
-        let who = Self.posixOwner(owner, pid: reply.context.pid)
+        let who = Self.posixOwner(owner, pid: reply.context.pid, holdsSync: holdsSync(node, reply))
         let range = ByteRange(start: lock.start, length: lock.length)
         switch Int32(lock.type) {
         case F_UNLCK:
@@ -47,7 +57,7 @@ extension FuseAdapter {
     public func flock(node: UInt64, handle: UInt64, owner: UInt64, operation: Int32, reply: consuming FuseReply) {
         let id: ItemID
         do { id = try fs.lockableItem(node) } catch { return reply.error(error) }
-        let who = Self.flockOwner(owner, pid: reply.context.pid)
+        let who = Self.flockOwner(owner, pid: reply.context.pid, holdsSync: holdsSync(node, reply))
         let wait = operation & LOCK_NB == 0
         switch operation & ~LOCK_NB {
         case LOCK_UN:

@@ -105,7 +105,8 @@ public final class FuseAdapter: FuseFilesystem {
             }
             return
         }
-        do { reply.open(try fs.open(node: node, flags: flags)) } catch { reply.error(error) }
+        let caller = ContainerFS.isControlFile(node) ? Caller(reply.context, groups: reply.groups) : .process
+        do { reply.open(try fs.open(node: node, flags: flags, caller: caller)) } catch { reply.error(error) }
     }
 
     /// File reads splice from the cache file: no lock, no Swift allocation.

@@ -18,8 +18,8 @@ final class Node {
     var writers = 0
     /// An fsync came after the last write: the content is a state the writer asked to keep.
     var fsyncedSinceWrite = false
-    /// Folder contents: name → node id.
-    var children: [String: UInt64] = [:]
+    /// Folder contents: name → node id, names compared by bytes.
+    var children = Children()
     /// Number of child folders (for st_nlink = 2 + subfolders).
     var subdirs = 0
     var xattrs: [String: [UInt8]] = [:]
@@ -39,6 +39,30 @@ final class Node {
 
     var isDir: Bool { rec.kind == .folder }
     var node: UInt64 { rec.node }
+}
+
+/// A folder's names → node ids. Names compare by their bytes, as on every Linux filesystem
+/// (`ItemName.same`): an NFC and an NFD spelling of `é` are two entries, as they are two items
+/// on the server. A `[String: UInt64]` would make them one (Swift's `String ==` compares
+/// canonical equivalence).
+struct Children: Sequence {
+    private struct Key: Hashable {
+        let name: String
+        static func == (a: Key, b: Key) -> Bool { ItemName.same(a.name, b.name) }
+        func hash(into h: inout Hasher) { ItemName.hashBytes(name, into: &h) }
+    }
+    private var map: [Key: UInt64] = [:]
+
+    subscript(name: String) -> UInt64? {
+        get { map[Key(name: name)] }
+        set { map[Key(name: name)] = newValue }
+    }
+    var isEmpty: Bool { map.isEmpty }
+    var count: Int { map.count }
+
+    func makeIterator() -> some IteratorProtocol<(name: String, node: UInt64)> {
+        map.lazy.map { (name: $0.key.name, node: $0.value) }.makeIterator()
+    }
 }
 
 /// The tables behind the lock.
@@ -63,9 +87,16 @@ final class Tables {
     /// Open control files: handle → the bytes fixed at open.
     var controls: [UInt64: [UInt8]] = [:]
     /// Open handles of `.nimbus/events` (read live from the EventLog).
-    var eventHandles: Set<UInt64> = []
+    var eventHandles: [UInt64: EventReader] = [:]
     var nextControlHandle: UInt64 = 1
     var openFiles = 0
+}
+
+/// A reader of `.nimbus/events`: `caller` nil sees every line; otherwise only the lines whose
+/// paths the caller can reach, through a cursor of its own.
+struct EventReader {
+    var caller: Caller?
+    var cursor = EventLog.FilteredCursor()
 }
 
 struct StaleHandle {

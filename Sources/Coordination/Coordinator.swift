@@ -117,21 +117,24 @@ public final class Coordinator: Sendable {
         return granted.withLock { $0 } ? Claim(coordinator: self, item: item, owner: owner) : nil
     }
 
-    /// Every held and waiting lock, one line each (`nimbus debug claims`).
-    public func dump(path: (ItemID) -> String) -> [String] {
+    /// Every held and waiting lock, one line each (`.nimbus/claims`); `path` names the item, nil
+    /// leaves its lines out.
+    public func dump(path: (ItemID) -> String?) -> [String] {
         let (held, waiting) = state.withLock { s in
             (s.table.allLocks, s.table.waiting)
         }
         var lines: [String] = []
         for (item, locks) in held.sorted(by: { $0.key.description < $1.key.description }) {
+            guard let p = path(item) else { continue }
             for l in locks {
-                lines.append("held     \(l.mode.description.padding(9)) \(kind(l.owner)) \(l.owner.label) on \(path(item)) bytes \(l.range)")
+                lines.append("held     \(l.mode.description.padding(9)) \(kind(l.owner)) \(l.owner.label) on \(p) bytes \(l.range)")
             }
         }
         let now = Self.now()
         for w in waiting {
+            guard let p = path(w.item) else { continue }
             let left = w.deadline.map { " (gives up in \(max(0, ($0 - now) / 1_000_000)) ms)" } ?? ""
-            lines.append("waiting  \(w.mode.description.padding(9)) \(kind(w.owner)) \(w.owner.label) on \(path(w.item)) bytes \(w.range)\(left)")
+            lines.append("waiting  \(w.mode.description.padding(9)) \(kind(w.owner)) \(w.owner.label) on \(p) bytes \(w.range)\(left)")
         }
         return lines
     }

@@ -33,11 +33,17 @@ public struct LockOwner: Hashable, Sendable, CustomStringConvertible {
     public var label: String
     /// The process, for F_GETLK's `l_pid` (0 for the daemon's claims).
     public var pid: Int32
+    /// Whether this owner's locks hold the daemon's claims back (the sync engine's uploads and
+    /// remote versions). False for a program lock taken by a user who may not write the file:
+    /// its locks coordinate it with other programs, but another local user with read access
+    /// must not be able to stop the owner's file from syncing.
+    public var holdsSync: Bool
 
-    public init(_ kind: Kind, label: String, pid: Int32 = 0) {
+    public init(_ kind: Kind, label: String, pid: Int32 = 0, holdsSync: Bool = true) {
         self.kind = kind
         self.label = label
         self.pid = pid
+        self.holdsSync = holdsSync
     }
 
     public static func == (a: Self, b: Self) -> Bool { a.kind == b.kind }
@@ -47,7 +53,9 @@ public struct LockOwner: Hashable, Sendable, CustomStringConvertible {
     /// Whether locks of these two owners can conflict at all.
     func interacts(with o: LockOwner) -> Bool {
         switch (kind, o.kind) {
-        case (.claim, _), (_, .claim), (.posix, .posix), (.flock, .flock): true
+        case (.claim, .claim), (.posix, .posix), (.flock, .flock): true
+        case (.claim, _): o.holdsSync
+        case (_, .claim): holdsSync
         default: false
         }
     }

@@ -93,6 +93,18 @@ public struct FuseReply: ~Copyable, @unchecked Sendable {
         return FuseContext(uid: c.uid, gid: c.gid, pid: c.pid, umask: c.umask)
     }
 
+    /// The caller's supplementary groups (`fuse_req_getgroups`, read from /proc: empty when the
+    /// caller is gone or the kernel does not tell).
+    public var groups: [gid_t] {
+        var list = [gid_t](repeating: 0, count: 64)
+        var n = fuse_req_getgroups(req, Int32(list.count), &list)
+        if n > Int32(list.count) {
+            list = [gid_t](repeating: 0, count: Int(n))
+            n = fuse_req_getgroups(req, Int32(list.count), &list)
+        }
+        return n > 0 ? Array(list.prefix(Int(min(n, Int32(list.count))))) : []
+    }
+
     /// Asks for `FuseFilesystem.interrupted(token:)` if the caller is interrupted while this
     /// request waits (it may be called at once, on this thread, if it already was).
     public func watchInterrupt(token: UInt64) {

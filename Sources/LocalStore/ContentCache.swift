@@ -10,7 +10,7 @@ public struct ContentCache: Sendable {
 
     public init(directory: URL) throws {
         self.directory = directory
-        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        try StateFiles.directory(directory.path)
     }
 
     /// Exchanges the content files of `a` and `b` (open descriptors keep their files). Both

@@ -39,7 +39,12 @@ public final class LocalStore: @unchecked Sendable {
     /// Opens (creating when needed) the state in `directory` and runs pending migrations.
     public init(directory: URL, rootOwner: (uid: UInt32, gid: UInt32) = (getuid(), getgid())) throws {
         self.directory = directory
-        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        try StateFiles.directory(directory.path)
+        let dbPath = directory.appendingPathComponent("state.sqlite").path
+        // Names, user xattrs and content of every item are in here: 0600 whatever the umask,
+        // made before SQLite opens it (SQLite gives its -wal and -shm files the database's mode).
+        StateFiles.file(dbPath)
+        for suffix in ["-wal", "-shm"] { StateFiles.restrict(dbPath + suffix) }
         var config = Configuration()
         config.foreignKeysEnabled = true
         // A store reopened right after another instance closed (remount, tests) can meet the
@@ -53,7 +58,7 @@ public final class LocalStore: @unchecked Sendable {
             // insert read its B-tree pages back from the OS. Grows only as pages are used.
             try db.execute(sql: "PRAGMA cache_size = -65536")
         }
-        pool = try DatabasePool(path: directory.appendingPathComponent("state.sqlite").path, configuration: config)
+        pool = try DatabasePool(path: dbPath, configuration: config)
         try Schema.migrator.migrate(pool)
         cache = try ContentCache(directory: directory.appendingPathComponent("cache"))
         try pool.write { db in
@@ -252,4 +257,26 @@ public enum WallClock {
 /// A write to a store that was abandoned (a simulated crash): nothing reaches the disk any more.
 public struct StoreAbandoned: Error, CustomStringConvertible {
     public var description: String { "the local state was abandoned (simulated crash)" }
+}
+
+/// The state directory holds every item's name, xattrs and bytes: folders 0700, files 0600,
+/// whatever the umask (another local user reads nothing of it).
+public enum StateFiles {
+    /// Creates `path` (and its parents) if missing and makes it 0700.
+    public static func directory(_ path: String) throws {
+        try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+        restrict(path, mode: 0o700)
+    }
+
+    /// Creates `path` as an empty 0600 file if missing, and makes it 0600 if it exists.
+    public static func file(_ path: String) {
+        let fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0o600)
+        if fd >= 0 { close(fd) }
+        restrict(path)
+    }
+
+    /// Makes an existing file `mode` (0600 by default); a missing file is left alone.
+    public static func restrict(_ path: String, mode: mode_t = 0o600) {
+        _ = chmod(path, mode)
+    }
 }

@@ -3,9 +3,28 @@
 /// Rules (DESIGN §3 "Auth"): not empty, not `.` or `..`, no `/`, no NUL, at most 255 bytes of
 /// UTF-8. Swift strings are always valid Unicode, so invalid UTF-8 is rejected where bytes become a
 /// string (the JSON decoder, the FUSE layer), never here.
+///
+/// Names compare by their bytes, as Linux filesystems do: `é` written precomposed (NFC) and as `e`
+/// plus a combining accent (NFD) are two names, two items (Swift's `String ==` would call them
+/// one). Use `ItemName.same` where two names as `String`s are compared.
 public struct ItemName: Hashable, Sendable, Codable, CustomStringConvertible {
     public let value: String
     public static let maxBytes = 255
+    /// The name every mount shows at the top of a container for its control folder: no item
+    /// there may have it (the server refuses it; a mount does not show one).
+    public static let controlFolder = ".nimbus"
+
+    public static func == (a: ItemName, b: ItemName) -> Bool { same(a.value, b.value) }
+    public func hash(into h: inout Hasher) { Self.hashBytes(value, into: &h) }
+
+    /// Whether two names are the same bytes.
+    @inlinable public static func same(_ a: String, _ b: String) -> Bool { a.utf8.elementsEqual(b.utf8) }
+
+    /// Hashes the bytes of `s` (for keys compared with `same`).
+    public static func hashBytes(_ s: String, into h: inout Hasher) {
+        var s = s
+        s.withUTF8 { h.combine(bytes: UnsafeRawBufferPointer($0)) }
+    }
 
     public enum Problem: Error, Equatable, Sendable, CustomStringConvertible {
         case empty, dot, dotDot, slash, nul, tooLong(bytes: Int)

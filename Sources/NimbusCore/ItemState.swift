@@ -82,3 +82,36 @@ public struct ItemState: Hashable, Sendable, Codable {
         return content.chunks.map(\.hash.hex).joined() > other.content.chunks.map(\.hash.hex).joined()
     }
 }
+
+/// The ranges every side keeps item metadata in.
+public enum ItemLimits {
+    static let day: Int64 = 86_400 * 1_000_000_000
+    /// Times, nanoseconds since 1970: what an Int64 holds (1677…2262), less a day at each end, so
+    /// that a later time (`+ 1`) or a day's margin never overflows. A time outside it (a file
+    /// touched to the year 1600 or 2300) is clamped into it, as Linux clamps a time to what a
+    /// filesystem can store.
+    public static let time: ClosedRange<Int64> = (Int64.min + day)...(Int64.max - day)
+
+    /// `seconds` + `nanoseconds` (a `timespec`) as nanoseconds since 1970, clamped into `time`.
+    /// Never traps, whatever the two numbers are.
+    public static func time(seconds: Int64, nanoseconds: Int64) -> Int64 {
+        let (whole, over) = seconds.multipliedReportingOverflow(by: 1_000_000_000)
+        if over { return seconds < 0 ? time.lowerBound : time.upperBound }
+        let (sum, over2) = whole.addingReportingOverflow(nanoseconds)
+        if over2 { return nanoseconds < 0 ? time.lowerBound : time.upperBound }
+        return min(max(sum, time.lowerBound), time.upperBound)
+    }
+
+    /// Nanoseconds since 1970 as (seconds, nanoseconds 0…999,999,999), rounding down: a time
+    /// before 1970 has a negative second and a positive nanosecond, as `timespec` requires.
+    public static func split(_ t: Int64) -> (seconds: Int64, nanoseconds: Int64) {
+        let (q, r) = t.quotientAndRemainder(dividingBy: 1_000_000_000)
+        return r < 0 ? (q - 1, r + 1_000_000_000) : (q, r)
+    }
+
+    /// The permission bits an item carries between devices: rwx for all and the sticky bit.
+    /// Set-user-id and set-group-id never travel: a file that arrives from another device (or
+    /// from whoever holds a token of the account) must not become a set-id program of the local
+    /// mount's owner (often root).
+    public static let syncedPermissions: UInt32 = 0o1777
+}

@@ -20,10 +20,8 @@ public protocol WireChecked: Decodable {
 
 /// The ranges the protocol accepts.
 public enum WireRange {
-    static let day: Int64 = 86_400 * 1_000_000_000
-    /// Modification times, nanoseconds since 1970: what an Int64 holds (1677…2262), less a day at
-    /// each end, so that a later time (`+ 1`) or a day's margin never overflows.
-    public static let time: ClosedRange<Int64> = (Int64.min + day)...(Int64.max - day)
+    /// Modification times, nanoseconds since 1970 (`ItemLimits.time`).
+    public static let time: ClosedRange<Int64> = ItemLimits.time
     /// Item versions (journal sequence numbers start at 1).
     public static let version: ClosedRange<Int64> = 1...Int64.max
     /// Journal cursors (0: nothing seen yet).
@@ -48,6 +46,9 @@ extension CommitRequest: WireChecked {
         }
         if let c = seenCursor, !WireRange.cursor.contains(c) {
             throw WireProblem(.invalidCursor, "seenCursor \(c) is not a cursor (0…\(Int64.max))")
+        }
+        if state.parent == .root, !state.deleted, ItemName.same(state.name.value, ItemName.controlFolder) {
+            throw WireProblem(.invalidName, "\"\(ItemName.controlFolder)\" at the top of a container is reserved for the control folder every mount shows there; rename the item")
         }
         try state.check()
     }

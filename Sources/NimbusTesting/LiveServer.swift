@@ -57,10 +57,14 @@ public struct LiveServer: Sendable {
     }
 }
 
-/// A log handler that keeps each message (`LEVEL message`) for a test to read.
-public final class LogCapture: LogHandler, @unchecked Sendable {
-    // @unchecked: `lines` is behind its own lock; the LogHandler properties are set once, before use.
-    private let lines = Mutex<[String]>([])
+/// A log handler that keeps each message (`LEVEL message`) for a test to read. A value type, as
+/// swift-log expects: every `Logger` copy that adds metadata (Hummingbird does per request, on
+/// many threads at once) mutates its own copy; only the captured lines are shared, behind a lock.
+public struct LogCapture: LogHandler, Sendable {
+    private final class Lines: Sendable {
+        let lines = Mutex<[String]>([])
+    }
+    private let store = Lines()
     public var metadata: Logger.Metadata = [:]
     public var logLevel: Logger.Level = .info
 
@@ -73,8 +77,8 @@ public final class LogCapture: LogHandler, @unchecked Sendable {
 
     public func log(level: Logger.Level, message: Logger.Message, metadata: Logger.Metadata?, source: String,
                     file: String, function: String, line: UInt) {
-        lines.withLock { $0.append("\(level) \(message)") }
+        store.lines.withLock { $0.append("\(level) \(message)") }
     }
 
-    public var messages: [String] { lines.withLock { $0 } }
+    public var messages: [String] { store.lines.withLock { $0 } }
 }

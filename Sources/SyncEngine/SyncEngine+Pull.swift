@@ -370,7 +370,7 @@ extension SyncEngine {
     }
 
     static func remoteState(_ r: ServerItem, resetContent: Bool) -> RemoteState {
-        var s = RemoteState(id: r.id, parent: r.parent, name: r.name.value, kind: r.kind, perm: r.mode & 0o7777,
+        var s = RemoteState(id: r.id, parent: r.parent, name: r.name.value, kind: r.kind, perm: r.mode & ItemLimits.syncedPermissions,
                             size: r.size, mtime: r.modified, target: r.symlinkTarget, deleted: r.deleted, resetContent: resetContent)
         s.version = r.version
         return s

@@ -272,7 +272,7 @@ extension SyncEngine: ChangeObserver {
         // shown over a write made after (settle).
         let generation = fs.writeState(id)?.generation
         var draft = ItemDraft(kind: local.kind, parent: parent, name: name, symlinkTarget: local.target,
-                              mode: local.mode & 0o7777, modified: WireRange.clampTime(local.mtime), extra: base?.record.extra)
+                              mode: local.mode & ItemLimits.syncedPermissions, modified: WireRange.clampTime(local.mtime), extra: base?.record.extra)
         if local.kind == .file {
             if let base, !base.complete {
                 draft.chunks = base.record.chunks  // not downloaded, so not changed here

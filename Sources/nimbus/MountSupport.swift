@@ -1,6 +1,7 @@
 #if canImport(ContainerFS)
 import Foundation
 import Glibc
+import LocalStore
 
 /// Mount-table plumbing for `nimbus mount` / `nimbus unmount`.
 enum MountSupport {
@@ -35,10 +36,11 @@ enum MountSupport {
 
     /// Starts `nimbus mount --foreground` as a background daemon and waits until the mount answers.
     static func startDaemon(mountpoint mp: String, state: String, cacheTimeout: Double, timeout: Double, remote: RemoteConfig?) throws {
-        try FileManager.default.createDirectory(atPath: state, withIntermediateDirectories: true)
+        try StateFiles.directory(state)
         let logPath = state + "/mount.log"
         // Appended to, never truncated: the log of a daemon that died is what explains it.
-        if !FileManager.default.fileExists(atPath: logPath) { _ = FileManager.default.createFile(atPath: logPath, contents: nil) }
+        // 0600: it names the items synced.
+        StateFiles.file(logPath)
         guard let log = FileHandle(forWritingAtPath: logPath) else { throw CLIFailure(.storage, "cannot write \(logPath)") }
         log.seekToEndOfFile()
         let logStart = log.offsetInFile
