@@ -7,6 +7,8 @@ import Testing
 
 let p1 = LockOwner(.posix(1), label: "pid 1"), p2 = LockOwner(.posix(2), label: "pid 2"), p3 = LockOwner(.posix(3), label: "pid 3")
 let f1 = LockOwner(.flock(11), label: "flock 1"), f2 = LockOwner(.flock(12), label: "flock 2")
+let readOnlyFlock = LockOwner(.flock(13), label: "flock 3 (cannot write)", holdsSync: false)
+let readOnlyPosix = LockOwner(.posix(4), label: "pid 4 (cannot write)", holdsSync: false)
 let engine = LockOwner(.claim(21), label: "sync: apply"), upload = LockOwner(.claim(22), label: "sync: upload")
 
 enum Op {
@@ -50,6 +52,18 @@ struct LockTableTableTests {
             Step(.lock(1, p1, r(0, 10), .exclusive, wait: false), [grant(1)]),
             Step(.lock(2, p2, r(5, 6), .shared, wait: false), [.deny(request: 2, .wouldBlock(blockers: [p1]))]),
             Step(.lock(3, p2, r(10, 20), .exclusive, wait: false), [grant(3)]),
+        ]),
+        ("a lock by a user who cannot write the file coordinates programs but never holds a claim back", [
+            Step(.lock(1, readOnlyFlock, whole, .exclusive, wait: false), [grant(1)]),
+            Step(.lock(2, upload, whole, .shared, wait: false), [grant(2)]),
+            Step(.lock(3, engine, whole, .exclusive, wait: true, deadline: 100)),
+            Step(.releaseAll(upload), [grant(3)]),
+            Step(.lock(4, f2, whole, .shared, wait: false), [.deny(request: 4, .wouldBlock(blockers: [readOnlyFlock, engine]))]),
+            Step(.releaseAll(engine)),
+            Step(.lock(5, f2, whole, .shared, wait: false), [.deny(request: 5, .wouldBlock(blockers: [readOnlyFlock]))]),
+            Step(.lock(6, readOnlyPosix, whole, .exclusive, wait: false), [grant(6)]),
+            Step(.lock(7, p1, r(0, 1), .shared, wait: false), [.deny(request: 7, .wouldBlock(blockers: [readOnlyPosix]))]),
+            Step(.lock(8, engine, whole, .exclusive, wait: false), [grant(8)]),
         ]),
         ("POSIX and flock locks ignore each other (Linux); a claim conflicts with both", [
             Step(.lock(1, p1, whole, .exclusive, wait: false), [grant(1)]),
