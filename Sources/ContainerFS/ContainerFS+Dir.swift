@@ -49,7 +49,7 @@ extension ContainerFS {
                     e = controlEntry(child)
                     if isDot { e.node = 0 }
                 } else if child >= Self.virtualBase {
-                    guard let v = try? versionsEntry(child) else { i += 1; continue }
+                    guard let v = try? versionsEntryLocked(child) else { i += 1; continue }
                     e = v
                     if isDot { e.node = 0 }
                 } else if let c = t.nodes[child], (c.linked || isDot) {

@@ -81,13 +81,18 @@ extension ContainerFS {
     }
 
     func versionsAttr(_ node: UInt64) throws(Errno) -> stat {
+        try lock.withLock { () throws(Errno) -> stat in try versionsAttrLocked(node) }
+    }
+
+    /// `versionsAttr` with `lock` held (readdir fills entries under it).
+    func versionsAttrLocked(_ node: UInt64) throws(Errno) -> stat {
         guard let v = versionsTree.vnode(node) else { throw .ENOENT }
         // Each node carries the owner and permissions of the item it mirrors, so the kernel
         // (default_permissions) lets a user into `.nimbus/versions/PATH/` exactly where it lets
         // the user into PATH: a folder's search bit, a file's read bit. Nothing is writable but a
         // file's versions folder for who may write the file (`rm` of an entry resolves).
         let id: ItemID = switch v { case .mirror(let i), .versions(let i), .entry(let i, _): i }
-        guard let rec = id == .root ? nil : lock.withLock({ t.byID[id].flatMap { t.nodes[$0] }.map(\.rec) }) else {
+        guard let rec = id == .root ? nil : t.byID[id].flatMap({ t.nodes[$0] }).map(\.rec) else {
             if id == .root { return controlAttr(Self.controlVersionsNode) }
             throw .ENOENT
         }
@@ -123,6 +128,11 @@ extension ContainerFS {
 
     func versionsEntry(_ node: UInt64) throws(Errno) -> FuseEntry {
         FuseEntry(node: node, attr: try versionsAttr(node), attrTimeout: options.attrTimeout, entryTimeout: options.entryTimeout)
+    }
+
+    /// `versionsEntry` with `lock` held.
+    func versionsEntryLocked(_ node: UInt64) throws(Errno) -> FuseEntry {
+        FuseEntry(node: node, attr: try versionsAttrLocked(node), attrTimeout: options.attrTimeout, entryTimeout: options.entryTimeout)
     }
 
     /// The other versions of `item` (from the server; a listing younger than 2 s is reused).

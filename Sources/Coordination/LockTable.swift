@@ -150,10 +150,11 @@ public struct LockTable<Key: Hashable & Sendable>: Sendable {
         (held[item] ?? []).first { conflicts($0, owner, range, mode) }
     }
 
-    /// The strongest lock that programs (POSIX or flock owners, not claims) hold on `item`.
+    /// The strongest lock that programs (POSIX or flock owners, not claims) hold on `item`,
+    /// counting only owners whose locks hold sync back (`LockOwner.holdsSync`).
     public func programLock(on item: Key) -> LockMode? {
         var strongest: LockMode?
-        for h in held[item] ?? [] {
+        for h in held[item] ?? [] where h.owner.holdsSync {
             if case .claim = h.owner.kind { continue }
             if h.mode == .exclusive { return .exclusive }
             strongest = .shared

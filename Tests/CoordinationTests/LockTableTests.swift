@@ -156,6 +156,9 @@ struct LockTableTableTests {
         #expect(t.programLock(on: 1) == .shared)
         _ = t.lock(2, item: 1, owner: f1, range: whole, mode: .exclusive, wait: false)
         #expect(t.programLock(on: 1) == .exclusive)
+        // A lock of a user who cannot write the file is no program lock for the sync engine.
+        _ = t.lock(3, item: 2, owner: readOnlyFlock, range: whole, mode: .exclusive, wait: false)
+        #expect(t.programLock(on: 2) == nil)
     }
 
     @Test func flockLengthsFollowStructFlock() {

@@ -1,0 +1,84 @@
+import Foundation
+import Glibc
+import NimbusTesting
+import Testing
+
+/// Another local user (`nobody`, through setpriv) on a mount run by root with allow_other
+/// (docs/security.md "Another local user"): it cannot crash the daemon, read what the modes
+/// forbid (also through `.nimbus/`), read the state, or hold the owner's sync back; set-id bits
+/// never arrive from the server; names are bytes.
+@Suite(.serialized, .enabled(if: SyncEnv.usable && getuid() == 0, "needs FUSE and root (to be another user)"))
+struct LocalUserMountTests {
+    /// Runs `script` as nobody (uid/gid 65534, no supplementary groups) in `dir`.
+    func asNobody(_ dir: String, _ script: String) -> (Int32, String) {
+        shStatus("cd \(q(dir)) && setpriv --reuid=65534 --regid=65534 --clear-groups sh -c \(q(script)) 2>&1")
+    }
+
+    @Test func anotherLocalUserCanNeitherCrashNorReadNorStallTheMount() async throws {
+        try await SyncWorld.run("localuser") { w in
+            let a = try await w.mount("a"), b = try await w.mount("b")
+            try sh("chmod 755 \(q(w.base))")  // nobody may reach the mountpoints (not the state dirs)
+            try sh("cd \(q(a)) && mkdir -m 777 pub && printf v1 > secret.txt && chmod 600 secret.txt && mkdir -m 700 private && printf v1 > private/doc.txt && printf v1 > open.txt")
+            try await eventually("the tree on B", "test \"$(cat \(q(b))/private/doc.txt)\" = v1 && test -f \(q(b))/secret.txt && test -f \(q(b))/open.txt")
+            try sh("cd \(q(a)) && printf v2 > secret.txt && printf v2 > private/doc.txt && printf v2 > open.txt")
+            try await eventually("v2 on B", "test \"$(cat \(q(b))/private/doc.txt)\" = v2 && test \"$(cat \(q(b))/secret.txt)\" = v2 && test \"$(cat \(q(b))/open.txt)\" = v2")
+
+            // Times no Int64 of nanoseconds holds: clamped, the daemon lives, the file syncs.
+            let (ts, tout) = asNobody(a, "touch pub/late pub/early && touch -d @10000000000 pub/late && touch -d 1600-01-01 pub/early")
+            #expect(ts == 0, "\(tout)")
+            #expect(try sh("stat -c %Y \(q(a))/pub/late").trimmingCharacters(in: .whitespacesAndNewlines) == "9223285636")
+            try await eventually("the clamped files on B", "test -f \(q(b))/pub/late && test -f \(q(b))/pub/early && test \"$(stat -c %Y \(q(b))/pub/late)\" = 9223285636")
+
+            // Earlier versions: as the item allows, and only through folders nobody may enter.
+            let owners = try sh("ls \(q(a))/.nimbus/versions/secret.txt/ \(q(a))/.nimbus/versions/private/doc.txt/ \(q(a))/.nimbus/versions/open.txt/")
+            #expect(owners.contains(" v"), "root lists the versions: \(owners)")
+            let secretEntry = try sh("ls \(q(a))/.nimbus/versions/secret.txt/ | head -1").trimmingCharacters(in: .whitespacesAndNewlines)
+            let docEntry = try sh("ls \(q(a))/.nimbus/versions/private/doc.txt/ | head -1").trimmingCharacters(in: .whitespacesAndNewlines)
+            let openEntry = try sh("ls \(q(a))/.nimbus/versions/open.txt/ | head -1").trimmingCharacters(in: .whitespacesAndNewlines)
+            #expect(try sh("cat \(q(a + "/.nimbus/versions/secret.txt/" + secretEntry))") == "v1")
+            for forbidden in ["ls .nimbus/versions/secret.txt/", "cat \(q(".nimbus/versions/secret.txt/" + secretEntry))",
+                              "ls .nimbus/versions/private/", "cat \(q(".nimbus/versions/private/doc.txt/" + docEntry))",
+                              "cat private/doc.txt", "cat secret.txt"] {
+                let (s, out) = asNobody(a, forbidden)
+                #expect(s != 0 && out.contains("ermission denied"), "nobody: \(forbidden) → \(s) \(out)")
+            }
+            let (os, oout) = asNobody(a, "cat \(q(".nimbus/versions/open.txt/" + openEntry))")
+            #expect(os == 0 && oout == "v1", "a 0644 file's versions are readable: \(os) \(oout)")
+
+            // The control files name only what nobody could reach in the tree.
+            let (es, events) = asNobody(a, "cat .nimbus/events")
+            #expect(es == 0 && events.contains("/open.txt") && events.contains("/private\n") && !events.contains("doc.txt"), "\(events)")
+            #expect(try sh("cat \(q(a))/.nimbus/events").contains("/private/doc.txt"), "root sees all")
+            try sh("(flock -s \(q(a))/private/doc.txt sleep 3 >/dev/null 2>&1 &) ; sleep 0.5")
+            let (_, claims) = asNobody(a, "cat .nimbus/claims")
+            #expect(!claims.contains("doc.txt"), "\(claims)")
+            #expect(try sh("cat \(q(a))/.nimbus/claims").contains("/private/doc.txt"))
+
+            // The state and the server's data are private.
+            for (path, mode) in [(w.base + "/a-state", "700"), (w.base + "/a-state/state.sqlite", "600"), (w.base + "/a-state/mount.log", "600"),
+                                 (w.base + "/a-state/cache", "700"), (w.base + "/server", "700"), (w.base + "/server/metadata.sqlite", "600")] {
+                #expect(try sh("stat -c %a \(q(path))").trimmingCharacters(in: .whitespacesAndNewlines) == mode, "\(path)")
+            }
+            let wal = try sh("stat -c %a \(q(w.base))/a-state/state.sqlite-wal 2>/dev/null || echo 600").trimmingCharacters(in: .whitespacesAndNewlines)
+            #expect(wal == "600")
+
+            // nobody may read open.txt, so may lock it, but that lock never holds root's upload back.
+            _ = shStatus("cd \(q(a)) && (setpriv --reuid=65534 --regid=65534 --clear-groups flock -x open.txt sleep 30 >/dev/null 2>&1 &)")
+            try await eventually("nobody holds the lock", "grep -q 'cannot write' \(q(a))/.nimbus/claims")
+            try sh("printf v3 > \(q(a))/open.txt")
+            try await eventually("root's edit reaches B while nobody holds an exclusive lock", seconds: 20, "test \"$(cat \(q(b))/open.txt)\" = v3")
+            _ = shStatus("pkill -u 65534 -f 'flock -x open.txt' ; true")
+
+            // Set-id bits stay on the device that set them.
+            try sh("printf '#!/bin/sh\\necho hi\\n' > \(q(a))/tool && chmod 6755 \(q(a))/tool")
+            try await eventually("the tool on B without set-id bits", "test -f \(q(b))/tool && test \"$(stat -c %a \(q(b))/tool)\" = 755")
+
+            // NFC and NFD spellings: two files on every device.
+            let nfc = "caf\u{E9}.txt", nfd = "cafe\u{301}.txt"
+            try sh("printf nfc > \(q(a + "/" + nfc)) && printf nfd > \(q(a + "/" + nfd))")
+            #expect(try sh("ls \(q(a)) | grep -c caf").trimmingCharacters(in: .whitespacesAndNewlines) == "2")
+            try await eventually("both spellings on B", "test \"$(cat \(q(b + "/" + nfc)))\" = nfc && test \"$(cat \(q(b + "/" + nfd)))\" = nfd")
+            #expect(try sh("stat -c %a \(q(a))/pub").trimmingCharacters(in: .whitespacesAndNewlines) == "777", "the daemon is alive")
+        }
+    }
+}
