@@ -29,6 +29,8 @@ public struct SyncOp: Sendable, Equatable {
 // write-behind queue: the engine runs off the FUSE threads and needs its writes done when the
 // call returns (a base saved before the next commit reads it). Upload-queue entries are the
 // exception: they go through `enqueue(.syncOp)` so they commit with the change that caused them.
+// While the queue fails (a full disk), these writes join it instead (`LocalStore.write`): a base
+// or cursor is never on disk ahead of the tree changes it describes.
 extension LocalStore {
     public func syncBases() throws -> [ItemID: SyncBase] {
         try pool.read { db in

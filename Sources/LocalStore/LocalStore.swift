@@ -12,19 +12,46 @@ import NimbusCore
 /// fsynced survives `kill -9` and power loss, and what it did not fsync survives `kill -9` up
 /// to the last few milliseconds (like a local filesystem).
 ///
+/// **Failures** (a full disk, an I/O error): a batch that cannot be committed stays at the head
+/// of the queue and is tried again — at once when someone calls `sync()`, else after a back-off
+/// of 10 ms doubling to 1 s — so nothing queued is dropped and order is kept. While it fails,
+/// `sync()` answers the failure (`StoreFailure.errno`: ENOSPC for a full disk, else EIO) and
+/// direct writes (the sync engine's bases, cursor, pins) join the queue behind it instead of
+/// overtaking it: what is on disk is always a prefix of what was written, as after a crash.
+/// The first commit that goes through ends the failure by itself. A reserve file
+/// (`space-reserve`, `spaceReserve` bytes, preallocated) is deleted when the disk is full, so the
+/// commit that follows can still go through — that commit is what deletes the trashed cache
+/// files of removed items (`.removeFile`), so `rm` frees space on a full disk. It is made again
+/// once twice its size is free.
+///
 /// Concurrency: `queueLock` (an NSCondition) guards `pending`, `enqueued`, `committed`,
-/// `wantsFullSync` and `lastError`. The writer thread takes it only to swap the queue out and
-/// to publish progress; it never holds it across database work. Callers may hold their own
-/// locks while calling `enqueue` (lock order: filesystem lock → queueLock), never while
-/// calling `sync()`.
+/// `wantsFullSync`, `failure`, the attempt counters, the retry and stop fields and
+/// `orderBarrier`. The writer thread takes it only to take the queue and to publish progress;
+/// it never holds it across database work. `writeOrder` is held by the writer across a commit
+/// and its publication and by a direct write, so a direct write sees every failure published
+/// before it runs; it also guards `reserveHeld`. Lock order: filesystem lock → writeOrder →
+/// queueLock. Callers may hold their own locks while calling `enqueue`, never while calling
+/// `sync()`.
 public final class LocalStore: @unchecked Sendable {
-    // @unchecked: mutable fields are guarded by queueLock as documented above.
+    // @unchecked: mutable fields are guarded by queueLock and writeOrder as documented above.
     public let directory: URL
     public let cache: ContentCache
     let pool: DatabasePool
+    /// Bytes kept free for metadata commits on a full disk (0: no reserve).
+    public let spaceReserve: Int64
+    /// The default `spaceReserve`: a few thousand committed changes' worth of WAL frames.
+    public static let defaultSpaceReserve: Int64 = 4 << 20
+
+    /// What waits in the queue: a change of the filesystem, or a direct write that could not
+    /// run now without overtaking changes that failed (`write`).
+    enum Queued {
+        case change(StoreChange)
+        case direct(@Sendable (Database) throws -> Void)
+    }
 
     private let queueLock = NSCondition()
-    private var pending: [StoreChange] = []
+    private let writeOrder = NSLock()
+    private var pending: [Queued] = []
     private var enqueued: UInt64 = 0
     private var committed: UInt64 = 0
     private var wantsFullSync = false
@@ -34,11 +61,29 @@ public final class LocalStore: @unchecked Sendable {
     private var abandoned = false
     private var stopping = false
     private var writerDone = false
-    public private(set) var lastError: String?
+    /// Why the last commit attempt failed; nil once one succeeds.
+    private var failure: StoreFailure?
+    private var attemptsStarted: UInt64 = 0
+    private var attemptsFinished: UInt64 = 0
+    private var retryDelay = 0.0
+    private var retryAt = Date.distantPast
+    /// `close(within:)`: stop retrying a failing queue after this.
+    private var giveUpAt: Date?
+    /// Direct writes join the queue until `committed` reaches this: a caller of `commitQueued()`
+    /// went on while the queue was failing, and its next writes must not overtake it.
+    private var orderBarrier: UInt64 = 0
+    /// Whether `space-reserve` is on disk (guarded by writeOrder).
+    private var reserveHeld = false
+
+    /// Why the local state cannot be saved now (nil: it can). Shown as `store-error:` in
+    /// `.nimbus/status`.
+    public var lastError: String? { queueLock.withLock { failure?.message } }
 
     /// Opens (creating when needed) the state in `directory` and runs pending migrations.
-    public init(directory: URL, rootOwner: (uid: UInt32, gid: UInt32) = (getuid(), getgid())) throws {
+    public init(directory: URL, rootOwner: (uid: UInt32, gid: UInt32) = (getuid(), getgid()),
+                spaceReserve: Int64 = LocalStore.defaultSpaceReserve) throws {
         self.directory = directory
+        self.spaceReserve = max(0, spaceReserve)
         try StateFiles.directory(directory.path)
         let dbPath = directory.appendingPathComponent("state.sqlite").path
         // Names, user xattrs and content of every item are in here: 0600 whatever the umask,
@@ -69,6 +114,8 @@ public final class LocalStore: @unchecked Sendable {
                 try Self.apply(.upsert(root), db)
             }
         }
+        // An existing reserve is kept (topped up if short); a missing one is made when there is room.
+        if access(reservePath, F_OK) == 0 { makeReserve() } else { remakeReserveIfRoom() }
         // The thread holds the store until `close()` (or `abandon()`) ends it: a store dropped
         // without closing is kept alive (and its queue still committed) rather than freed under
         // the running writer (it was `unowned`: a test that forgot `close()` crashed the run).
@@ -104,50 +151,70 @@ public final class LocalStore: @unchecked Sendable {
     public func enqueue(_ change: StoreChange) {
         queueLock.lock()
         if writerDone { return queueLock.unlock() }  // closed or abandoned: nobody would commit it
-        pending.append(change)
+        pending.append(.change(change))
         enqueued += 1
         if pending.count == 1 { queueLock.signal() }
         queueLock.unlock()
     }
 
-    /// Waits until every change enqueued before this call is committed and fsynced.
-    /// Returns the writer's last error, if any.
+    /// Waits until every change enqueued before this call is committed and fsynced: nil. While
+    /// the store fails, waits for one commit attempt made after the call (started at once) and
+    /// returns its failure; the changes stay queued and are retried.
     @discardableResult
-    public func sync() -> String? {
+    public func sync() -> StoreFailure? {
         queueLock.lock()
         defer { queueLock.unlock() }
         let target = enqueued
+        let started = attemptsStarted
         wantsFullSync = true
         queueLock.broadcast()
-        while committed < target && !writerDone { queueLock.wait() }
-        return lastError
+        while committed < target && !writerDone {
+            if attemptsFinished > started, let failure { return failure }
+            queueLock.wait()
+        }
+        if committed >= target { return nil }
+        return failure ?? StoreFailure(message: "the local state is closed", noSpace: false)
     }
 
     /// Waits until every change enqueued before this call is committed (not fsynced). For state
     /// written directly that must never be on disk without the queued changes it describes (the
     /// sync engine's bases and cursor after the tree changes they stand for): WAL commits are
-    /// ordered, so the order holds after `kill -9` and power loss alike.
+    /// ordered, so the order holds after `kill -9` and power loss alike. While the store fails
+    /// it returns at once, and the direct writes that follow join the queue behind those
+    /// changes (so the order holds then too).
     public func commitQueued() {
         queueLock.lock()
         defer { queueLock.unlock() }
         let target = enqueued
         guard committed < target else { return }
-        hurry = true
-        queueLock.broadcast()
-        while committed < target && !writerDone { queueLock.wait() }
+        if failure == nil {
+            hurry = true
+            queueLock.broadcast()
+            while committed < target && !writerDone && failure == nil { queueLock.wait() }
+        }
+        if committed < target { orderBarrier = max(orderBarrier, target) }
     }
 
     /// Number of changes not yet committed (shown in `.nimbus/status`).
     public var backlog: UInt64 { queueLock.lock(); defer { queueLock.unlock() }; return enqueued - committed }
 
-    /// Commits what is queued and stops the writer thread.
-    public func close() {
-        sync()
+    /// Commits what is queued and stops the writer thread. A failing queue is retried for up to
+    /// `limit` seconds (someone may free space meanwhile); what could not be committed then is
+    /// dropped from memory and returned as the failure (nil: everything is saved). What is on
+    /// disk is a prefix of what was written, so the next start goes on from there.
+    @discardableResult
+    public func close(within limit: Double = 5) -> StoreFailure? {
+        let first = sync()
         queueLock.lock()
+        defer { queueLock.unlock() }
+        if first != nil { giveUpAt = Date(timeIntervalSinceNow: limit) }
         stopping = true
         queueLock.broadcast()
         while !writerDone { queueLock.wait() }
-        queueLock.unlock()
+        let lost = enqueued - committed
+        guard lost > 0 else { return nil }
+        let why = failure ?? first ?? StoreFailure(message: "the local state is closed", noSpace: false)
+        return StoreFailure(message: "\(lost) change(s) to the local state could not be saved: \(why.message)", noSpace: why.noSpace)
     }
 
     /// What a `kill -9` leaves on disk, for tests that simulate a crash in process
@@ -166,60 +233,175 @@ public final class LocalStore: @unchecked Sendable {
         queueLock.unlock()
     }
 
-    /// A direct write (not through the queue); refused once the store was abandoned.
-    func write<T>(_ body: (Database) throws -> T) throws -> T {
-        let dead = queueLock.withLock { abandoned }
-        if dead { throw StoreAbandoned() }
-        return try pool.write(body)
+    /// A direct write (not through the queue); refused once the store was abandoned. Done when
+    /// it returns, except while the queue fails (or a `commitQueued()` caller went on past
+    /// changes not yet committed): then it joins the queue behind them and commits in order
+    /// with them. A write that fails for lack of space or an I/O error joins the queue too
+    /// (retried there); other errors are thrown.
+    func write(_ body: @escaping @Sendable (Database) throws -> Void) throws {
+        writeOrder.lock()
+        defer { writeOrder.unlock() }
+        let queueIt = try queueLock.withLock { () throws -> Bool in
+            if abandoned { throw StoreAbandoned() }
+            return failure != nil || committed < orderBarrier
+        }
+        if !queueIt {
+            do {
+                try pool.write(body)
+                return
+            } catch {
+                var f = StoreFailure(error, directory: directory.path)
+                guard f.retryable else { throw error }
+                if f.noSpace && releaseReserve() {
+                    do { try pool.write(body); return } catch {
+                        f = StoreFailure(error, directory: directory.path)
+                        guard f.retryable else { throw error }
+                    }
+                }
+                queueLock.withLock {
+                    if failure == nil { report(f) }
+                    failure = f
+                }
+            }
+        }
+        try queueLock.withLock { () throws in
+            if writerDone { throw failure ?? StoreFailure(message: "the local state is closed", noSpace: false) }
+            pending.append(.direct(body))
+            enqueued += 1
+            orderBarrier = enqueued
+            queueLock.broadcast()
+        }
     }
 
     /// A read-only look at the database (tests, status, the sync engine later).
     public func read<T>(_ body: (Database) throws -> T) throws -> T { try pool.read(body) }
 
     private func writerLoop() {
-        while true {
+        while let (batch, full) = nextBatch() {
+            writeOrder.lock()
+            let outcome = commit(batch, full: full)
+            if outcome == nil {
+                // Before publishing: a sync() that returns has the space of removed files back.
+                for case .change(.removeFile(let path)) in batch { unlink(path) }
+                remakeReserveIfRoom()
+            }
             queueLock.lock()
-            while pending.isEmpty && !stopping && !wantsFullSync { queueLock.wait() }
-            // Let a burst (untar, cp -r) gather into one transaction: wait up to 5 ms unless
-            // someone is waiting in sync() (broadcast wakes us at once).
-            if !pending.isEmpty && !wantsFullSync && !hurry && !stopping {
-                _ = queueLock.wait(until: Date(timeIntervalSinceNow: 0.005))
-            }
-            hurry = false
-            if pending.isEmpty && stopping {
-                writerDone = true
-                queueLock.broadcast()
-                queueLock.unlock()
-                return
-            }
-            let batch = pending
-            pending.removeAll(keepingCapacity: true)
-            let full = wantsFullSync
-            wantsFullSync = false
-            let upTo = committed + UInt64(batch.count)
-            queueLock.unlock()
-
-            var failure: String?
-            do {
-                if full { try pool.writeWithoutTransaction { try $0.execute(sql: "PRAGMA synchronous = FULL") } }
-                if !batch.isEmpty {
-                    try pool.write { db in for change in batch { try Self.apply(change, db) } }
+            attemptsFinished += 1
+            if let outcome {
+                if failure == nil { report(outcome) }
+                failure = outcome
+                retryDelay = min(max(retryDelay * 2, 0.01), 1)
+                retryAt = Date(timeIntervalSinceNow: retryDelay)
+            } else {
+                // abandon() emptied the queue meanwhile: nothing of it is ours to remove.
+                if !abandoned { pending.removeFirst(batch.count) }
+                committed += UInt64(batch.count)
+                if failure != nil {
+                    FileHandle.standardError.write(Data("nimbus: local state saved again\n".utf8))
                 }
-                if full { try pool.writeWithoutTransaction { try $0.execute(sql: "PRAGMA synchronous = NORMAL") } }
-            } catch {
-                failure = "\(error)"
-                FileHandle.standardError.write(Data("nimbus: local state write failed: \(error)\n".utf8))
+                failure = nil
+                retryDelay = 0
             }
-
-            if failure == nil {
-                for case .removeFile(let path) in batch { unlink(path) }
-            }
-            queueLock.lock()
-            committed = upTo
-            if let failure { lastError = failure }
             queueLock.broadcast()
             queueLock.unlock()
+            writeOrder.unlock()
         }
+    }
+
+    /// Waits until there is something to commit (or a retry is due) and takes it from the head
+    /// of the queue, which it stays at until committed. Nil: the writer stops.
+    private func nextBatch() -> ([Queued], Bool)? {
+        queueLock.lock()
+        defer { queueLock.unlock() }
+        while true {
+            if abandoned || (stopping && pending.isEmpty) { break }
+            if stopping, failure != nil, Date() >= (giveUpAt ?? .distantPast) {
+                FileHandle.standardError.write(Data("nimbus: \(pending.count) change(s) to the local state could not be saved: \(failure!.message)\n".utf8))
+                pending.removeAll()
+                break
+            }
+            let due = failure == nil || wantsFullSync || Date() >= retryAt
+            if (!pending.isEmpty || wantsFullSync) && due {
+                // Let a burst (untar, cp -r) gather into one transaction: wait up to 5 ms unless
+                // someone is waiting in sync() (broadcast wakes us at once).
+                if failure == nil && !pending.isEmpty && !wantsFullSync && !hurry && !stopping {
+                    _ = queueLock.wait(until: Date(timeIntervalSinceNow: 0.005))
+                }
+                hurry = false
+                let full = wantsFullSync
+                wantsFullSync = false
+                attemptsStarted += 1
+                return (pending, full)
+            }
+            if failure != nil && !pending.isEmpty {
+                _ = queueLock.wait(until: min(retryAt, giveUpAt ?? .distantFuture))
+            } else {
+                queueLock.wait()
+            }
+        }
+        writerDone = true
+        queueLock.broadcast()
+        return nil
+    }
+
+    /// One commit attempt of `batch` (with writeOrder held). On a full disk the reserve goes
+    /// and the batch is tried once more at once.
+    private func commit(_ batch: [Queued], full: Bool) -> StoreFailure? {
+        func attempt() throws {
+            if full { try pool.writeWithoutTransaction { try $0.execute(sql: "PRAGMA synchronous = FULL") } }
+            defer { if full { try? pool.writeWithoutTransaction { try $0.execute(sql: "PRAGMA synchronous = NORMAL") } } }
+            if !batch.isEmpty {
+                try pool.write { db in
+                    for q in batch {
+                        switch q {
+                        case .change(let change): try Self.apply(change, db)
+                        case .direct(let body): try body(db)
+                        }
+                    }
+                }
+            }
+        }
+        do { try attempt(); return nil } catch {
+            let f = StoreFailure(error, directory: directory.path)
+            guard f.noSpace, releaseReserve() else { return f }
+            do { try attempt(); return nil } catch { return StoreFailure(error, directory: directory.path) }
+        }
+    }
+
+    /// Logs the start of a failure (once; retries are not logged).
+    private func report(_ f: StoreFailure) {
+        FileHandle.standardError.write(Data("nimbus: local state write failed: \(f.message); kept queued and retried\n".utf8))
+    }
+
+    // MARK: space reserve (writeOrder held)
+
+    private var reservePath: String { directory.path + "/space-reserve" }
+
+    /// Deletes the reserve; true when there was one (space was freed).
+    private func releaseReserve() -> Bool {
+        guard reserveHeld else { return false }
+        reserveHeld = false
+        unlink(reservePath)
+        FileHandle.standardError.write(Data("nimbus: the disk of the local state is full; its space reserve is released\n".utf8))
+        return true
+    }
+
+    /// Makes the reserve when it is missing and twice its size is free.
+    private func remakeReserveIfRoom() {
+        guard !reserveHeld, spaceReserve > 0 else { return }
+        var sv = statvfs()
+        guard statvfs(directory.path, &sv) == 0,
+              Int64(sv.f_bavail).multipliedReportingOverflow(by: Int64(sv.f_frsize)).partialValue >= 2 * spaceReserve else { return }
+        makeReserve()
+    }
+
+    private func makeReserve() {
+        let fd = Glibc.open(reservePath, O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
+        guard fd >= 0 else { return }
+        defer { Glibc.close(fd) }
+        var st = stat()
+        if fstat(fd, &st) == 0, Int64(st.st_blocks) * 512 >= spaceReserve { reserveHeld = true; return }
+        if posix_fallocate(fd, 0, off_t(spaceReserve)) == 0 { reserveHeld = true } else { unlink(reservePath) }
     }
 
     static func apply(_ change: StoreChange, _ db: Database) throws {
