@@ -11,7 +11,12 @@ extension ContainerFS {
     /// `caller` decides what a control file shows (ContainerFS+Access.swift); the kernel has
     /// checked the access mode against the item's owner and mode.
     public func open(node: UInt64, flags: Int32, caller: Caller = .process) throws(Errno) -> FuseOpen {
-        if Self.isControlFile(node) { return openControl(node, caller: caller) }
+        if Self.isControlFile(node) {
+            // Read-only whoever asks (root passes the kernel's mode check): EPERM, as for every
+            // change inside `.nimbus/`, not a handle that fails each write with EBADF.
+            if flags & O_ACCMODE != O_RDONLY || flags & O_TRUNC != 0 { throw .EPERM }
+            return openControl(node, caller: caller)
+        }
         if node == Self.controlDirNode || node == Self.controlVersionsNode { throw .EISDIR }
         if node >= Self.virtualBase { return try openVersionEntry(node, flags: flags) }
         // The cache file is opened under the lock: a remote version swapping the file (and the
@@ -50,7 +55,7 @@ extension ContainerFS {
                 n.rec.mtime = now
                 n.rec.ctime = now
                 n.rec.dirty = true
-                n.writeGen &+= 1
+                bumpWriteGen(n)
                 if n.linked { persist(n) }
                 n.metaDirty = true  // the close reports the change (one event per save, not two)
                 return n.rec.id
@@ -80,7 +85,7 @@ extension ContainerFS {
             let wasClean = !x.metaDirty
             x.metaDirty = true
             x.fsyncedSinceWrite = false
-            x.writeGen &+= 1
+            bumpWriteGen(x)
             x.lastWrite = mono
             return wasClean && x.linked ? x.rec.id : nil
         }
@@ -103,6 +108,14 @@ extension ContainerFS {
         public var idleNanoseconds: UInt64
         /// Written since the last close, flush or fsync.
         public var dirty: Bool
+    }
+
+    /// A new write generation for `n` (lock held): one counter for the whole tree, so a value
+    /// names one node's content at one moment. An identity transfer gives the item another node,
+    /// and a generation read from the old node never matches the new one.
+    func bumpWriteGen(_ n: Node) {
+        t.lastWriteGen &+= 1
+        n.writeGen = t.lastWriteGen
     }
 
     public func writeState(_ item: ItemID) -> WriteState? {
@@ -193,9 +206,11 @@ extension ContainerFS {
 
     public func fsyncdir() throws(Errno) { try syncMetadata() }
 
-    /// Commits every queued change with fsync (never called with `lock` held).
+    /// Commits every queued change with fsync (never called with `lock` held). While the local
+    /// state cannot be saved: ENOSPC for a full disk, else EIO (the changes stay queued and the
+    /// next fsync that finds them committed answers 0).
     public func syncMetadata() throws(Errno) {
-        if store.sync() != nil { throw .EIO }
+        if let failure = store.sync() { throw Errno(failure.errno) }
         store.cache.syncDirectories()
     }
 
@@ -246,7 +261,7 @@ extension ContainerFS {
                 if size != n.rec.size { n.rec.mtime = now }
                 n.rec.size = size
                 n.rec.dirty = true
-                n.writeGen &+= 1
+                bumpWriteGen(n)
             }
             switch c.atime { case .now?: n.rec.atime = now; case .at(let ts)?: n.rec.atime = Self.ns(ts); case nil: break }
             switch c.mtime { case .now?: n.rec.mtime = now; case .at(let ts)?: n.rec.mtime = Self.ns(ts); case nil: break }

@@ -78,7 +78,10 @@ extension SyncEngine {
     /// Queues every missing chunk of `items` (files) at `priority`, without waiters.
     func fetchWhole(_ items: [ItemID], priority: Int) throws(Errno) {
         let refused = state.withLock { s -> Bool in
-            if s.paused || isOffline(s) { return items.contains { s.bases[$0].map { !$0.complete } ?? false } }
+            // Also when the journal's long-poll found the server gone or the token refused: the
+            // download would only fail later, and `setfattr user.nimbus.download` must say so now.
+            let disconnected = s.connection.hasPrefix("offline") || s.connection.hasPrefix("unauthorized")
+            if s.paused || disconnected || isOffline(s) { return items.contains { s.bases[$0].map { !$0.complete } ?? false } }
             for id in items {
                 guard let b = s.bases[id], let present = b.present else { continue }
                 for i in present.indices where !present[i] {

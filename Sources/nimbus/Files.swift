@@ -13,14 +13,16 @@ enum MountSurface {
 
     static func get(_ path: String, _ name: String) -> String? {
         var buf = [UInt8](repeating: 0, count: 4096)
-        let n = getxattr(path, prefix + name, &buf, buf.count)
+        let n = lgetxattr(realPath(path) ?? path, prefix + name, &buf, buf.count)
         guard n >= 0 else { return nil }
         return String(decoding: buf[0..<n], as: UTF8.self)
     }
 
     static func set(_ path: String, _ name: String, _ value: String) throws {
         let bytes = Array(value.utf8)
-        if setxattr(path, prefix + name, bytes, bytes.count, 0) != 0 {
+        // On the resolved path (`root(of:)` checked it is inside the mount) and without following
+        // a link: a link swapped in meanwhile is not followed either.
+        if lsetxattr(realPath(path) ?? path, prefix + name, bytes, bytes.count, 0) != 0 {
             let e = errno
             let what: String
             switch e {
@@ -35,15 +37,37 @@ enum MountSurface {
         }
     }
 
-    /// The mount root above `path`: the nearest folder with a `.nimbus/status`.
+    /// The mount root above `path`: the nearest folder with a `.nimbus/status`. `path` must
+    /// stay inside it once symbolic links are followed: a link inside the mount that leads out
+    /// of it is refused, so no command ever sets `user.nimbus.*` on a file elsewhere.
     static func root(of path: String) throws -> String {
         var url = URL(fileURLWithPath: path).standardizedFileURL
         while true {
-            if FileManager.default.fileExists(atPath: url.path + "/.nimbus/status") { return url.path }
+            if FileManager.default.fileExists(atPath: url.path + "/.nimbus/status") {
+                try checkInside(path, root: url.path)
+                return url.path
+            }
             let up = url.deletingLastPathComponent()
             if up.path == url.path { throw CLIFailure(.usage, "\(path) is not inside a Nimbus mount") }
             url = up
         }
+    }
+
+    /// Refuses `path` when, with every symbolic link on the way followed, it is not `root` or
+    /// below it. A path that does not exist yet is judged by its folder.
+    static func checkInside(_ path: String, root: String) throws {
+        guard let realRoot = realPath(root) else { throw CLIFailure(.storage, "cannot resolve \(root) (is the mount alive?)") }
+        let abs = URL(fileURLWithPath: path).standardizedFileURL
+        let real = realPath(abs.path) ?? realPath(abs.deletingLastPathComponent().path).map { $0 + "/" + abs.lastPathComponent }
+        guard let real, real == realRoot || real.hasPrefix(realRoot == "/" ? "/" : realRoot + "/") else {
+            throw CLIFailure(.usage, "\(path) leads out of the Nimbus mount at \(root) through a symbolic link; nothing was changed (give a path inside the mount)")
+        }
+    }
+
+    static func realPath(_ p: String) -> String? {
+        guard let r = realpath(p, nil) else { return nil }
+        defer { free(r) }
+        return String(cString: r)
     }
 
     static func statusFile(_ root: String) throws -> [(String, String)] {
@@ -277,13 +301,13 @@ struct Versions: ParsableCommand {
 
     func run() throws {
         _ = try MountSurface.root(of: path)
-        let size = getxattr(path, MountSurface.prefix + "versions", nil, 0)
+        let size = lgetxattr(path, MountSurface.prefix + "versions", nil, 0)
         guard size >= 0 else {
             throw CLIFailure(errno == EIO ? .network : .usage,
                              "\(path): \(errno == EIO ? "the server cannot be reached (or sync is paused); try again when online" : String(cString: strerror(errno)))")
         }
         var buf = [UInt8](repeating: 0, count: size + 4096)
-        let n = getxattr(path, MountSurface.prefix + "versions", &buf, buf.count)
+        let n = lgetxattr(path, MountSurface.prefix + "versions", &buf, buf.count)
         guard n >= 0 else { throw CLIFailure(.network, "\(path): \(String(cString: strerror(errno)))") }
         let rows = String(decoding: buf[0..<n], as: UTF8.self).split(separator: "\n").map { $0.split(separator: "\t", omittingEmptySubsequences: false).map(String.init) }
         if json {

@@ -1,0 +1,50 @@
+import Foundation
+import Glibc
+import NimbusTesting
+import Testing
+
+/// What the mount says is what is so (docs/mount.md, docs/sync.md "Status and control"):
+/// control files refuse writes with EPERM; a download asked for while the server is gone fails
+/// with EIO at once instead of answering 0 and failing later; a link out of the mount is not
+/// followed by the CLI.
+@Suite(.serialized, .enabled(if: SyncEnv.usable, "needs FUSE"))
+struct StatusTruthTests {
+    @Test func controlFilesRefuseWritesAndADownloadOfflineSaysEIO() async throws {
+        try await SyncWorld.run("truth") { w in
+            let a = try await w.mount("a"), b = try await w.mount("b")
+            try sh("head -c 300000 /dev/urandom > \(q(a))/big.bin")
+            try await eventually("big.bin on B", "test \"$(stat -c %s \(q(b))/big.bin)\" = 300000")
+            for file in ["status", "events", "conflicts", "claims"] {
+                let (s, out) = shStatus("echo x > \(q(b))/.nimbus/\(file)")
+                #expect(s != 0 && out.contains("Operation not permitted"), "\(file): \(s) \(out)")
+            }
+            w.stopServer()
+            try await eventually("B knows the server is gone", seconds: 40, "grep -q '^connection: offline' \(q(b))/.nimbus/status")
+            let (s, out) = shStatus("setfattr -n user.nimbus.download -v 1 \(q(b))/big.bin")
+            #expect(s != 0 && out.contains("Input/output error"), "\(s) \(out)")
+            let (cs, cout) = shStatus("\(q(NimbusBinary.path)) download \(q(b))/big.bin")
+            #expect(cs != 0 && cout.contains("server cannot be reached"), "\(cs) \(cout)")
+        }
+    }
+
+    @Test func cliCommandsDoNotFollowALinkOutOfTheMount() async throws {
+        try await SyncWorld.run("links") { w in
+            let a = try await w.mount("a")
+            let outside = w.base + "/outside"
+            try sh("mkdir -p \(q(outside)) && printf secret > \(q(outside))/f && ln -s \(q(outside)) \(q(a))/out && ln -s \(q(outside))/f \(q(a))/outfile")
+            for cmd in ["pin", "unpin", "evict", "download"] {
+                for target in ["out", "outfile", "out/f"] {
+                    let (s, out) = shStatus("\(q(NimbusBinary.path)) \(cmd) \(q(a + "/" + target))")
+                    #expect(s != 0 && out.contains("leads out of the Nimbus mount"), "\(cmd) \(target): \(s) \(out)")
+                }
+            }
+            let xattrs = try sh("getfattr -d -m - \(q(outside))/f \(q(outside)) 2>/dev/null; true")
+            #expect(!xattrs.contains("nimbus"), "nothing set outside: \(xattrs)")
+            // A link to a place inside the mount is followed as usual.
+            try sh("printf in > \(q(a))/inside.txt && ln -s inside.txt \(q(a))/in")
+            try await eventually("uploaded", "getfattr --only-values -n user.nimbus.status \(q(a))/inside.txt | grep -q current")
+            let (ps, pout) = shStatus("\(q(NimbusBinary.path)) pin \(q(a))/in")
+            #expect(ps == 0, "\(pout)")
+        }
+    }
+}
