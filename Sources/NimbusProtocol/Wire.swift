@@ -14,6 +14,10 @@ public enum ProtocolLimits {
     public static let maxChunkSize = 16 * 1024 * 1024
     /// Largest JSON body accepted by any other request.
     public static let maxJSONBody = 1024 * 1024
+    /// Largest JSON body of a commit or of `POST /v1/chunks/missing`: room for
+    /// `maxChunksPerItem` chunk references (about 90 bytes each as JSON) beside the rest, so a
+    /// file of the largest size the protocol carries can always be committed.
+    public static let maxChunkListBody = 8 * 1024 * 1024
     /// Most chunks in one item version.
     public static let maxChunksPerItem = 50_000
     /// Longest long-poll, seconds.

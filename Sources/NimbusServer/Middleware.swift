@@ -40,7 +40,7 @@ struct ErrorMiddleware: RouterMiddleware {
             logger.info("\(request.method) \(request.uri.path): \(what)")
             return APIError(.badRequest, "\(what); nothing was applied — send it again")
         case is NIOTooManyBytesError:
-            return APIError(.bodyTooLarge, "the request body is larger than this endpoint accepts (\(ProtocolLimits.maxJSONBody) bytes for JSON, \(ProtocolLimits.maxChunkSize) for a chunk); split it")
+            return APIError(.bodyTooLarge, "the request body is larger than this endpoint accepts (\(ProtocolLimits.maxJSONBody) bytes for JSON, \(ProtocolLimits.maxChunkListBody) for a commit or chunk list, \(ProtocolLimits.maxChunkSize) for a chunk); split it")
         case let e as HTTPError:
             switch e.status.code {
             case 404: return APIError(.notFound, "there is no \(request.method) \(request.uri.path) in protocol v\(NimbusProtocolVersion.current); see docs/protocol.md")

@@ -69,7 +69,7 @@ struct Routes: Sendable {
         }
         v1.post("containers/:container/commit") { req, ctx in
             let c = try await self.container(ctx)
-            let body = try await Self.decode(CommitRequest.self, req)
+            let body = try await self.decodeChunkList(CommitRequest.self, req, ctx)
             let r = try await self.store.commit(body, in: c, by: try ctx.requireDevice(), now: self.clock())
             self.committed(c, r)
             return JSONResponse.make(r)
@@ -90,7 +90,7 @@ struct Routes: Sendable {
         }
         v1.post("chunks/missing") { req, ctx in
             let d = try ctx.requireDevice()
-            let body = try await Self.decode(ChunkList.self, req)
+            let body = try await self.decodeChunkList(ChunkList.self, req, ctx)
             let owned = try await self.store.ownedChunks(account: d.accountID, hashes: body.hashes)
             var seen = Set<ContentHash>()
             let missing = body.hashes.filter { owned[$0] == nil && seen.insert($0).inserted }
@@ -162,9 +162,24 @@ struct Routes: Sendable {
         return c
     }
 
+    /// `decode` for the bodies that carry a chunk list (commits, `chunks/missing`): up to
+    /// `maxChunkListBody`. A body larger than an ordinary JSON body (or of no declared length)
+    /// is read under a reservation of the bodies in flight, like a chunk: a device cannot make
+    /// the server hold many of them at once.
+    func decodeChunkList<T: WireChecked & Sendable>(_ type: T.Type, _ req: Request, _ ctx: NimbusContext) async throws -> T {
+        let declared = try Self.contentLength(req)
+        if let declared, declared > ProtocolLimits.maxChunkListBody {
+            throw APIError(.bodyTooLarge, "this body can be at most \(ProtocolLimits.maxChunkListBody) bytes of JSON; split it")
+        }
+        if let declared, declared <= ProtocolLimits.maxJSONBody { return try await Self.decode(type, req) }
+        return try await bodies.withReservation(device: try ctx.requireDevice().id, bytes: declared ?? ProtocolLimits.maxChunkListBody) {
+            try await Self.decode(type, req, limit: ProtocolLimits.maxChunkListBody)
+        }
+    }
+
     /// Reads, decodes and checks a JSON body: past this point its numbers are in range (WireChecks).
-    static func decode<T: WireChecked>(_ type: T.Type, _ req: Request) async throws -> T {
-        let body = try await req.body.collect(upTo: ProtocolLimits.maxJSONBody)
+    static func decode<T: WireChecked>(_ type: T.Type, _ req: Request, limit: Int = ProtocolLimits.maxJSONBody) async throws -> T {
+        let body = try await req.body.collect(upTo: limit)
         let value: T
         do {
             value = try JSONDecoder().decode(type, from: Data(buffer: body))
