@@ -208,22 +208,27 @@ public final class EventLog: Sendable {
         }
     }
 
-    /// Paths are written as they are, except for three escapes so that one event is one line
-    /// and " -> " always separates a move's two paths: `\` → `\\`, newline → `\n`, and the
-    /// `>` of a `->` inside a name → `\>`.
+    /// Paths are written as they are, except for these escapes, so that one event is one line,
+    /// " -> " always separates a move's two paths, and a name cannot send a terminal escape
+    /// sequence to whoever reads the log: `\` → `\\`, newline → `\n`, any other control
+    /// character (U+0000–U+001F, U+007F) → `\xHH`, and the `>` of a `->` inside a name → `\>`.
+    /// (By scalars: CR LF is one `Character`, and must not hide its newline.)
     static func escape(_ p: String) -> String {
-        var out = ""
-        var previous: Character = " "
-        for c in p {
+        var out = String.UnicodeScalarView()
+        var previous: Unicode.Scalar = " "
+        for c in p.unicodeScalars {
             switch c {
-            case "\\": out += "\\\\"
-            case "\n": out += "\\n"
-            case ">" where previous == "-": out += "\\>"
+            case "\\": out.append(contentsOf: "\\\\".unicodeScalars)
+            case "\n": out.append(contentsOf: "\\n".unicodeScalars)
+            case ">" where previous == "-": out.append(contentsOf: "\\>".unicodeScalars)
+            case _ where c.value < 0x20 || c.value == 0x7F:
+                let hex = String(c.value, radix: 16, uppercase: true)
+                out.append(contentsOf: ("\\x" + (hex.count < 2 ? "0" + hex : hex)).unicodeScalars)
             default: out.append(c)
             }
             previous = c
         }
-        return out
+        return String(out)
     }
 
     static func time() -> String {

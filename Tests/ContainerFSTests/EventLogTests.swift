@@ -25,6 +25,15 @@ import Testing
         #expect(log.size == Int64(Self.text(log).utf8.count))
     }
 
+    @Test func controlCharactersInNamesCannotForgeLinesOrReachATerminal() {
+        let log = EventLog()
+        log.append("created", origin: "local", path: "/a\r\nb\u{1B}]0;owned\u{07}c\u{7F}\td")
+        let text = Self.text(log)
+        #expect(text.split(separator: "\n").count == 1 && text.hasSuffix("\n"))
+        #expect(text.hasSuffix(#"/a\x0D\nb\x1B]0;owned\x07c\x7F\x09d"# + "\n"), "\(text)")
+        #expect(!text.unicodeScalars.dropLast().contains { $0.value < 0x20 || $0.value == 0x7F })
+    }
+
     @Test func aFullLogDropsWholeLinesFromTheFrontAndKeepsItsSize() {
         let log = EventLog(capacity: 1000)
         for i in 0..<200 { log.append("changed", origin: "local", path: "/file-\(i).txt") }
