@@ -72,8 +72,8 @@ public final class LocalStore: @unchecked Sendable {
     /// Direct writes join the queue until `committed` reaches this: a caller of `commitQueued()`
     /// went on while the queue was failing, and its next writes must not overtake it.
     private var orderBarrier: UInt64 = 0
-    /// Whether `space-reserve` is on disk (guarded by writeOrder).
-    private var reserveHeld = false
+    /// Whether `space-reserve` is on disk (guarded by writeOrder; LocalStore+Reserve.swift).
+    var reserveHeld = false
 
     /// Why the local state cannot be saved now (nil: it can). Shown as `store-error:` in
     /// `.nimbus/status`.
@@ -371,37 +371,6 @@ public final class LocalStore: @unchecked Sendable {
     /// Logs the start of a failure (once; retries are not logged).
     private func report(_ f: StoreFailure) {
         FileHandle.standardError.write(Data("nimbus: local state write failed: \(f.message); kept queued and retried\n".utf8))
-    }
-
-    // MARK: space reserve (writeOrder held)
-
-    private var reservePath: String { directory.path + "/space-reserve" }
-
-    /// Deletes the reserve; true when there was one (space was freed).
-    private func releaseReserve() -> Bool {
-        guard reserveHeld else { return false }
-        reserveHeld = false
-        unlink(reservePath)
-        FileHandle.standardError.write(Data("nimbus: the disk of the local state is full; its space reserve is released\n".utf8))
-        return true
-    }
-
-    /// Makes the reserve when it is missing and twice its size is free.
-    private func remakeReserveIfRoom() {
-        guard !reserveHeld, spaceReserve > 0 else { return }
-        var sv = statvfs()
-        guard statvfs(directory.path, &sv) == 0,
-              Int64(sv.f_bavail).multipliedReportingOverflow(by: Int64(sv.f_frsize)).partialValue >= 2 * spaceReserve else { return }
-        makeReserve()
-    }
-
-    private func makeReserve() {
-        let fd = Glibc.open(reservePath, O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
-        guard fd >= 0 else { return }
-        defer { Glibc.close(fd) }
-        var st = stat()
-        if fstat(fd, &st) == 0, Int64(st.st_blocks) * 512 >= spaceReserve { reserveHeld = true; return }
-        if posix_fallocate(fd, 0, off_t(spaceReserve)) == 0 { reserveHeld = true } else { unlink(reservePath) }
     }
 
     static func apply(_ change: StoreChange, _ db: Database) throws {

@@ -22,6 +22,7 @@ struct MountDaemon {
         raiseFileLimit()
         let lock = try lockState()
         defer { close(lock) }
+        let status = DaemonStatus.start(state: state)
 
         let store: LocalStore
         do { store = try LocalStore(directory: URL(fileURLWithPath: state)) } catch {
@@ -101,7 +102,15 @@ struct MountDaemon {
             Task { await engine.stop(); stopped.signal() }
             _ = stopped.wait(timeout: .now() + 10)
         }
-        store.close()
+        // Bounded: a state that cannot be saved (a full disk) is retried for a few seconds, then
+        // reported — in the log, to `nimbus unmount` (daemon.status) and as exit status 4.
+        if let failure = store.close() {
+            let message = "the local state in \(state) could not be saved at unmount: \(failure.message)"
+            log(message + "; what was saved before is synced again at the next mount")
+            DaemonStatus.finish(status, saved: message)
+            throw CLIFailure(.storage, message)
+        }
+        DaemonStatus.finish(status, saved: nil)
         log("unmounted \(mountpoint) (loop result \(rc))")
     }
 

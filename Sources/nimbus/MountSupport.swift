@@ -82,20 +82,40 @@ enum MountSupport {
         if status != 0 {
             throw CLIFailure(.usage, "cannot unmount \(mp): \(output.trimmingCharacters(in: .whitespacesAndNewlines)) (use --lazy to detach a busy mount)")
         }
-        // Wait for the daemon to commit its state and exit, so an immediate remount finds it.
-        let deadline = Date().addingTimeInterval(lazy ? 2 : 15)
-        while Date() < deadline, daemons.contains(where: { kill($0, 0) == 0 && !isZombie($0) }) { usleep(20_000) }
+        // Wait for the daemon to commit its state and exit, so an immediate remount finds it
+        // (bounded: its sync engine stops within 10 s and a failing save is given up after 5 s).
+        let deadline = Date().addingTimeInterval(lazy ? 2 : 30)
+        while Date() < deadline, daemons.contains(where: { kill($0.pid, 0) == 0 && !isZombie($0.pid) }) { usleep(20_000) }
+        if lazy { return }
+        // A state that could not be saved is an error of the unmount (docs/errors.md).
+        for d in daemons {
+            guard let state = d.state else { continue }
+            let running = kill(d.pid, 0) == 0 && !isZombie(d.pid)
+            switch DaemonStatus.read(state: state, pid: d.pid) {
+            case .failed(let why):
+                throw CLIFailure(.storage, "unmounted \(mp), but \(why); free space there and mount again")
+            case .running where running:
+                throw CLIFailure(.storage, "unmounted \(mp), but its daemon (pid \(d.pid)) is still saving the local state; see \(state)/mount.log")
+            case .running:
+                throw CLIFailure(.storage, "unmounted \(mp), but its daemon (pid \(d.pid)) ended without saving the local state; see \(state)/mount.log")
+            case .saved, .unknown:
+                break
+            }
+        }
     }
 
-    /// Daemons serving `mp` (processes running `nimbus mount MP … --foreground`).
-    static func daemonPIDs(mountpoint mp: String) -> [pid_t] {
+    /// Daemons serving `mp` (processes running `nimbus mount MP … --foreground`), with their
+    /// `--state` directory.
+    static func daemonPIDs(mountpoint mp: String) -> [(pid: pid_t, state: String?)] {
         guard let entries = try? FileManager.default.contentsOfDirectory(atPath: "/proc") else { return [] }
-        var out: [pid_t] = []
+        var out: [(pid: pid_t, state: String?)] = []
         for e in entries {
             guard let pid = pid_t(e), pid != getpid(),
                   let data = FileManager.default.contents(atPath: "/proc/\(e)/cmdline") else { continue }
             let args = data.split(separator: 0).map { String(decoding: $0, as: UTF8.self) }
-            if args.contains("mount"), args.contains("--foreground"), args.contains(mp) { out.append(pid) }
+            guard args.contains("mount"), args.contains("--foreground"), args.contains(mp) else { continue }
+            let state = args.firstIndex(of: "--state").flatMap { $0 + 1 < args.count ? args[$0 + 1] : nil }
+            out.append((pid, state))
         }
         return out
     }
