@@ -151,10 +151,15 @@ import Testing
             let r = try await c.send(.PUT, "/v1/chunks/\(hash)", body: big, contentType: "application/octet-stream")
             #expect(r.status == 413)
             #expect(try Self.error(of: r).error.code == "body_too_large")
-            let json = ByteBuffer(string: "{\"pad\":\"" + String(repeating: "x", count: ProtocolLimits.maxJSONBody) + "\"}")
+            // A commit carries a chunk list: up to maxChunkListBody; other JSON up to maxJSONBody.
+            let json = ByteBuffer(string: "{\"pad\":\"" + String(repeating: "x", count: ProtocolLimits.maxChunkListBody) + "\"}")
             let r2 = try await c.send(.POST, "/v1/containers/\(Self.container)/commit", body: json, contentType: "application/json")
             #expect(r2.status == 413)
             #expect(try Self.error(of: r2).error.code == "body_too_large")
+            let resolve = ByteBuffer(string: "{\"pad\":\"" + String(repeating: "x", count: ProtocolLimits.maxJSONBody) + "\"}")
+            let r3 = try await c.send(.POST, "/v1/containers/\(Self.container)/items/\(ItemID(UUID()))/resolve", body: resolve, contentType: "application/json")
+            #expect(r3.status == 413)
+            #expect(try Self.error(of: r3).error.code == "body_too_large")
             #expect(try await c.missingChunks([hash]) == [hash])
         }
     }
