@@ -58,9 +58,13 @@ public struct NimbusClient: Sendable {
         try await json(.POST, "/v1/containers/\(escape(container))/commit", body: request)
     }
 
+    /// A long-poll (`wait` > 0) is answered by `wait` seconds at the latest; a server silent 10 s
+    /// past that (stopped, hung, or a network that drops everything) counts as gone, so the
+    /// status says offline within `wait` + 10 s, not `wait` + `timeout`.
     public func changes(_ container: String, since: Int64, wait: Int = 0, limit: Int = 500) async throws -> ChangesResponse {
-        try await json(.GET, "/v1/containers/\(escape(container))/changes?since=\(since)&wait=\(wait)&limit=\(limit)",
-                       deadline: timeout + .seconds(Int64(wait)))
+        let slack = wait > 0 ? min(timeout, .seconds(10)) : timeout
+        return try await json(.GET, "/v1/containers/\(escape(container))/changes?since=\(since)&wait=\(wait)&limit=\(limit)",
+                              deadline: slack + .seconds(Int64(wait)))
     }
 
     public func items(_ container: String, after: ItemID? = nil, limit: Int = 500) async throws -> ItemsResponse {

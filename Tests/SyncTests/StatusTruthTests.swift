@@ -27,6 +27,23 @@ struct StatusTruthTests {
         }
     }
 
+    /// A server that takes connections but never answers (SIGSTOP): the long-poll gives up 10 s
+    /// after the server should have answered, so the status says offline within its wait + 10 s
+    /// (25 + 10 here), and local work goes on meanwhile.
+    @Test func aStoppedServerIsShownOfflineWithinTheLongPollAndTenSeconds() async throws {
+        try await SyncWorld.run("sigstop") { w in
+            let a = try await w.mount("a")
+            try sh("printf x > \(q(a))/local.txt")
+            try await eventually("online", "grep -q '^connection: online' \(q(a))/.nimbus/status")
+            kill(w.server.pid, SIGSTOP)
+            defer { kill(w.server.pid, SIGCONT) }
+            try await eventually("offline while the server is stopped", seconds: 45, "grep -q '^connection: offline' \(q(a))/.nimbus/status")
+            #expect(try sh("cat \(q(a))/local.txt") == "x", "local files work")
+            kill(w.server.pid, SIGCONT)
+            try await eventually("online again", seconds: 40, "grep -q '^connection: online' \(q(a))/.nimbus/status")
+        }
+    }
+
     @Test func cliCommandsDoNotFollowALinkOutOfTheMount() async throws {
         try await SyncWorld.run("links") { w in
             let a = try await w.mount("a")
