@@ -64,6 +64,7 @@ extension ContainerFS {
     }
 
     public func readControl(handle: UInt64, offset: Int64, size: Int) throws(Errno) -> [UInt8] {
+        guard offset >= 0, size >= 0 else { throw .EINVAL }
         if let reader = lock.withLock({ t.eventHandles[handle] }) {
             guard let caller = reader.caller else { return events.read(offset: offset, size: size) }
             var cursor = reader.cursor
@@ -75,8 +76,8 @@ extension ContainerFS {
         }
         return try lock.withLock { () throws(Errno) -> [UInt8] in
             guard let b = t.controls[handle] else { throw .EBADF }
-            let start = min(Int(offset), b.count)
-            return Array(b[start..<min(b.count, start + size)])
+            let start = Int(min(offset, Int64(b.count)))
+            return Array(b[start..<(start + min(size, b.count - start))])
         }
     }
 

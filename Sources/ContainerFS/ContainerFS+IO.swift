@@ -78,7 +78,8 @@ extension ContainerFS {
         let mono = Self.monotonicNow()
         let first = lock.withLock { () -> ItemID? in
             guard let x = t.nodes[node] else { return nil }
-            x.rec.size = max(x.rec.size, offset + Int64(n))
+            // (A write of 0 bytes succeeds at any offset, Int64.max too: it changes no size.)
+            if n > 0 { x.rec.size = max(x.rec.size, offset + Int64(n)) }
             x.rec.mtime = now
             x.rec.ctime = now
             x.rec.dirty = true
@@ -221,8 +222,9 @@ extension ContainerFS {
         if rc != 0 { throw Errno(rc) }
         let now = WallClock.nowNanoseconds()
         lock.withLock {
-            guard let n = t.nodes[node], offset + length > n.rec.size else { return }
-            n.rec.size = offset + length
+            let (end, overflow) = offset.addingReportingOverflow(length)
+            guard let n = t.nodes[node], !overflow, end > n.rec.size else { return }
+            n.rec.size = end
             n.rec.ctime = now
             n.rec.dirty = true
             persist(n)

@@ -109,7 +109,7 @@ extension ContainerFS {
             st.st_mode = S_IFREG | (perm & 0o444)
             st.st_nlink = 1
             st.st_size = Int(e.size)
-            st.st_blocks = Int((e.size + 511) / 512)
+            st.st_blocks = Int(e.size / 512 + (e.size % 512 == 0 ? 0 : 1))
             ts = Self.ts(e.modified)
         case .versions:
             // r on the file → r-x on its versions folder; w on the file → w (discard a conflict).

@@ -144,7 +144,7 @@ public final class ContainerFS: @unchecked Sendable {
         st.st_uid = n.rec.uid
         st.st_gid = n.rec.gid
         st.st_size = n.isDir ? 4096 : Int(n.rec.size)
-        st.st_blocks = (st.st_size + 511) / 512
+        st.st_blocks = st.st_size / 512 + (st.st_size % 512 == 0 ? 0 : 1)  // (no + 511: a size can be Int.max)
         st.st_blksize = 128 * 1024
         st.st_atim = Self.ts(n.rec.atime)
         st.st_mtim = Self.ts(n.rec.mtime)
@@ -169,8 +169,13 @@ public final class ContainerFS: @unchecked Sendable {
     /// A time from the kernel (any user's `utimensat`), clamped into what items carry: never traps.
     static func ns(_ ts: timespec) -> Int64 { ItemLimits.time(seconds: Int64(ts.tv_sec), nanoseconds: Int64(ts.tv_nsec)) }
 
+    /// Queues `n`'s record for the database. An unlinked node (removed, or replaced under its
+    /// readers) is never written: its row is gone or belongs to the live node of the same item,
+    /// and writing it would bring a deleted file back at the next start (an `fallocate` or
+    /// `fchmod` through a handle still open did).
     func persist(_ n: Node) {
         n.metaDirty = false
+        guard n.linked else { return }
         store.enqueue(.upsert(n.rec))
     }
 

@@ -151,9 +151,11 @@ public final class EventLog: Sendable {
     /// line kept.
     public func read(offset: Int64, size: Int) -> [UInt8] {
         state.withLock { s in
-            let start = max(s.oldest, Int(offset - s.base))
-            guard start < s.buffer.count else { return [] }
-            return Array(s.buffer[start..<min(s.buffer.count, start + size)])
+            guard offset >= 0, size > 0 else { return [] }
+            let start = offset < s.base ? s.oldest : Int(min(offset - s.base, Int64(s.buffer.count)))
+            let from = max(s.oldest, start)
+            guard from < s.buffer.count else { return [] }
+            return Array(s.buffer[from..<(from + min(size, s.buffer.count - from))])
         }
     }
 

@@ -115,6 +115,8 @@ public final class FuseAdapter: FuseFilesystem {
             do { reply.bytes(try fs.readControl(handle: handle, offset: offset, size: size)) } catch { reply.error(error) }
             return
         }
+        // (The kernel sends no negative or overflowing range; a bad one is EINVAL, not a trap.)
+        guard offset >= 0, size >= 0, offset <= Int64.max - Int64(size) else { return reply.error(.EINVAL) }
         let fd = Int32(truncatingIfNeeded: handle)
         // A placeholder: the reply waits (deferred, off this thread) until the provider has put
         // the covering bytes into the cache file, or fails with its errno — never hangs.
