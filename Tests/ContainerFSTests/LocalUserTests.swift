@@ -11,17 +11,7 @@ import Testing
 /// are bytes. The mount tests (Tests/SyncTests/LocalUserMountTests.swift) confirm it through a
 /// real kernel as a real other user.
 @Suite struct LocalUserTests {
-    final class Fixture {
-        let dir: URL
-        let store: LocalStore
-        let fs: ContainerFS
-        init() throws {
-            dir = URL(fileURLWithPath: NSTemporaryDirectory()).appendingPathComponent("nimbus-lu-\(UUID().uuidString)")
-            store = try LocalStore(directory: dir)
-            fs = try ContainerFS(store: store)
-        }
-        deinit { store.close(); try? FileManager.default.removeItem(at: dir) }
-    }
+    typealias Fixture = ContainerFSTests.Fixture
     let me = Caller.process
     let alice = Caller(uid: 1000, gid: 1000)
     let bob = Caller(uid: 2000, gid: 2000)
