@@ -26,6 +26,10 @@ public struct RemoteState: Sendable {
     /// With `resetContent`: the file's write generation (`WriteState.generation`) when the
     /// engine decided to replace it; a write or truncate since then keeps the file (skipped).
     public var unlessWrittenSince: UInt64?
+    /// For a commit's answer: the place (folder, name) and permission bits the commit sent. An
+    /// item renamed, moved or chmodded here since keeps its own (the engine pushes them next, on
+    /// the answered version): an answer never undoes a later local change.
+    public var sentPlace: (parent: ItemID, name: String, perm: UInt32)?
     public init(id: ItemID, parent: ItemID, name: String, kind: ItemKind, perm: UInt32, size: Int64, mtime: Int64,
                 target: String?, deleted: Bool, resetContent: Bool) {
         self.id = id; self.parent = parent; self.name = name; self.kind = kind; self.perm = perm; self.size = size
@@ -221,6 +225,7 @@ extension ContainerFS {
             if let n = existing, let p = t.nodes[n.parentNode] { removeRemote(n, from: p, now: now, &actions) }
             return .done
         }
+        let s = existing.map { keepingLocalPlace(s, of: $0) } ?? s
         guard let pnode = t.byID[s.parent], let p = t.nodes[pnode], p.isDir, p.linked else { return .waitForParent }
         // The control folder's name at the top is no item's: the server refuses it, and an item
         // that has it anyway (an older server) is not shown, so `.nimbus/` always works.
@@ -306,6 +311,20 @@ extension ContainerFS {
         actions.append(.entry(parent: p.node, name: s.name))
         actions.append(.node(p.node))
         return .done
+    }
+
+    /// `s` with the item's local place and mode where they changed here since the commit that
+    /// `s` answers was drafted (`sentPlace`; lock held).
+    private func keepingLocalPlace(_ s: RemoteState, of n: Node) -> RemoteState {
+        guard let sent = s.sentPlace else { return s }
+        var s = s
+        if let parent = n.rec.parent, parent != sent.parent || !ItemName.same(n.rec.name, sent.name) {
+            s.parent = parent
+            s.name = n.rec.name
+        }
+        let perm = n.rec.mode & ItemLimits.syncedPermissions
+        if perm != sent.perm { s.perm = perm }
+        return s
     }
 
     /// New content for a file that programs have open (lock held): the item moves to a new node

@@ -65,11 +65,16 @@ extension ContainerFS {
 
     /// Gives `to` the identity of `from` (lock held): item id, and so the engine's base, versions
     /// and pin; the content files are exchanged so each id keeps naming its node's bytes. `from`
-    /// gets `to`'s old id. Only for files whose content is all here (a placeholder cannot take
-    /// over: its bytes are another version's). False when it cannot be done; nothing changed.
+    /// gets `to`'s old id, which goes away. Only for files whose content is all here (a
+    /// placeholder cannot take over: its bytes are another version's), and never when the id
+    /// that goes away has unresolved conflict versions: those are other devices' writes, and
+    /// they leave only through a resolve or an `rm` of the file. The caller then renames or
+    /// deletes plainly, and that item, versions and all, lives on under its new name. False
+    /// when it cannot be done; nothing changed.
     func transferIdentity(from: Node, to: Node) -> Bool {
         guard from.rec.kind == .file, to.rec.kind == .file, from !== to,
-              content.isPresent(to.rec.id, range: 0..<to.rec.size) else { return false }
+              content.isPresent(to.rec.id, range: 0..<to.rec.size),
+              syncStatus?.hasConflictVersions(to.rec.id) != true else { return false }
         // An empty file synced from elsewhere may have no cache file yet.
         materializeCacheFile(from)
         materializeCacheFile(to)
@@ -79,6 +84,10 @@ extension ContainerFS {
         from.rec.id = temp
         t.byID[keep] = to.node
         t.byID[temp] = from.node
+        // Each id names other bytes now: a commit drafted before (or a snapshot being taken)
+        // must not count them as unchanged.
+        bumpWriteGen(to)
+        bumpWriteGen(from)
         // The stored xattrs under `keep` become `to`'s own (POSIX: the surviving file's).
         for name in from.xattrs.keys where to.xattrs[name] == nil { store.enqueue(.removeXattr(keep, name: name)) }
         for (name, value) in to.xattrs { store.enqueue(.setXattr(keep, name: name, value: value)) }

@@ -27,7 +27,9 @@ final class Node {
     var linked = true
     /// Size/times changed by writes but not yet queued for the database (queued on flush/fsync/release).
     var metaDirty = false
-    /// Writes and truncates so far (a snapshot taken between two equal readings saw no write).
+    /// The generation of the last write, truncate or identity transfer (`ContainerFS.bumpWriteGen`,
+    /// unique in the tree; 0 = none since the node was made): a snapshot taken between two equal
+    /// readings saw no change.
     var writeGen: UInt64 = 0
     /// When the last write ended (CLOCK_MONOTONIC, ns).
     var lastWrite: UInt64 = 0
@@ -71,6 +73,8 @@ final class Tables {
     /// Item id → node id of every node in `nodes` (the sync engine addresses items by id).
     var byID: [ItemID: UInt64] = [:]
     var nextNode: UInt64 = 16
+    /// The last write generation given out (`ContainerFS.bumpWriteGen`).
+    var lastWriteGen: UInt64 = 0
     /// File handles open for writing (handles are the cache-file descriptors).
     var writerHandles: Set<UInt64> = []
     /// Handles whose file's content was replaced by a remote version while they were open: they

@@ -68,6 +68,8 @@ public protocol SyncStatusSource: Sendable {
     func fetchItemAttribute(_ name: String, item: ItemID) throws(Errno) -> String?
     /// Items with unresolved conflict versions and their counts (`.nimbus/conflicts`).
     func conflictedItems() -> [(ItemID, Int)]
+    /// Whether the server keeps unresolved conflict versions of `item` (from memory, lock held).
+    func hasConflictVersions(_ item: ItemID) -> Bool
     /// The other (conflict and earlier) versions of a file; bounded, without the filesystem lock.
     func versionEntries(_ item: ItemID) throws(Errno) -> [VersionEntry]
     /// The bytes of one version; bounded, without the filesystem lock.
@@ -77,6 +79,7 @@ public protocol SyncStatusSource: Sendable {
 extension SyncStatusSource {
     public func fetchItemAttribute(_ name: String, item: ItemID) throws(Errno) -> String? { nil }
     public func conflictedItems() -> [(ItemID, Int)] { [] }
+    public func hasConflictVersions(_ item: ItemID) -> Bool { false }
     public func versionEntries(_ item: ItemID) throws(Errno) -> [VersionEntry] { [] }
     public func versionContent(_ item: ItemID, version: Int64) throws(Errno) -> [UInt8] { throw .ENOENT }
 }

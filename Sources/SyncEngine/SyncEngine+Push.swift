@@ -397,6 +397,7 @@ extension SyncEngine: ChangeObserver {
     /// conflict replaced a write made while the commit was on its way, and that write was lost).
     private func settle(_ id: ItemID, sent: ItemDraft, response r: CommitResponse, previous: Base?, generation: UInt64?) throws {
         let item = r.item
+        let relocate = state.withLock { $0.relocate.remove(id) != nil }
         if item.deleted && !sent.deleted {
             // The answer is a delete made elsewhere: our state changed nothing the delete had not
             // seen (a create whose first answer was lost, sent again after another device deleted
@@ -430,26 +431,56 @@ extension SyncEngine: ChangeObserver {
             if r.outcome == .conflict { log("conflict on \(item.name.value): the server kept both (yours: \(r.yours ?? "?"))") }
             return
         }
+        if fs.localState(id) == nil {
+            // Deleted here while the commit was on its way (an `rm`, or the id an identity
+            // transfer gave up): showing the answer would bring the file back. The queued delete
+            // goes next, on the answer when it holds what was sent, else on the previous base,
+            // so content from elsewhere wins over the delete as an edit does.
+            try saveBase(id, sameContent || previous == nil ? base : previous)
+            trace("settle \(id) v\(item.version): deleted here since; not shown")
+            return
+        }
         // The server's state is shown here. In memory the base goes first (a read that sees the
         // new size sees its presence); on disk it goes after the tree change is committed, so a
         // crash never leaves a base that says the server's state is shown while the row is not.
         state.withLock { $0.bases[id] = base }
         var shownState = Self.remoteState(item, resetContent: item.kind == .file && !sameContent)
         shownState.unlessWrittenSince = generation
+        // A rename, move or chmod made here since the draft stays (pushed next, on this answer).
+        // After a commit on a base older than our own move (below), the local place stays too.
+        shownState.sentPlace = relocate ? (item.parent, item.name.value, sent.mode) : (sent.parent, sent.name.value, sent.mode)
         let (actions, skipped) = fs.applyRemote([shownState])
         sendKernel(actions)
         trace("settle \(id) v\(item.version): \(skipped.contains(id) ? "not shown yet" : "shown")\(sameContent ? "" : " (other content)")")
         if skipped.contains(id) {
-            // The server's place for it is taken here (or its folder missing): it stays where
-            // it is for now, under its previous base (so the answer still counts as news),
-            // and is shown when the way is free — retried after pulls and pushes, and after a
-            // restart by listing the container again.
+            // The server's place for it is taken here (or its folder missing), or the file was
+            // written since its content was read for the commit: it stays as it is for now,
+            // under its previous base (so the answer still counts as news, and a write goes on
+            // the base it was made on: both contents are kept), and is shown when the way is
+            // free — retried after pulls and pushes, and after a restart by listing the container
+            // again.
             if let previous { try saveBase(id, previous) } else { try persistBases([id: base]) }
             state.withLock { _ = $0.skippedRemote.updateValue(item, forKey: id) }
             markRelist()
+            // The commit moved the item and the tree has put it back since (an editor's save:
+            // the document renamed to a backup name while the commit was on its way, a new file
+            // under the old name taking its identity). On the previous base the next commit
+            // looks like no move to the server, which keeps our own earlier one: its answer must
+            // not move the item, and the item is pushed once more from there.
+            if let previous, let here = fs.localState(id), relocate
+                || ((previous.record.parent != sent.parent || previous.record.name != sent.name)
+                    && here.parent == previous.record.parent && ItemName.same(here.name, previous.record.name.value)) {
+                state.withLock { _ = $0.relocate.insert(id) }
+                trace("settle \(id): moved back here since the commit; the next answer keeps the place here")
+            }
         } else {
             store.commitQueued()
             try persistBases([id: base])
+            if relocate, let here = fs.localState(id), here.parent != item.parent || !ItemName.same(here.name, item.name.value) {
+                // The place here is newer than the server's (see above): pushed again.
+                trace("settle \(id) v\(item.version): the place here is newer; pushed again")
+                localChange(.moved(id))
+            }
         }
         if r.outcome == .conflict { log("conflict on \(item.name.value): the server kept both (yours: \(r.yours ?? "?"))") }
     }

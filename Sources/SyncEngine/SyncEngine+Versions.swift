@@ -15,6 +15,10 @@ extension SyncEngine {
         state.withLock { s in s.bases.compactMap { id, b in b.record.conflicts > 0 && !b.record.deleted ? (id, b.record.conflicts) : nil } }
     }
 
+    public func hasConflictVersions(_ item: ItemID) -> Bool {
+        state.withLock { s in s.bases[item].map { $0.record.conflicts > 0 && !$0.record.deleted } ?? false }
+    }
+
     /// `user.nimbus.versions`: one line per version, newest first:
     /// `VERSION<TAB>ROLE<TAB>DEVICE<TAB>TIME<TAB>SIZE` (TIME: the content's modification time, UTC).
     public func fetchItemAttribute(_ name: String, item: ItemID) throws(Errno) -> String? {

@@ -144,6 +144,10 @@ public final class SyncEngine: Sendable {
         var writing: Set<ItemID> = []
         var quietOK: Set<ItemID> = []
         var quietDone: [ItemID: UInt64] = [:]
+        /// Items whose place here is newer than the one the server keeps from an earlier commit
+        /// of ours (moved back here while that commit was on its way): the answer to their next
+        /// commit leaves them where they are, and they are pushed once more (`settle`).
+        var relocate: Set<ItemID> = []
     }
 
     struct ChunkFetch {

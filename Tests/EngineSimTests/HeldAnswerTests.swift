@@ -3,6 +3,7 @@ import Foundation
 import FuseKit
 import Glibc
 import NimbusCore
+import NimbusProtocol
 import NimbusRemote
 import NimbusTesting
 import Testing
@@ -94,6 +95,59 @@ import Testing
                 + "status \(dev.engine.statusLines().map { "\($0.0)=\($0.1)" }.joined(separator: " ")))")
         }
         return read
+    }
+
+    /// An editor's save (vim: `doc.txt` → `doc.txt~`, a new `doc.txt` written and fsynced, the
+    /// backup deleted) begun while the server is unreachable: the commit of the rename goes out
+    /// as the server comes back, and its answer (held here) merges b's edit, stored meanwhile.
+    /// The answer must neither replace the saved bytes, which reached the document's id through
+    /// the identity transfer, nor undo the rename back: every device ends with `doc.txt` holding
+    /// a's save (the later) and b's edit as a conflict version. Before, the answer was shown
+    /// (the new file's write generation happened to equal the old file's): `doc.txt~` with b's
+    /// content everywhere, and the next push found nothing to send — the save was lost.
+    @Test func anEditorSaveWhileItsRenameIsOnItsWayIsKeptEverywhere() async throws {
+        try await RecoveryTests.twoDevices { a, b, client, sim in
+            let devices = [a, b]
+            let root = ContainerFS.rootNode
+            let id = try a.writeFile(node: nil, parent: root, name: "doc.txt", content: "first\n")
+            if let why = await sim.settle(devices, client: client, within: .seconds(30)) { throw SimFailure("doc.txt did not reach b: \(why)") }
+
+            // a cannot reach the server; b's edit is stored meanwhile.
+            a.relay.cut()
+            _ = try b.writeFile(node: b.fs.localState(id)?.node, parent: 0, name: "doc.txt", content: "edited on b\n")
+            var deadline = ContinuousClock.now + .seconds(20)
+            while ContinuousClock.now < deadline, b.status("upload-queue") != "0" { try await Task.sleep(for: .milliseconds(10)) }
+            #expect(b.status("upload-queue") == "0", "b's edit reached the server")
+
+            // The save begins offline; the server is back as the rename's commit goes out.
+            try a.fs.rename(parent: root, name: "doc.txt", newParent: root, newName: "doc.txt~", flags: [])
+            a.relay.holdNextAnswer(after: "/commit")
+            a.relay.restore()
+            deadline = ContinuousClock.now + .seconds(20)
+            while ContinuousClock.now < deadline, !a.relay.holdMatched { try await Task.sleep(for: .milliseconds(10)) }
+            guard a.relay.holdMatched else {
+                a.relay.releaseHeld()
+                throw SimFailure("a's rename never went out")
+            }
+            // The rest of the save, while that commit is on its way.
+            _ = try a.writeFile(node: nil, parent: root, name: "doc.txt", content: "saved on a\n")
+            try a.fs.unlink(parent: root, name: "doc.txt~")
+            #expect(a.fs.localState(id)?.name == "doc.txt", "the new doc.txt took the document's identity")
+            a.relay.releaseHeld()
+
+            if let why = await sim.settle(devices, client: client, within: .seconds(30)) { throw SimFailure("the devices did not agree: \(why)") }
+            for d in devices {
+                #expect(await d.tree() == ["doc.txt": "saved on a\n"], "\(d.name)")
+            }
+            var kept: [String: Set<VersionRole>] = [:]
+            for v in try await client.versions("docs", id) where !v.state.deleted {
+                var bytes: [UInt8] = []
+                for c in v.state.chunks { bytes += try await client.getChunk(c.hash) }
+                kept[String(decoding: bytes, as: UTF8.self), default: []].insert(v.role)
+            }
+            #expect(kept["saved on a\n"]?.contains(.current) == true, "\(kept)")
+            #expect(kept["edited on b\n"]?.contains(.conflict) == true, "\(kept)")
+        }
     }
 
     /// Engine sim seed 6, made on demand: b deletes x.txt and its commit's answer is held back;

@@ -77,6 +77,46 @@ struct ConflictTests {
         }
     }
 
+    /// `mv A B` over a file when A has unresolved conflict versions (the other device's write):
+    /// no identity transfer — B's item goes, A's item with its versions lives on under the name
+    /// B, on every device. Before, A took B's item id, A's item was deleted, and its conflict
+    /// version vanished from `.nimbus/versions/` and `.nimbus/conflicts` everywhere.
+    @Test func renamingAFileWithConflictVersionsOverAnotherKeepsThem() async throws {
+        try await SyncWorld.run("rename-conflicted") { w in
+            let a = try await w.mount("a"), b = try await w.mount("b")
+            try sh("printf v1 > \(q(a))/A.txt && printf target > \(q(a))/B.txt")
+            try await eventually("both on B", "test \"$(cat \(q(b))/A.txt)\" = v1 && test \"$(cat \(q(b))/B.txt)\" = target")
+            try sh("\(q(Self.nimbus)) pause \(q(a)) && \(q(Self.nimbus)) pause \(q(b))")
+            try sh("printf 'edit on a' > \(q(a))/A.txt")
+            usleep(1_100_000)  // B's edit is the later one: it becomes current
+            try sh("printf 'edit on b, later' > \(q(b))/A.txt")
+            try sh("\(q(Self.nimbus)) resume \(q(a)) && \(q(Self.nimbus)) resume \(q(b))")
+            for mp in [a, b] {
+                try await eventually("the conflict on \(mp)", seconds: 30, "test \"$(cat \(q(mp))/.nimbus/conflicts)\" = '1 /A.txt'")
+            }
+            let idA = Self.xattr(a + "/A.txt", "itemid")
+            let idB = Self.xattr(a + "/B.txt", "itemid")
+            #expect(!idA.isEmpty && idA != idB)
+            // All of A's bytes here (only such a file can take over another item's identity).
+            #expect(try sh("cat \(q(a))/A.txt") == "edit on b, later")
+
+            try sh("mv \(q(a))/A.txt \(q(a))/B.txt")
+            for mp in [a, b] {
+                try await eventually("A.txt renamed over B.txt on \(mp)", seconds: 30,
+                                     "test ! -e \(q(mp))/A.txt && test \"$(cat \(q(mp))/B.txt)\" = 'edit on b, later'")
+                // A's item lives on under B.txt, with its conflict version.
+                try await eventually("A's item and its conflict under the new name on \(mp)", seconds: 30,
+                                     "test \"$(getfattr --absolute-names --only-values -n user.nimbus.itemid \(q(mp))/B.txt)\" = \(q(idA)) "
+                                     + "&& test \"$(cat \(q(mp))/.nimbus/conflicts)\" = '1 /B.txt'")
+                #expect(Self.xattr(mp + "/B.txt", "conflicts") == "1")
+                let dir = mp + "/.nimbus/versions/B.txt"
+                let entries = try sh("ls \(q(dir))").split(separator: "\n").map(String.init)
+                let conflict = try #require(entries.first { $0.hasSuffix(" conflict.txt") }, "\(entries)")
+                #expect(try sh("cat \(q(dir + "/" + conflict))") == "edit on a", "a's write is still reachable on \(mp)")
+            }
+        }
+    }
+
     /// Two devices edit one file while paused; `.nimbus/versions/` shows the conflict version as
     /// an ordinary read-only file. Resolving by `cp ENTRY file && rm ENTRY` works like
     /// `nimbus resolve`.
