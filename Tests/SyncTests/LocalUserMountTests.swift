@@ -63,11 +63,13 @@ struct LocalUserMountTests {
             #expect(wal == "600")
 
             // nobody may read open.txt, so may lock it, but that lock never holds root's upload back.
-            _ = shStatus("cd \(q(a)) && (setpriv --reuid=65534 --regid=65534 --clear-groups flock -x open.txt sleep 30 >/dev/null 2>&1 &)")
+            // (Its pid is kept so that the lock goes before the world is cleaned up, also on failure.)
+            let pidFile = w.base + "/nobody-flock.pid"
+            _ = shStatus("cd \(q(a)) && { setpriv --reuid=65534 --regid=65534 --clear-groups flock -x open.txt sleep 20 >/dev/null 2>&1 & echo $! > \(q(pidFile)); }")
+            defer { _ = shStatus("p=$(cat \(q(pidFile))); pkill -P $p; kill $p; true") }
             try await eventually("nobody holds the lock", "grep -q 'cannot write' \(q(a))/.nimbus/claims")
             try sh("printf v3 > \(q(a))/open.txt")
             try await eventually("root's edit reaches B while nobody holds an exclusive lock", seconds: 20, "test \"$(cat \(q(b))/open.txt)\" = v3")
-            _ = shStatus("pkill -u 65534 -f 'flock -x open.txt' ; true")
 
             // Set-id bits stay on the device that set them.
             try sh("printf '#!/bin/sh\\necho hi\\n' > \(q(a))/tool && chmod 6755 \(q(a))/tool")
