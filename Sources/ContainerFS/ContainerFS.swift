@@ -171,8 +171,8 @@ public final class ContainerFS: @unchecked Sendable {
 
     /// Queues `n`'s record for the database. An unlinked node (removed, or replaced under its
     /// readers) is never written: its row is gone or belongs to the live node of the same item,
-    /// and writing it would bring a deleted file back at the next start (an `fallocate` or
-    /// `fchmod` through a handle still open did).
+    /// and writing it would bring a deleted file back at the next start (as an `fallocate`
+    /// or `fchmod` through a handle still open would).
     func persist(_ n: Node) {
         n.metaDirty = false
         guard n.linked else { return }
