@@ -79,8 +79,8 @@ struct ConflictTests {
 
     /// `mv A B` over a file when A has unresolved conflict versions (the other device's write):
     /// no identity transfer — B's item goes, A's item with its versions lives on under the name
-    /// B, on every device. Before, A took B's item id, A's item was deleted, and its conflict
-    /// version vanished from `.nimbus/versions/` and `.nimbus/conflicts` everywhere.
+    /// B, on every device: the conflict version stays in `.nimbus/versions/B.txt/` and
+    /// `.nimbus/conflicts`.
     @Test func renamingAFileWithConflictVersionsOverAnotherKeepsThem() async throws {
         try await SyncWorld.run("rename-conflicted") { w in
             let a = try await w.mount("a"), b = try await w.mount("b")
