@@ -122,11 +122,14 @@ let package = Package(
             dependencies: ["NimbusCore", "LocalStore", "FuseKit", "Coordination", .product(name: "Logging", package: "swift-log")],
             swiftSettings: strict
         ),
+        // The sync core: the engine's decisions as pure state machines (no I/O, no clock, no locks).
+        .target(name: "SyncCore", dependencies: ["NimbusCore"], swiftSettings: strict),
+        .testTarget(name: "SyncCoreTests", dependencies: ["SyncCore"], swiftSettings: strict),
         // Placeholders, hydration, uploads and live pull (issue 4): implements ContainerFS's ports.
         .target(
             name: "SyncEngine",
             dependencies: [
-                "NimbusCore", "NimbusProtocol", "NimbusRemote", "LocalStore", "ContainerFS", "FuseKit", "Coordination",
+                "NimbusCore", "NimbusProtocol", "NimbusRemote", "LocalStore", "ContainerFS", "FuseKit", "Coordination", "SyncCore",
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "Logging", package: "swift-log"),
             ],

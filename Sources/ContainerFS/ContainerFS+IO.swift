@@ -88,6 +88,7 @@ extension ContainerFS {
             x.fsyncedSinceWrite = false
             bumpWriteGen(x)
             x.lastWrite = mono
+            x.bytesWritten &+= UInt64(n)
             return wasClean && x.linked ? x.rec.id : nil
         }
         if let first { notify(.writing(first)) }
@@ -109,6 +110,9 @@ extension ContainerFS {
         public var idleNanoseconds: UInt64
         /// Written since the last close, flush or fsync.
         public var dirty: Bool
+        /// Bytes programs wrote into this content so far (wrapping; restarts when a remote
+        /// version or an identity transfer gives the item another node).
+        public var written: UInt64
     }
 
     /// A new write generation for `n` (lock held): one counter for the whole tree, so a value
@@ -124,7 +128,7 @@ extension ContainerFS {
         return lock.withLock {
             guard let node = t.byID[item], let n = t.nodes[node] else { return nil }
             return WriteState(writers: n.writers, unsynced: n.writers > 0 && !n.fsyncedSinceWrite, generation: n.writeGen,
-                              idleNanoseconds: now &- n.lastWrite, dirty: n.metaDirty)
+                              idleNanoseconds: now &- n.lastWrite, dirty: n.metaDirty, written: n.bytesWritten)
         }
     }
 

@@ -33,6 +33,9 @@ final class Node {
     var writeGen: UInt64 = 0
     /// When the last write ended (CLOCK_MONOTONIC, ns).
     var lastWrite: UInt64 = 0
+    /// Bytes programs wrote into this node's content (wrapping): what upload pacing measures
+    /// uploads against.
+    var bytesWritten: UInt64 = 0
     /// A remote version replaced the content in place: the kernel may still hold pages of the old
     /// bytes (its invalidation is sent later, off the lock), so the next open drops them.
     var pagesStale = false

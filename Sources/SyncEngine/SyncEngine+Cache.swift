@@ -3,6 +3,7 @@ import Foundation
 import FuseKit
 import NimbusCore
 import NimbusProtocol
+import SyncCore
 
 // The content cache and the controls on it (docs/sync.md "Cache", "Status and control"):
 // - pin (`user.nimbus.pinned` = 1): the content is downloaded and kept; a pinned folder pins
@@ -122,7 +123,7 @@ extension SyncEngine {
             state.withLock { s in
                 guard let b = s.bases[id], b.record.kind == .file, !b.record.chunks.isEmpty,
                       !s.queued.contains(id), s.inFlight != id, !s.heldForLock.contains(id), s.pendingRemote[id] == nil,
-                      !s.writing.contains(id), !s.downloads.keys.contains(where: { $0.item == id }) else { return false }
+                      !s.isWriting(id), !s.downloads.keys.contains(where: { $0.item == id }) else { return false }
                 freed = b.presentBytes
                 let nb = Base.placeholder(b.record)
                 s.bases[id] = nb
@@ -212,28 +213,35 @@ extension SyncEngine {
         for await _ in cacheWakes {
             if Task.isCancelled { return }
             startQuietUploads()
+            releasePaced()
             enforceCacheLimit()
             wakeForRetries()
         }
     }
 
     /// Files open and written, without a write for the quiet period: queue a snapshot upload.
+    /// Also forgets upload records with nothing left to pace.
     func startQuietUploads() {
         guard let fs = state.withLock({ $0.fs }) else { return }
-        let writing = state.withLock { $0.writing }
+        let now = options.clock.now
+        let rules = pacingRules
+        let writing: [ItemID] = state.withLock { s in
+            s.uploads = s.uploads.filter { !$0.value.isIdle(at: now, rules: rules) }
+            return s.uploads.compactMap { $0.value.writing ? $0.key : nil }
+        }
         guard !writing.isEmpty else { return }
         let quiet = UInt64(options.quietPeriod.components.seconds) * 1_000_000_000
             + UInt64(options.quietPeriod.components.attoseconds / 1_000_000_000)
         var queued = false
         for id in writing {
             guard let w = fs.writeState(id), w.writers > 0 else {
-                state.withLock { _ = $0.writing.remove(id) }
+                state.withLock { _ = $0.uploads[id]?.writing = false }
                 continue
             }
             guard quiet > 0, w.unsynced, w.idleNanoseconds >= quiet else { continue }
             state.withLock { s in
-                guard s.quietDone[id] != w.generation, !s.queued.contains(id), s.inFlight != id else { return }
-                s.quietOK.insert(id)
+                guard s.uploads[id]?.snapshotSent != w.generation, !s.queued.contains(id), s.inFlight != id else { return }
+                s.uploads[id, default: UploadState()].snapshotDue = true
                 s.queued.insert(id)
                 s.queue.append(id)
                 queued = true

@@ -278,7 +278,7 @@ extension SyncEngine {
                 // Local work: queued, on its way, or a file open for writing (its upload waits
                 // for the close, so it is in no queue: the delete took it with the folder).
                 let localWork = !below.isEmpty
-                    && (state.withLock { s in !s.queued.isDisjoint(with: below) || !s.writing.isDisjoint(with: below) || s.inFlight.map(below.contains) == true }
+                    && (state.withLock { s in !s.queued.isDisjoint(with: below) || below.contains(where: s.isWriting) || s.inFlight.map(below.contains) == true }
                         || below.contains { fs.writeState($0).map { $0.writers > 0 || $0.dirty } ?? false })
                 // A child whose synced version is newer than the delete was changed after it: the
                 // server kept that child and brought the folder back (a newer version of the

@@ -6,6 +6,7 @@ import LocalStore
 import NimbusCore
 import NimbusProtocol
 import NimbusRemote
+import SyncCore
 
 // Push: the ChangeObserver port and the upload loop. One item is pushed at a time, in the order
 // of its first queued change, so a folder's create is committed before its children's.
@@ -24,13 +25,19 @@ extension SyncEngine: ChangeObserver {
         }
         store.enqueue(.syncOp(id, kind: kind))
         trace("local \(id) \(kind)")
+        let now = options.clock.now
+        let rules = pacingRules
         if case .writing = change {
             // Durable note only (the close or fsync uploads); starts the quiet-period clock.
-            state.withLock { _ = $0.writing.insert(id) }
+            state.withLock { s in
+                s.uploads[id, default: UploadState()].writing = true
+                s.uploads[id]?.pacing.changed(at: now, rules: rules)
+            }
             return
         }
         let nowComplete: Base? = state.withLock { s in
             if s.queued.insert(id).inserted { s.queue.append(id) }
+            if case .contentChanged = change { s.uploads[id, default: UploadState()].pacing.changed(at: now, rules: rules) }
             // Content is written only into fully present files (open for writing downloads
             // first) or after O_TRUNC: either way the whole file is here now.
             if case .contentChanged = change, var b = s.bases[id], !b.complete {
@@ -54,7 +61,8 @@ extension SyncEngine: ChangeObserver {
                 guard !s.queue.isEmpty, !s.paused, s.unauthorized == nil else { return nil }
                 // An item waiting out its back-off stays in its place; the next ready one goes
                 // (one item the server refuses for a while never holds up the others).
-                guard let i = s.queue.firstIndex(where: { s.retryAt[$0].map { $0.at <= now } ?? true }) else { return nil }
+                // A paced item (a file that keeps changing, SyncCore `UploadPacing`) waits the same way.
+                guard let i = s.queue.firstIndex(where: { (s.retryAt[$0].map { $0.at <= now } ?? true) && (s.uploads[$0]?.ready(at: now) ?? true) }) else { return nil }
                 let id = s.queue.remove(at: i)
                 s.queued.remove(id)
                 s.inFlight = id
@@ -87,7 +95,7 @@ extension SyncEngine: ChangeObserver {
                 let retry: [ServerItem] = state.withLock { s in
                     s.inFlight = nil; s.failed.remove(id); s.itemErrors[id] = nil; s.upload = nil; s.retryAt[id] = nil
                     if s.queue.allSatisfy({ s.retryAt[$0] == nil }) { s.lastError = nil }
-                    if closed { s.writing.remove(id) }
+                    if closed { s.uploads[id]?.writing = false }
                     return s.queue.isEmpty ? s.skippedRemote.values.sorted { $0.version < $1.version } : []
                 }
                 // The queue is empty: what was in the way of skipped remote items has moved.
@@ -261,13 +269,18 @@ extension SyncEngine: ChangeObserver {
         // quiet period without writes (tick loop) a snapshot goes: chunked between two equal
         // write generations, so no write tore it.
         var snapshot: UInt64?
-        let quietOK = state.withLock { $0.quietOK.remove(id) != nil }
         if local.kind == .file, let w = fs.writeState(id), w.unsynced {
-            guard quietOK else { return }
+            guard state.withLock({ $0.uploads[id]?.snapshotDue == true }) else { return }
             snapshot = w.generation
         }
         // A program holds the file exclusively (mid-save): its unlock queues the item again.
         if local.kind == .file, holdForLock(id, fs: fs) { return }
+        // A file that keeps changing is paced: it keeps its place in the queue until then.
+        if local.kind == .file, base?.complete ?? true, let until = paced(id, fs: fs) {
+            trace("push \(id): changing again soon after its last upload; paced for \(until - options.clock.now)")
+            return
+        }
+        if snapshot != nil { state.withLock { _ = $0.uploads[id]?.snapshotDue = false } }
         // The content as of this generation is what goes; a commit answer that replaces it is not
         // shown over a write made after (settle).
         let generation = fs.writeState(id)?.generation
@@ -318,7 +331,7 @@ extension SyncEngine: ChangeObserver {
         if let snapshot {
             // Uploaded while still open: the close (or a later quiet period) sends what follows;
             // the queue entries stay so a crash before then still uploads the final content.
-            state.withLock { $0.quietDone[id] = snapshot }
+            state.withLock { $0.uploads[id, default: UploadState()].snapshotSent = snapshot }
             return
         }
         try store.removeSyncOps(id, upTo: upTo)
@@ -485,6 +498,44 @@ extension SyncEngine: ChangeObserver {
         if r.outcome == .conflict { log("conflict on \(item.name.value): the server kept both (yours: \(r.yours ?? "?"))") }
     }
 
+    /// When the upload of `id` must wait (SyncCore `UploadPacing`): the item goes back to the
+    /// front of the queue with that time; nil = it may go now.
+    func paced(_ id: ItemID, fs: ContainerFS) -> ContinuousClock.Instant? {
+        guard let written = fs.writeState(id)?.written else { return nil }
+        let now = options.clock.now
+        let rules = pacingRules
+        return state.withLock { s -> ContinuousClock.Instant? in
+            guard let record = s.uploads[id], case .wait(let until) = record.pacing.decide(at: now, written: written, rules: rules) else {
+                s.uploads[id]?.notBefore = nil
+                return nil
+            }
+            s.uploads[id]?.notBefore = until
+            if s.queued.insert(id).inserted { s.queue.insert(id, at: 0) }
+            return until
+        }
+    }
+
+    /// Paced items whose wait is over, or whose program has written enough since to earn the
+    /// upload (called by the tick loop): cleared, so the push loop takes them.
+    func releasePaced() {
+        let now = options.clock.now
+        let rules = pacingRules
+        let waiting: [ItemID] = state.withLock { s in s.uploads.compactMap { $0.value.notBefore == nil ? nil : $0.key } }
+        guard !waiting.isEmpty, let fs = state.withLock({ $0.fs }) else { return }
+        var due = false
+        for id in waiting {
+            let written = fs.writeState(id)?.written ?? 0
+            state.withLock { s in
+                guard let r = s.uploads[id], r.notBefore != nil else { return }
+                if r.ready(at: now) || r.pacing.decide(at: now, written: written, rules: rules) == .now {
+                    s.uploads[id]?.notBefore = nil
+                    due = true
+                }
+            }
+        }
+        if due { wake.yield() }
+    }
+
     /// Chunks the cache file and uploads the chunks the server lacks. Every uploaded chunk is
     /// re-hashed as read, so a file changing underneath never uploads bytes under a wrong hash
     /// (the change queues the item again and the next push sends the new content).
@@ -500,6 +551,7 @@ extension SyncEngine: ChangeObserver {
             state.withLock { _ = $0.heldForLock.insert(id) }
             return nil
         }
+        let written = fs.writeState(id)?.written ?? 0
         let spans: [ChunkSpan]
         do { spans = try chunker.chunks(fd: fd) } catch { claim.release(); throw error }
         claim.release()
@@ -517,13 +569,24 @@ extension SyncEngine: ChangeObserver {
         var sent = Set<ContentHash>()
         let total = spans.filter { missing.contains($0.ref.hash) }.reduce(Int64(0)) { $0 + $1.ref.size }
         state.withLock { $0.upload = (id, 0, total) }
+        // Every attempt counts for pacing, also one the file's next change cut short.
+        var put: Int64 = 0
+        defer {
+            let now = options.clock.now
+            let rules = pacingRules
+            state.withLock { $0.uploads[id, default: UploadState()].pacing.uploaded(at: now, sent: put, written: written, rules: rules) }
+        }
         for s in spans where missing.contains(s.ref.hash) && sent.insert(s.ref.hash).inserted {
             var bytes = [UInt8](repeating: 0, count: Int(s.ref.size))
             let n = bytes.withUnsafeMutableBytes { pread(fd, $0.baseAddress!, $0.count, off_t(s.offset)) }
             guard n == bytes.count, ContentHash(digest: SHA256.hash(data: bytes)) == s.ref.hash else {
-                throw SyncError("the file changed while uploading; it is uploaded again after the change")
+                // Changed underneath: the change's close or fsync queues the item again, and the
+                // next upload (paced) sends the new content.
+                trace("upload \(id): the file changed while uploading; sent again after the change")
+                return nil
             }
             try await client.putChunk(s.ref.hash, bytes)
+            put += s.ref.size
             state.withLock { st in
                 st.bytesUploaded += s.ref.size
                 if st.upload?.item == id { st.upload!.sent += s.ref.size }

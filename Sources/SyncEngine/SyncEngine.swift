@@ -6,6 +6,7 @@ import NimbusCore
 import NimbusProtocol
 import NimbusRemote
 import Synchronization
+import SyncCore
 
 /// Keeps one mounted container in sync with one server container (docs/sync.md).
 ///
@@ -139,16 +140,20 @@ public final class SyncEngine: Sendable {
         var upload: (item: ItemID, sent: Int64, total: Int64)?
         var bytesDownloaded: Int64 = 0
         var bytesUploaded: Int64 = 0
-        /// Files written since their last close/fsync (the quiet-period clock runs for them),
-        /// and the write generation of the last snapshot uploaded while open.
-        var writing: Set<ItemID> = []
-        var quietOK: Set<ItemID> = []
-        var quietDone: [ItemID: UInt64] = [:]
+        /// Local content on its way up: being written, snapshots of files kept open, pacing of
+        /// files that keep changing (SyncCore `UploadState`). Items without a record are clean.
+        var uploads: [ItemID: UploadState<ContinuousClock.Instant>] = [:]
+
+        /// Written since its last close or fsync (the upload waits for the writer).
+        func isWriting(_ id: ItemID) -> Bool { uploads[id]?.writing == true }
         /// Items whose place here is newer than the one the server keeps from an earlier commit
         /// of ours (moved back here while that commit was on its way): the answer to their next
         /// commit leaves them where they are, and they are pushed once more (`settle`).
         var relocate: Set<ItemID> = []
     }
+
+    /// The pacing rules of uploads of files that keep changing (SyncCore `UploadPacing`).
+    var pacingRules: UploadPacing<ContinuousClock.Instant>.Rules { UploadPacing.Rules(quietPeriod: options.quietPeriod) }
 
     struct ChunkFetch {
         var key: ChunkKey
@@ -369,7 +374,7 @@ extension SyncEngine: SyncStatusSource {
             if let b = s.bases[item], b.record.conflicts > 0 { return "conflict" }
             // Queued, being pushed, written here and not yet uploaded, or never uploaded; an
             // error while the server refuses this device's token (nothing uploads).
-            let waiting = s.inFlight == item || s.queued.contains(item) || s.writing.contains(item) || (s.bases[item] == nil && !item.isRoot)
+            let waiting = s.inFlight == item || s.queued.contains(item) || s.isWriting(item) || (s.bases[item] == nil && !item.isRoot)
             if waiting { return s.unauthorized == nil ? "uploading" : "error" }
             // A newer version waits (for a lock or a writer); one already shown does not count.
             let shown = s.bases[item]?.version ?? -1
@@ -388,7 +393,7 @@ extension SyncEngine: SyncStatusSource {
             case "pinned": return s.pinned.contains(item) || ancestors.contains(where: s.pinned.contains) ? "1" : "0"
             case "error":
                 if s.failed.contains(item) { return s.itemErrors[item] ?? "the server refused the upload (see the mount log)" }
-                if s.unauthorized != nil, s.queued.contains(item) || s.writing.contains(item) || s.bases[item] == nil {
+                if s.unauthorized != nil, s.queued.contains(item) || s.isWriting(item) || s.bases[item] == nil {
                     return "not uploaded: the server refused this device's token (revoked or wrong); the change is kept — mount again with a valid --token-file"
                 }
                 return s.itemErrors[item] ?? ""
