@@ -1,11 +1,46 @@
-/// What the engine tracks about one item's local content on its way up, besides the queue:
-/// whether a program is writing it, the snapshot of a file kept open, and the pacing of a file
-/// that keeps changing. One record per item that has any of it; an item without a record is
-/// clean here and uploads at once when it changes.
+/// What the engine knows about one item's local changes on their way up, besides the queue's
+/// order (`UploadQueue`): why its upload failed and when it is tried again, whether a program is
+/// writing it or holds it locked, the snapshot of a file kept open, the pacing of a file that
+/// keeps changing. One record per item that has any of it; an item without a record is clean
+/// here and uploads at once when it changes.
 public struct UploadState<Instant: InstantProtocol>: Sendable, Equatable where Instant.Duration == Duration, Instant: Sendable {
+    /// The last upload failed; the item stays queued and is tried again at `at`.
+    public enum Failure: Sendable, Equatable {
+        /// Server trouble, a lost connection or an ordering race: back-off `delay` seconds.
+        case retrying(at: Instant, delay: Int)
+        /// The server refuses this state as it is (`user.nimbus.status` says `error`): tried
+        /// again when it changes, at the next start, or at `at`.
+        case refused(at: Instant)
+
+        public var at: Instant {
+            switch self { case .retrying(let at, _), .refused(let at): at }
+        }
+
+        /// The back-off after another transport failure: 1 s doubling to 30 s (30 s after a
+        /// refusal: the server answered, but not well).
+        public var nextDelay: Int {
+            if case .retrying(_, let delay) = self { return delay >= 15 ? 30 : delay < 1 ? 1 : delay * 2 }
+            return 30
+        }
+    }
+
+    public var failure: Failure?
+    /// The last failure of an upload or download of the item (`user.nimbus.error`).
+    public var error: String?
     /// Written since its last close or fsync (`user.nimbus.status` says `uploading`; the quiet
     /// period of a file kept open runs).
     public var writing = false
+    /// Not uploaded while a program holds the file exclusively: its unlock queues it again.
+    public var waitingForLock = false
+    /// A never-synced file with a device-local name (SQLite's journals): kept here only.
+    public var deviceLocal = false
+    /// How often this never-committed folder was pushed ahead of an item inside it (bounded, so
+    /// a folder that cannot be committed never keeps the loop spinning).
+    public var pushedAhead = 0
+    /// Its place here is newer than the one the server keeps from an earlier commit of ours
+    /// (moved back here while that commit was on its way): the answer to its next commit leaves
+    /// it where it is, and it is pushed once more.
+    public var relocate = false
     /// The file is kept open and had no write for a quiet period: its next push may upload a
     /// snapshot although it is still open.
     public var snapshotDue = false
@@ -18,11 +53,19 @@ public struct UploadState<Instant: InstantProtocol>: Sendable, Equatable where I
 
     public init() {}
 
-    /// Whether the push loop may take the item now.
-    public func ready(at now: Instant) -> Bool { notBefore.map { $0 <= now } ?? true }
+    /// Whether the push loop may take the item now: no back-off or pacing wait runs.
+    public func ready(at now: Instant) -> Bool {
+        (failure.map { $0.at <= now } ?? true) && (notBefore.map { $0 <= now } ?? true)
+    }
+
+    public var refused: Bool {
+        if case .refused = failure { return true }
+        return false
+    }
 
     /// Nothing worth remembering: the engine drops the record.
     public func isIdle(at now: Instant, rules: UploadPacing<Instant>.Rules) -> Bool {
-        !writing && !snapshotDue && snapshotSent == nil && notBefore == nil && pacing.isIdle(at: now, rules: rules)
+        failure == nil && error == nil && !writing && !waitingForLock && !deviceLocal && pushedAhead == 0 && !relocate
+            && !snapshotDue && snapshotSent == nil && notBefore == nil && pacing.isIdle(at: now, rules: rules)
     }
 }

@@ -122,7 +122,7 @@ extension SyncEngine {
         let node = try fs.evictContent(id) {
             state.withLock { s in
                 guard let b = s.bases[id], b.record.kind == .file, !b.record.chunks.isEmpty,
-                      !s.queued.contains(id), s.inFlight != id, !s.heldForLock.contains(id), s.pendingRemote[id] == nil,
+                      !s.queue.contains(id), s.inFlight != id, s.uploads[id]?.waitingForLock != true, s.pendingRemote[id] == nil,
                       !s.isWriting(id), !s.downloads.keys.contains(where: { $0.item == id }) else { return false }
                 freed = b.presentBytes
                 let nb = Base.placeholder(b.record)
@@ -235,14 +235,16 @@ extension SyncEngine {
         var queued = false
         for id in writing {
             guard let w = fs.writeState(id), w.writers > 0 else {
-                state.withLock { _ = $0.uploads[id]?.writing = false }
+                state.withLock { s in
+                    s.uploads[id]?.writing = false
+                    s.uploads[id]?.snapshotSent = nil
+                }
                 continue
             }
             guard quiet > 0, w.unsynced, w.idleNanoseconds >= quiet else { continue }
             state.withLock { s in
-                guard s.uploads[id]?.snapshotSent != w.generation, !s.queued.contains(id), s.inFlight != id else { return }
+                guard s.uploads[id]?.snapshotSent != w.generation, !s.queue.contains(id), s.inFlight != id else { return }
                 s.uploads[id, default: UploadState()].snapshotDue = true
-                s.queued.insert(id)
                 s.queue.append(id)
                 queued = true
             }

@@ -3,6 +3,7 @@ import ContainerFS
 import Foundation
 import NimbusCore
 import NimbusProtocol
+import SyncCore
 
 // The engine and programs' locks (docs/coordination.md). Programs' fcntl/flock locks on the mount
 // are claims in the mount's Coordinator:
@@ -16,7 +17,7 @@ extension SyncEngine {
     /// True (and remembered) when a program's exclusive lock must delay the upload of `id`.
     func holdForLock(_ id: ItemID, fs: ContainerFS) -> Bool {
         guard fs.coordinator.programLock(on: id) == .exclusive else { return false }
-        state.withLock { _ = $0.heldForLock.insert(id) }
+        state.withLock { $0.uploads[id, default: UploadState()].waitingForLock = true }
         return true
     }
 
@@ -38,8 +39,11 @@ extension SyncEngine {
     /// The coordinator's release handler: locks on `id` went (called on the releasing thread).
     func locksReleased(_ id: ItemID) {
         let (requeue, pending) = state.withLock { s -> (Bool, ServerItem?) in
-            let held = s.heldForLock.remove(id) != nil
-            if held, s.queued.insert(id).inserted { s.queue.append(id) }
+            let held = s.uploads[id]?.waitingForLock == true
+            if held {
+                s.uploads[id]?.waitingForLock = false
+                s.queue.append(id)
+            }
             return (held, s.pendingRemote[id])
         }
         if requeue { wake.yield() }

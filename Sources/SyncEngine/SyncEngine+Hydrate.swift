@@ -7,6 +7,7 @@ import NimbusCore
 import NimbusProtocol
 import NimbusRemote
 import Synchronization
+import SyncCore
 
 // Hydration: the ContentProvider port. Called on libfuse threads: takes `state` briefly, starts
 // downloads as tasks and returns; the read is answered by `done` when its chunks are in.
@@ -172,7 +173,7 @@ extension SyncEngine: ContentProvider {
                 s.cacheUsed += written
                 s.useClock &+= 1
                 s.lastUse[key.item] = s.useClock  // just downloaded counts as used (LRU)
-                if b.complete { s.itemErrors[key.item] = nil }
+                if b.complete { s.uploads[key.item]?.error = nil }
                 return (b, false)
             }
             if let updated {
@@ -189,7 +190,7 @@ extension SyncEngine: ContentProvider {
             if case RemoteError.transport? = error as? RemoteError { unreachable = true } else { unreachable = false }
             state.withLock { s in
                 s.lastError = "download: \(error)"
-                s.itemErrors[key.item] = "download failed: \(error)"
+                s.uploads[key.item, default: UploadState()].error = "download failed: \(error)"
                 if unreachable { s.offlineUntil = options.clock.now + .seconds(2) }
             }
         }

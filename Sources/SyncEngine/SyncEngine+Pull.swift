@@ -4,6 +4,7 @@ import Foundation
 import NimbusCore
 import NimbusProtocol
 import NimbusRemote
+import SyncCore
 
 // Pull: first sync (listing) and the long-poll loop. Runs in the engine's pull task only, so
 // cursor updates are not concurrent with each other.
@@ -221,7 +222,7 @@ extension SyncEngine {
             // Read before the checks below: a write that starts after them keeps the file.
             let generation = item.kind == .file ? fs.writeState(item.id)?.generation : nil
             let (old, busy, notShown) = state.withLock { s in
-                (s.bases[item.id], s.queued.contains(item.id) || s.inFlight == item.id, s.skippedRemote[item.id]?.version == item.version)
+                (s.bases[item.id], s.queue.contains(item.id) || s.inFlight == item.id, s.skippedRemote[item.id]?.version == item.version)
             }
             // Our own commit coming back, or old news — unless it is a state not shown yet (a
             // commit's answer whose place was taken here: its base is already that version).
@@ -278,7 +279,7 @@ extension SyncEngine {
                 // Local work: queued, on its way, or a file open for writing (its upload waits
                 // for the close, so it is in no queue: the delete took it with the folder).
                 let localWork = !below.isEmpty
-                    && (state.withLock { s in !s.queued.isDisjoint(with: below) || below.contains(where: s.isWriting) || s.inFlight.map(below.contains) == true }
+                    && (state.withLock { s in s.queue.contains(anyOf: below) || below.contains(where: s.isWriting) || s.inFlight.map(below.contains) == true }
                         || below.contains { fs.writeState($0).map { $0.writers > 0 || $0.dirty } ?? false })
                 // A child whose synced version is newer than the delete was changed after it: the
                 // server kept that child and brought the folder back (a newer version of the

@@ -36,7 +36,7 @@ extension SyncEngine: ChangeObserver {
             return
         }
         let nowComplete: Base? = state.withLock { s in
-            if s.queued.insert(id).inserted { s.queue.append(id) }
+            s.queue.append(id)
             if case .contentChanged = change { s.uploads[id, default: UploadState()].pacing.changed(at: now, rules: rules) }
             // Content is written only into fully present files (open for writing downloads
             // first) or after O_TRUNC: either way the whole file is here now.
@@ -60,11 +60,9 @@ extension SyncEngine: ChangeObserver {
             let next: ItemID? = state.withLock { s in
                 guard !s.queue.isEmpty, !s.paused, s.unauthorized == nil else { return nil }
                 // An item waiting out its back-off stays in its place; the next ready one goes
-                // (one item the server refuses for a while never holds up the others).
-                // A paced item (a file that keeps changing, SyncCore `UploadPacing`) waits the same way.
-                guard let i = s.queue.firstIndex(where: { (s.retryAt[$0].map { $0.at <= now } ?? true) && (s.uploads[$0]?.ready(at: now) ?? true) }) else { return nil }
-                let id = s.queue.remove(at: i)
-                s.queued.remove(id)
+                // (one item the server refuses for a while never holds up the others). A paced
+                // item (a file that keeps changing, SyncCore `UploadPacing`) waits the same way.
+                guard let id = s.queue.takeFirst(where: { s.uploads[$0]?.ready(at: now) ?? true }) else { return nil }
                 s.inFlight = id
                 return id
             }
@@ -80,9 +78,8 @@ extension SyncEngine: ChangeObserver {
                 // re-queued after a restart): create that first, or the server answers
                 // parent_not_found and the item, retried at the front, would wait forever.
                 state.withLock { s in
-                    s.queue.removeAll { $0 == first }
-                    s.queued.remove(first)
-                    if s.queued.insert(id).inserted { s.queue.insert(id, at: 0) }
+                    s.queue.remove(first)
+                    s.queue.prepend(id)
                     s.inFlight = first
                 }
                 id = first
@@ -93,8 +90,10 @@ extension SyncEngine: ChangeObserver {
                 // also clears this; seen stuck once after a conflict made while paused).
                 let closed = state.withLock { $0.fs }?.writeState(id).map { $0.writers == 0 } ?? true
                 let retry: [ServerItem] = state.withLock { s in
-                    s.inFlight = nil; s.failed.remove(id); s.itemErrors[id] = nil; s.upload = nil; s.retryAt[id] = nil
-                    if s.queue.allSatisfy({ s.retryAt[$0] == nil }) { s.lastError = nil }
+                    s.inFlight = nil; s.upload = nil
+                    s.uploads[id]?.failure = nil
+                    s.uploads[id]?.error = nil
+                    if !s.queue.items.contains(where: { s.uploads[$0]?.failure != nil }) { s.lastError = nil }
                     if closed { s.uploads[id]?.writing = false }
                     return s.queue.isEmpty ? s.skippedRemote.values.sorted { $0.version < $1.version } : []
                 }
@@ -111,7 +110,7 @@ extension SyncEngine: ChangeObserver {
                     s.inFlight = nil
                     s.upload = nil
                     s.lastError = "upload of \(id): \(error)"
-                    s.itemErrors[id] = "upload failed: \(error)"
+                    s.uploads[id, default: UploadState()].error = "upload failed: \(error)"
                     let delay: Int
                     switch failure {
                     case .unauthorized:
@@ -119,19 +118,18 @@ extension SyncEngine: ChangeObserver {
                         s.connection = Self.unauthorizedStatus(error)
                         delay = 0
                     case .retry:
-                        delay = min(max(1, (s.retryAt[id]?.delay ?? 0) * 2), 30)
-                        s.retryAt[id] = (now + .seconds(delay), delay)
+                        delay = s.uploads[id]?.failure?.nextDelay ?? 1
+                        s.uploads[id]?.failure = .retrying(at: now + .seconds(delay), delay: delay)
                     case .reverted:
                         delay = 0
                         return delay
                     case .rejected:
                         // The server refuses this state as it is: shown as an error on the item,
                         // tried again when it changes, at the next start, or in five minutes.
-                        s.failed.insert(id)
                         delay = 300
-                        s.retryAt[id] = (now + .seconds(delay), delay)
+                        s.uploads[id]?.failure = .refused(at: now + .seconds(delay))
                     }
-                    if s.queued.insert(id).inserted { s.queue.insert(id, at: 0) }
+                    s.queue.prepend(id)
                     return delay
                 }
                 switch failure {
@@ -157,7 +155,7 @@ extension SyncEngine: ChangeObserver {
     /// when one is due (called by the tick loop every second).
     func wakeForRetries() {
         let now = options.clock.now
-        let due = state.withLock { s in s.queue.contains { s.retryAt[$0].map { $0.at <= now } ?? false } }
+        let due = state.withLock { s in s.queue.items.contains { s.uploads[$0]?.failure.map { $0.at <= now } ?? false } }
         if due { wake.yield() }
     }
 
@@ -175,7 +173,7 @@ extension SyncEngine: ChangeObserver {
     func revertToServer(_ id: ItemID) async {
         do {
             let item = try await client.item(container, id)
-            state.withLock { s in s.failed.remove(id); s.itemErrors[id] = nil; s.retryAt[id] = nil }
+            state.withLock { s in s.uploads[id]?.failure = nil; s.uploads[id]?.error = nil }
             try apply([item], force: [id])
             let retry = state.withLock { Array($0.skippedRemote.values).sorted { $0.version < $1.version } }
             if !retry.isEmpty { try apply(await current(retry)) }
@@ -191,8 +189,8 @@ extension SyncEngine: ChangeObserver {
         guard let fs = state.withLock({ $0.fs }) else { return nil }
         let above = fs.ancestors(of: id).filter { !$0.isRoot }
         return state.withLock { s in
-            guard let f = above.last(where: { s.bases[$0] == nil && !s.failed.contains($0) && (s.pushedAhead[$0] ?? 0) < 5 }) else { return nil }
-            s.pushedAhead[f, default: 0] += 1
+            guard let f = above.last(where: { s.bases[$0] == nil && !s.refused($0) && (s.uploads[$0]?.pushedAhead ?? 0) < 5 }) else { return nil }
+            s.uploads[f, default: UploadState()].pushedAhead += 1
             return f
         }
     }
@@ -231,7 +229,7 @@ extension SyncEngine: ChangeObserver {
         guard let local = fs.localState(id) else {
             // Never tell the server we saw items we skipped: it would delete them with the folder.
             let seen = state.withLock { s in
-                s.deviceLocal.remove(id)
+                s.uploads[id]?.deviceLocal = false
                 return s.minSkipped.map { min(cursor, $0 - 1) } ?? cursor
             }
             try await pushDelete(id, base: base, cursor: seen)
@@ -243,7 +241,7 @@ extension SyncEngine: ChangeObserver {
         // name is uploaded from then on.
         if local.kind == .file, base == nil {
             let isLocal = DeviceLocalNames.matches(local.name)
-            state.withLock { s in if isLocal { s.deviceLocal.insert(id) } else { s.deviceLocal.remove(id) } }
+            state.withLock { s in if isLocal || s.uploads[id] != nil { s.uploads[id, default: UploadState()].deviceLocal = isLocal } }
             if isLocal {
                 try store.removeSyncOps(id, upTo: upTo)
                 return
@@ -254,7 +252,7 @@ extension SyncEngine: ChangeObserver {
         if base == nil, local.kind == .file, fs.isPendingSafeSave(id) {
             Task {
                 try? await Task.sleep(for: .milliseconds(500))
-                self.state.withLock { s in if s.queued.insert(id).inserted { s.queue.append(id) } }
+                self.state.withLock { $0.queue.append(id) }
                 self.wake.yield()
             }
             return
@@ -410,7 +408,10 @@ extension SyncEngine: ChangeObserver {
     /// conflict replaced a write made while the commit was on its way, and that write was lost).
     private func settle(_ id: ItemID, sent: ItemDraft, response r: CommitResponse, previous: Base?, generation: UInt64?) throws {
         let item = r.item
-        let relocate = state.withLock { $0.relocate.remove(id) != nil }
+        let relocate = state.withLock { s in
+            defer { s.uploads[id]?.relocate = false }
+            return s.uploads[id]?.relocate == true
+        }
         if item.deleted && !sent.deleted {
             // The answer is a delete made elsewhere: our state changed nothing the delete had not
             // seen (a create whose first answer was lost, sent again after another device deleted
@@ -483,7 +484,7 @@ extension SyncEngine: ChangeObserver {
             if let previous, let here = fs.localState(id), relocate
                 || ((previous.record.parent != sent.parent || previous.record.name != sent.name)
                     && here.parent == previous.record.parent && ItemName.same(here.name, previous.record.name.value)) {
-                state.withLock { _ = $0.relocate.insert(id) }
+                state.withLock { $0.uploads[id, default: UploadState()].relocate = true }
                 trace("settle \(id): moved back here since the commit; the next answer keeps the place here")
             }
         } else {
@@ -510,7 +511,7 @@ extension SyncEngine: ChangeObserver {
                 return nil
             }
             s.uploads[id]?.notBefore = until
-            if s.queued.insert(id).inserted { s.queue.insert(id, at: 0) }
+            s.queue.prepend(id)
             return until
         }
     }
@@ -548,7 +549,7 @@ extension SyncEngine: ChangeObserver {
         // Chunked under a read claim: the chunk list is the file's content at one instant, not
         // a mix of before and after a program's locked save. (Uploads re-hash what they send.)
         guard let claim = fs.coordinator.tryClaim(id, .shared, label: "sync: upload") else {
-            state.withLock { _ = $0.heldForLock.insert(id) }
+            state.withLock { $0.uploads[id, default: UploadState()].waitingForLock = true }
             return nil
         }
         let written = fs.writeState(id)?.written ?? 0

@@ -74,8 +74,7 @@ public final class SyncEngine: Sendable {
         var kernel: (any KernelCache)?
         var bases: [ItemID: Base] = [:]
         /// Items waiting to be pushed, in order, without repeats.
-        var queue: [ItemID] = []
-        var queued: Set<ItemID> = []
+        var queue = UploadQueue<ItemID>()
         var inFlight: ItemID?
         /// Chunk downloads under way: their waiters.
         var downloads: [ChunkKey: [@Sendable (Errno?) -> Void]] = [:]
@@ -89,17 +88,8 @@ public final class SyncEngine: Sendable {
         var lastError: String?
         var tasks: [Task<Void, Never>] = []
         var pullTask: Task<Void, Never>?
-        /// Items whose upload the server refused (shown as `error`).
-        var failed: Set<ItemID> = []
-        /// Items whose upload failed, with when to try again and the back-off used.
-        var retryAt: [ItemID: (at: ContinuousClock.Instant, delay: Int)] = [:]
         /// Why the server refused this device's token (401); uploads wait while set.
         var unauthorized: String?
-        /// Never-synced files with a device-local name (SQLite's journals): kept here only.
-        var deviceLocal: Set<ItemID> = []
-        /// How often each never-committed folder was pushed ahead of an item inside it (bounded,
-        /// so a folder that cannot be committed never keeps the loop spinning).
-        var pushedAhead: [ItemID: Int] = [:]
         /// Remote items not shown because their name was taken or their folder missing here.
         var skippedRemote: [ItemID: ServerItem] = [:]
         /// The disk says the last run left remote states not shown: the pull lists first.
@@ -109,8 +99,6 @@ public final class SyncEngine: Sendable {
         /// After a download could not reach the server, reads fail at once until then (so a
         /// read answers EIO within one deadline, not one per kernel retry or read-ahead).
         var offlineUntil: ContinuousClock.Instant?
-        /// Uploads waiting for a program's exclusive lock to go (SyncEngine+Claims.swift).
-        var heldForLock: Set<ItemID> = []
         /// Remote versions not applied because a program holds a lock on the file.
         var pendingRemote: [ItemID: ServerItem] = [:]
         /// Remote versions not applied because the file is open for writing here: applied when
@@ -134,22 +122,20 @@ public final class SyncEngine: Sendable {
         var evicted: Int = 0
         /// `nimbus pause`: no network until `nimbus resume` (persisted in meta `sync.paused`).
         var paused = false
-        /// Per item: the last failure (`user.nimbus.error`).
-        var itemErrors: [ItemID: String] = [:]
         /// The upload under way: bytes of new chunks sent of those to send.
         var upload: (item: ItemID, sent: Int64, total: Int64)?
         var bytesDownloaded: Int64 = 0
         var bytesUploaded: Int64 = 0
-        /// Local content on its way up: being written, snapshots of files kept open, pacing of
-        /// files that keep changing (SyncCore `UploadState`). Items without a record are clean.
+        /// Local changes on their way up (SyncCore `UploadState`): failures and back-offs, being
+        /// written or locked, snapshots of files kept open, pacing. Items without a record are
+        /// clean here.
         var uploads: [ItemID: UploadState<ContinuousClock.Instant>] = [:]
 
         /// Written since its last close or fsync (the upload waits for the writer).
         func isWriting(_ id: ItemID) -> Bool { uploads[id]?.writing == true }
-        /// Items whose place here is newer than the one the server keeps from an earlier commit
-        /// of ours (moved back here while that commit was on its way): the answer to their next
-        /// commit leaves them where they are, and they are pushed once more (`settle`).
-        var relocate: Set<ItemID> = []
+        /// Whether any queued upload failed and waits for its retry.
+        var anyFailure: Bool { uploads.values.contains { $0.failure != nil } }
+        func refused(_ id: ItemID) -> Bool { uploads[id]?.refused == true }
     }
 
     /// The pacing rules of uploads of files that keep changing (SyncCore `UploadPacing`).
@@ -214,7 +200,7 @@ public final class SyncEngine: Sendable {
         for id in try store.unsyncedItems() where !ids.contains(id) { ids.append(id) }
         state.withLock { s in
             s.fs = fs
-            for id in ids where s.queued.insert(id).inserted { s.queue.append(id) }
+            for id in ids { s.queue.append(id) }
         }
         fs.coordinator.setReleaseHandler { [weak self] id in self?.locksReleased(id) }
     }
@@ -280,7 +266,7 @@ public final class SyncEngine: Sendable {
             // connection (not of an item) is over.
             let was = s.unauthorized != nil
             s.unauthorized = nil
-            if s.failed.isEmpty, s.retryAt.isEmpty { s.lastError = nil }
+            if !s.anyFailure { s.lastError = nil }
             return was
         }
         if resumed { wake.yield() }
@@ -369,12 +355,12 @@ public final class SyncEngine: Sendable {
 extension SyncEngine: SyncStatusSource {
     public func itemStatus(_ item: ItemID) -> String {
         state.withLock { s in
-            if s.failed.contains(item) { return "error" }
-            if s.deviceLocal.contains(item) { return "local" }
+            if s.refused(item) { return "error" }
+            if s.uploads[item]?.deviceLocal == true { return "local" }
             if let b = s.bases[item], b.record.conflicts > 0 { return "conflict" }
             // Queued, being pushed, written here and not yet uploaded, or never uploaded; an
             // error while the server refuses this device's token (nothing uploads).
-            let waiting = s.inFlight == item || s.queued.contains(item) || s.isWriting(item) || (s.bases[item] == nil && !item.isRoot)
+            let waiting = s.inFlight == item || s.queue.contains(item) || s.isWriting(item) || (s.bases[item] == nil && !item.isRoot)
             if waiting { return s.unauthorized == nil ? "uploading" : "error" }
             // A newer version waits (for a lock or a writer); one already shown does not count.
             let shown = s.bases[item]?.version ?? -1
@@ -392,11 +378,11 @@ extension SyncEngine: SyncStatusSource {
             case "conflicts": return "\(s.bases[item]?.record.conflicts ?? 0)"
             case "pinned": return s.pinned.contains(item) || ancestors.contains(where: s.pinned.contains) ? "1" : "0"
             case "error":
-                if s.failed.contains(item) { return s.itemErrors[item] ?? "the server refused the upload (see the mount log)" }
-                if s.unauthorized != nil, s.queued.contains(item) || s.isWriting(item) || s.bases[item] == nil {
+                if s.refused(item) { return s.uploads[item]?.error ?? "the server refused the upload (see the mount log)" }
+                if s.unauthorized != nil, s.queue.contains(item) || s.isWriting(item) || s.bases[item] == nil {
                     return "not uploaded: the server refused this device's token (revoked or wrong); the change is kept — mount again with a valid --token-file"
                 }
-                return s.itemErrors[item] ?? ""
+                return s.uploads[item]?.error ?? ""
             case "progress":
                 if let u = s.upload, u.item == item {
                     return "\(u.total == 0 ? 100 : Int(u.sent * 100 / u.total))% \(u.sent)/\(u.total) uploaded"
