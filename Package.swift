@@ -123,8 +123,8 @@ let package = Package(
             swiftSettings: strict
         ),
         // The sync core: the engine's decisions as pure state machines (no I/O, no clock, no locks).
-        .target(name: "SyncCore", dependencies: ["NimbusCore"], swiftSettings: strict),
-        .testTarget(name: "SyncCoreTests", dependencies: ["SyncCore"], swiftSettings: strict),
+        .target(name: "SyncCore", dependencies: ["NimbusCore", "NimbusProtocol"], swiftSettings: strict),
+        .testTarget(name: "SyncCoreTests", dependencies: ["SyncCore", "NimbusCore", "NimbusProtocol"], swiftSettings: strict),
         // Placeholders, hydration, uploads and live pull (issue 4): implements ContainerFS's ports.
         .target(
             name: "SyncEngine",

@@ -122,7 +122,7 @@ extension SyncEngine {
         let node = try fs.evictContent(id) {
             state.withLock { s in
                 guard let b = s.bases[id], b.record.kind == .file, !b.record.chunks.isEmpty,
-                      !s.queue.contains(id), s.inFlight != id, s.uploads[id]?.waitingForLock != true, s.pendingRemote[id] == nil,
+                      !s.queue.contains(id), s.inFlight != id, s.items[id]?.upload.waitingForLock != true, s.items[id]?.remote.forLock == nil,
                       !s.isWriting(id), !s.downloads.keys.contains(where: { $0.item == id }) else { return false }
                 freed = b.presentBytes
                 let nb = Base.placeholder(b.record)
@@ -226,8 +226,8 @@ extension SyncEngine {
         let now = options.clock.now
         let rules = pacingRules
         let writing: [ItemID] = state.withLock { s in
-            s.uploads = s.uploads.filter { !$0.value.isIdle(at: now, rules: rules) }
-            return s.uploads.compactMap { $0.value.writing ? $0.key : nil }
+            s.items = s.items.filter { !$0.value.isIdle(at: now, rules: rules) }
+            return s.items.compactMap { $0.value.upload.writing ? $0.key : nil }
         }
         guard !writing.isEmpty else { return }
         let quiet = UInt64(options.quietPeriod.components.seconds) * 1_000_000_000
@@ -236,15 +236,15 @@ extension SyncEngine {
         for id in writing {
             guard let w = fs.writeState(id), w.writers > 0 else {
                 state.withLock { s in
-                    s.uploads[id]?.writing = false
-                    s.uploads[id]?.snapshotSent = nil
+                    s.items[id]?.upload.writing = false
+                    s.items[id]?.upload.snapshotSent = nil
                 }
                 continue
             }
             guard quiet > 0, w.unsynced, w.idleNanoseconds >= quiet else { continue }
             state.withLock { s in
-                guard s.uploads[id]?.snapshotSent != w.generation, !s.queue.contains(id), s.inFlight != id else { return }
-                s.uploads[id, default: UploadState()].snapshotDue = true
+                guard s.items[id]?.upload.snapshotSent != w.generation, !s.queue.contains(id), s.inFlight != id else { return }
+                s.items[id, default: SyncItem()].upload.snapshotDue = true
                 s.queue.append(id)
                 queued = true
             }

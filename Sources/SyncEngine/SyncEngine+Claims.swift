@@ -17,7 +17,7 @@ extension SyncEngine {
     /// True (and remembered) when a program's exclusive lock must delay the upload of `id`.
     func holdForLock(_ id: ItemID, fs: ContainerFS) -> Bool {
         guard fs.coordinator.programLock(on: id) == .exclusive else { return false }
-        state.withLock { $0.uploads[id, default: UploadState()].waitingForLock = true }
+        state.withLock { $0.items[id, default: SyncItem()].upload.waitingForLock = true }
         return true
     }
 
@@ -25,10 +25,13 @@ extension SyncEngine {
     /// then the version waits in `pendingRemote` until `locksReleased`.
     func applyClaim(_ item: ServerItem, fs: ContainerFS) -> Claim? {
         if let c = fs.coordinator.tryClaim(item.id, .exclusive, label: "sync: apply version \(item.version)") {
-            state.withLock { _ = $0.pendingRemote.removeValue(forKey: item.id) }
+            state.withLock { $0.items[item.id]?.remote.forLock = nil }
             return c
         }
-        let first = state.withLock { s in s.pendingRemote.updateValue(item, forKey: item.id) == nil }
+        let first = state.withLock { s in
+            defer { s.items[item.id, default: SyncItem()].remote.forLock = item }
+            return s.items[item.id]?.remote.forLock == nil
+        }
         if first {
             markRelist()
             log("\(item.name.value) is locked by a program here: version \(item.version) waits until it is unlocked")
@@ -39,12 +42,12 @@ extension SyncEngine {
     /// The coordinator's release handler: locks on `id` went (called on the releasing thread).
     func locksReleased(_ id: ItemID) {
         let (requeue, pending) = state.withLock { s -> (Bool, ServerItem?) in
-            let held = s.uploads[id]?.waitingForLock == true
+            let held = s.items[id]?.upload.waitingForLock == true
             if held {
-                s.uploads[id]?.waitingForLock = false
+                s.items[id]?.upload.waitingForLock = false
                 s.queue.append(id)
             }
-            return (held, s.pendingRemote[id])
+            return (held, s.items[id]?.remote.forLock)
         }
         if requeue { wake.yield() }
         guard let pending else { return }

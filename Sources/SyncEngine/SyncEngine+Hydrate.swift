@@ -173,7 +173,7 @@ extension SyncEngine: ContentProvider {
                 s.cacheUsed += written
                 s.useClock &+= 1
                 s.lastUse[key.item] = s.useClock  // just downloaded counts as used (LRU)
-                if b.complete { s.uploads[key.item]?.error = nil }
+                if b.complete { s.items[key.item]?.upload.error = nil }
                 return (b, false)
             }
             if let updated {
@@ -190,7 +190,7 @@ extension SyncEngine: ContentProvider {
             if case RemoteError.transport? = error as? RemoteError { unreachable = true } else { unreachable = false }
             state.withLock { s in
                 s.lastError = "download: \(error)"
-                s.uploads[key.item, default: UploadState()].error = "download failed: \(error)"
+                s.items[key.item, default: SyncItem()].upload.error = "download failed: \(error)"
                 if unreachable { s.offlineUntil = options.clock.now + .seconds(2) }
             }
         }

@@ -117,7 +117,7 @@ extension SyncEngine {
                 for c in r.changes { last[c.item.id] = c }
                 try await applyAskingPresenters(last.values.sorted { $0.seq < $1.seq }.map(\.item))
                 // Items skipped earlier (name taken, folder missing) may fit now that this page moved things.
-                let skipped = state.withLock { s in s.skippedRemote.values.filter { r in last[r.id] == nil }.sorted { $0.version < $1.version } }
+                let skipped = state.withLock { s in s.skippedRemote().filter { r in last[r.id] == nil } }
                 if !skipped.isEmpty { try apply(await current(skipped)) }
                 try setCursor(r.cursor)
                 setConnection("online")
@@ -175,7 +175,7 @@ extension SyncEngine {
         for item in skipped {
             guard item.deleted, item.kind == .folder else { out.append(item); continue }
             guard let now = try? await client.item(container, item.id) else { continue }
-            if now.version > item.version { state.withLock { _ = $0.skippedRemote.updateValue(now, forKey: now.id) } }
+            if now.version > item.version { state.withLock { $0.items[now.id, default: SyncItem()].remote.skipped = now } }
             out.append(now.version >= item.version ? now : item)
         }
         return out
@@ -222,14 +222,14 @@ extension SyncEngine {
             // Read before the checks below: a write that starts after them keeps the file.
             let generation = item.kind == .file ? fs.writeState(item.id)?.generation : nil
             let (old, busy, notShown) = state.withLock { s in
-                (s.bases[item.id], s.queue.contains(item.id) || s.inFlight == item.id, s.skippedRemote[item.id]?.version == item.version)
+                (s.bases[item.id], s.queue.contains(item.id) || s.inFlight == item.id, s.items[item.id]?.remote.skipped?.version == item.version)
             }
             // Our own commit coming back, or old news — unless it is a state not shown yet (a
             // commit's answer whose place was taken here: its base is already that version).
             if let old, old.version > item.version || (old.version == item.version && !notShown), !force.contains(item.id) {
                 // A state waiting to be shown that a newer one has overtaken waits no more.
                 if old.version > item.version {
-                    state.withLock { s in if (s.skippedRemote[item.id]?.version ?? .max) <= old.version { s.skippedRemote[item.id] = nil } }
+                    state.withLock { s in if (s.items[item.id]?.remote.skipped?.version ?? .max) <= old.version { s.items[item.id]?.remote.skipped = nil } }
                 }
                 // Nor does a version held for a lock or a writer that is shown already. Two applies
                 // of one version (a resolve's answer on a FUSE thread, the same version from the
@@ -237,19 +237,14 @@ extension SyncEngine {
                 // the winner's claim — and when it was released found it shown and skipped it
                 // here, leaving the hold for good: `user.nimbus.status` said `downloaded` forever
                 // (ConflictTests, now and then in the full suite).
-                state.withLock { s in
-                    if let p = s.pendingRemote[item.id], p.version <= old.version { s.pendingRemote[item.id] = nil }
-                    if let h = s.heldForWriter[item.id], h.version <= old.version { s.heldForWriter[item.id] = nil }
-                }
+                state.withLock { $0.items[item.id]?.remote.drop(upTo: old.version) }
                 continue
             }
             trace("pull \(item.id) v\(item.version) \(item.deleted ? "deleted" : item.name.value) (base v\(old?.version ?? -1)\(busy ? ", busy" : ""))")
             if busy {
                 // Its push answers it: a commit's answer supersedes it (or the server keeps both),
                 // a push that finds nothing to send applies it then (never dropped).
-                state.withLock { s in
-                    if (s.heldForWriter[item.id]?.version ?? -1) < item.version { s.heldForWriter[item.id] = item }
-                }
+                state.withLock { $0.items[item.id, default: SyncItem()].remote.holdForWriter(item) }
                 markRelist()
                 continue
             }
@@ -261,7 +256,7 @@ extension SyncEngine {
             // it was open was lost); a writer that saves nothing lets the delete in at its close.
             if let old, item.kind == .file, item.deleted || old.record.chunks != item.chunks,
                let ws = fs.writeState(item.id), ws.writers > 0 || ws.dirty {
-                state.withLock { _ = $0.heldForWriter.updateValue(item, forKey: item.id) }
+                state.withLock { $0.items[item.id, default: SyncItem()].remote.forWriter = item }
                 markRelist()
                 trace("pull \(item.id) v\(item.version): held for the writer")
                 continue
@@ -293,7 +288,7 @@ extension SyncEngine {
                     // the local work went too — the delete goes in. It was dropped before, and the
                     // emptied folder stayed here for good, its name blocking the folder that
                     // replaced it elsewhere (EngineSimTests seed 32).
-                    state.withLock { _ = $0.skippedRemote.updateValue(item, forKey: item.id) }
+                    state.withLock { $0.items[item.id, default: SyncItem()].remote.skipped = item }
                     markRelist()
                     continue
                 }
@@ -329,7 +324,7 @@ extension SyncEngine {
             }
             shown[id] = nb
         }
-        if !shown.isEmpty { state.withLock { s in for id in shown.keys { s.skippedRemote[id] = nil } } }
+        if !shown.isEmpty { state.withLock { s in for id in shown.keys { s.items[id]?.remote.skipped = nil } } }
         // The tree changes go through the store's write-behind queue, the bases (and then the
         // cursor) are written directly: commit the queue first, so no crash leaves a base or a
         // cursor on disk that says an item is shown while its row is not (EngineSimTests: a
@@ -357,12 +352,12 @@ extension SyncEngine {
             // A file that opened for writing meanwhile: its version waits like those above.
             if let item = byID[id], item.kind == .file, !item.deleted, case .some(.some) = oldBases[id],
                let ws = fs.writeState(id), ws.writers > 0 || ws.dirty {
-                state.withLock { _ = $0.heldForWriter.updateValue(item, forKey: id) }
+                state.withLock { $0.items[id, default: SyncItem()].remote.forWriter = item }
                 markRelist()
             } else if let item = byID[id] {
                 // Its name is taken here (by an item not uploaded yet) or its folder is missing:
                 // tried again after each push, which may rename or create what was in the way.
-                state.withLock { _ = $0.skippedRemote.updateValue(item, forKey: id) }
+                state.withLock { $0.items[id, default: SyncItem()].remote.skipped = item }
                 markRelist()
             }
             log("remote item \(id) not shown here yet (its folder is missing, its name is taken, or it is being written here)")

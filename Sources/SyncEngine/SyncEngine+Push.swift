@@ -30,14 +30,14 @@ extension SyncEngine: ChangeObserver {
         if case .writing = change {
             // Durable note only (the close or fsync uploads); starts the quiet-period clock.
             state.withLock { s in
-                s.uploads[id, default: UploadState()].writing = true
-                s.uploads[id]?.pacing.changed(at: now, rules: rules)
+                s.items[id, default: SyncItem()].upload.writing = true
+                s.items[id]?.upload.pacing.changed(at: now, rules: rules)
             }
             return
         }
         let nowComplete: Base? = state.withLock { s in
             s.queue.append(id)
-            if case .contentChanged = change { s.uploads[id, default: UploadState()].pacing.changed(at: now, rules: rules) }
+            if case .contentChanged = change { s.items[id, default: SyncItem()].upload.pacing.changed(at: now, rules: rules) }
             // Content is written only into fully present files (open for writing downloads
             // first) or after O_TRUNC: either way the whole file is here now.
             if case .contentChanged = change, var b = s.bases[id], !b.complete {
@@ -62,7 +62,7 @@ extension SyncEngine: ChangeObserver {
                 // An item waiting out its back-off stays in its place; the next ready one goes
                 // (one item the server refuses for a while never holds up the others). A paced
                 // item (a file that keeps changing, SyncCore `UploadPacing`) waits the same way.
-                guard let id = s.queue.takeFirst(where: { s.uploads[$0]?.ready(at: now) ?? true }) else { return nil }
+                guard let id = s.queue.takeFirst(where: { s.items[$0]?.upload.ready(at: now) ?? true }) else { return nil }
                 s.inFlight = id
                 return id
             }
@@ -91,11 +91,11 @@ extension SyncEngine: ChangeObserver {
                 let closed = state.withLock { $0.fs }?.writeState(id).map { $0.writers == 0 } ?? true
                 let retry: [ServerItem] = state.withLock { s in
                     s.inFlight = nil; s.upload = nil
-                    s.uploads[id]?.failure = nil
-                    s.uploads[id]?.error = nil
-                    if !s.queue.items.contains(where: { s.uploads[$0]?.failure != nil }) { s.lastError = nil }
-                    if closed { s.uploads[id]?.writing = false }
-                    return s.queue.isEmpty ? s.skippedRemote.values.sorted { $0.version < $1.version } : []
+                    s.items[id]?.upload.failure = nil
+                    s.items[id]?.upload.error = nil
+                    if !s.queue.items.contains(where: { s.items[$0]?.upload.failure != nil }) { s.lastError = nil }
+                    if closed { s.items[id]?.upload.writing = false }
+                    return s.queue.isEmpty ? s.skippedRemote() : []
                 }
                 // The queue is empty: what was in the way of skipped remote items has moved.
                 if !retry.isEmpty {
@@ -110,7 +110,7 @@ extension SyncEngine: ChangeObserver {
                     s.inFlight = nil
                     s.upload = nil
                     s.lastError = "upload of \(id): \(error)"
-                    s.uploads[id, default: UploadState()].error = "upload failed: \(error)"
+                    s.items[id, default: SyncItem()].upload.error = "upload failed: \(error)"
                     let delay: Int
                     switch failure {
                     case .unauthorized:
@@ -118,8 +118,8 @@ extension SyncEngine: ChangeObserver {
                         s.connection = Self.unauthorizedStatus(error)
                         delay = 0
                     case .retry:
-                        delay = s.uploads[id]?.failure?.nextDelay ?? 1
-                        s.uploads[id]?.failure = .retrying(at: now + .seconds(delay), delay: delay)
+                        delay = s.items[id]?.upload.failure?.nextDelay ?? 1
+                        s.items[id]?.upload.failure = .retrying(at: now + .seconds(delay), delay: delay)
                     case .reverted:
                         delay = 0
                         return delay
@@ -127,7 +127,7 @@ extension SyncEngine: ChangeObserver {
                         // The server refuses this state as it is: shown as an error on the item,
                         // tried again when it changes, at the next start, or in five minutes.
                         delay = 300
-                        s.uploads[id]?.failure = .refused(at: now + .seconds(delay))
+                        s.items[id]?.upload.failure = .refused(at: now + .seconds(delay))
                     }
                     s.queue.prepend(id)
                     return delay
@@ -155,7 +155,7 @@ extension SyncEngine: ChangeObserver {
     /// when one is due (called by the tick loop every second).
     func wakeForRetries() {
         let now = options.clock.now
-        let due = state.withLock { s in s.queue.items.contains { s.uploads[$0]?.failure.map { $0.at <= now } ?? false } }
+        let due = state.withLock { s in s.queue.items.contains { s.items[$0]?.upload.failure.map { $0.at <= now } ?? false } }
         if due { wake.yield() }
     }
 
@@ -173,9 +173,9 @@ extension SyncEngine: ChangeObserver {
     func revertToServer(_ id: ItemID) async {
         do {
             let item = try await client.item(container, id)
-            state.withLock { s in s.uploads[id]?.failure = nil; s.uploads[id]?.error = nil }
+            state.withLock { s in s.items[id]?.upload.failure = nil; s.items[id]?.upload.error = nil }
             try apply([item], force: [id])
-            let retry = state.withLock { Array($0.skippedRemote.values).sorted { $0.version < $1.version } }
+            let retry = state.withLock { $0.skippedRemote() }
             if !retry.isEmpty { try apply(await current(retry)) }
             log("the move of \(item.name.value) was refused by the server (a cycle); put back where the server has it")
         } catch {
@@ -189,8 +189,8 @@ extension SyncEngine: ChangeObserver {
         guard let fs = state.withLock({ $0.fs }) else { return nil }
         let above = fs.ancestors(of: id).filter { !$0.isRoot }
         return state.withLock { s in
-            guard let f = above.last(where: { s.bases[$0] == nil && !s.refused($0) && (s.uploads[$0]?.pushedAhead ?? 0) < 5 }) else { return nil }
-            s.uploads[f, default: UploadState()].pushedAhead += 1
+            guard let f = above.last(where: { s.bases[$0] == nil && !s.refused($0) && (s.items[$0]?.upload.pushedAhead ?? 0) < 5 }) else { return nil }
+            s.items[f, default: SyncItem()].upload.pushedAhead += 1
             return f
         }
     }
@@ -229,7 +229,7 @@ extension SyncEngine: ChangeObserver {
         guard let local = fs.localState(id) else {
             // Never tell the server we saw items we skipped: it would delete them with the folder.
             let seen = state.withLock { s in
-                s.uploads[id]?.deviceLocal = false
+                s.items[id]?.upload.deviceLocal = false
                 return s.minSkipped.map { min(cursor, $0 - 1) } ?? cursor
             }
             try await pushDelete(id, base: base, cursor: seen)
@@ -241,7 +241,7 @@ extension SyncEngine: ChangeObserver {
         // name is uploaded from then on.
         if local.kind == .file, base == nil {
             let isLocal = DeviceLocalNames.matches(local.name)
-            state.withLock { s in if isLocal || s.uploads[id] != nil { s.uploads[id, default: UploadState()].deviceLocal = isLocal } }
+            state.withLock { s in if isLocal || s.items[id] != nil { s.items[id, default: SyncItem()].upload.deviceLocal = isLocal } }
             if isLocal {
                 try store.removeSyncOps(id, upTo: upTo)
                 return
@@ -268,7 +268,7 @@ extension SyncEngine: ChangeObserver {
         // write generations, so no write tore it.
         var snapshot: UInt64?
         if local.kind == .file, let w = fs.writeState(id), w.unsynced {
-            guard state.withLock({ $0.uploads[id]?.snapshotDue == true }) else { return }
+            guard state.withLock({ $0.items[id]?.upload.snapshotDue == true }) else { return }
             snapshot = w.generation
         }
         // A program holds the file exclusively (mid-save): its unlock queues the item again.
@@ -278,7 +278,7 @@ extension SyncEngine: ChangeObserver {
             trace("push \(id): changing again soon after its last upload; paced for \(until - options.clock.now)")
             return
         }
-        if snapshot != nil { state.withLock { _ = $0.uploads[id]?.snapshotDue = false } }
+        if snapshot != nil { state.withLock { _ = $0.items[id]?.upload.snapshotDue = false } }
         // The content as of this generation is what goes; a commit answer that replaces it is not
         // shown over a write made after (settle).
         let generation = fs.writeState(id)?.generation
@@ -302,9 +302,9 @@ extension SyncEngine: ChangeObserver {
             trace("push \(id): nothing to send")
             try store.removeSyncOps(id, upTo: upTo)  // nothing the server does not have
             // A newer version that waited for this file's writer goes in now.
-            if let held = state.withLock({ $0.heldForWriter[id] }), let ws = fs.writeState(id), ws.writers == 0, !ws.dirty {
+            if let held = state.withLock({ $0.items[id]?.remote.forWriter }), let ws = fs.writeState(id), ws.writers == 0, !ws.dirty {
                 state.withLock { s in
-                    s.heldForWriter[id] = nil
+                    s.items[id]?.remote.forWriter = nil
                     if s.inFlight == id { s.inFlight = nil }
                 }
                 try apply([held])
@@ -314,12 +314,12 @@ extension SyncEngine: ChangeObserver {
         let r = try await client.commit(container, CommitRequest(item: id, baseVersion: base?.version, state: draft, seenCursor: cursor))
         trace("commit \(id) \(draft.name.value) on v\(base?.version ?? -1): \(r.outcome.rawValue) v\(r.item.version)\(r.yours.map { " yours=" + $0 } ?? "")\(r.item.deleted ? " deleted" : "")")
         // The server's answer covers any version that waited for this upload.
-        state.withLock { s in if let p = s.heldForWriter[id], p.version <= r.item.version { s.heldForWriter[id] = nil } }
+        state.withLock { s in if let p = s.items[id]?.remote.forWriter, p.version <= r.item.version { s.items[id]?.remote.forWriter = nil } }
         try settle(id, sent: draft, response: r, previous: base, generation: generation)
         // A version newer than this commit arrived while it was on its way: it goes in now.
-        if snapshot == nil, let held = state.withLock({ $0.heldForWriter[id] }), let ws = fs.writeState(id), ws.writers == 0, !ws.dirty {
+        if snapshot == nil, let held = state.withLock({ $0.items[id]?.remote.forWriter }), let ws = fs.writeState(id), ws.writers == 0, !ws.dirty {
             state.withLock { s in
-                s.heldForWriter[id] = nil
+                s.items[id]?.remote.forWriter = nil
                 if s.inFlight == id { s.inFlight = nil }
             }
             try apply([held])
@@ -329,7 +329,7 @@ extension SyncEngine: ChangeObserver {
         if let snapshot {
             // Uploaded while still open: the close (or a later quiet period) sends what follows;
             // the queue entries stay so a crash before then still uploads the final content.
-            state.withLock { $0.uploads[id, default: UploadState()].snapshotSent = snapshot }
+            state.withLock { $0.items[id, default: SyncItem()].upload.snapshotSent = snapshot }
             return
         }
         try store.removeSyncOps(id, upTo: upTo)
@@ -351,7 +351,7 @@ extension SyncEngine: ChangeObserver {
         let r = try await client.commit(container, CommitRequest(item: id, baseVersion: baseVersion, state: d, seenCursor: cursor))
         trace("delete \(id) on v\(baseVersion): \(r.outcome.rawValue) v\(r.item.version)\(r.item.deleted ? " deleted" : "")")
         // The answer covers any version that waited for this push.
-        state.withLock { s in if let p = s.heldForWriter[id], p.version <= r.item.version { s.heldForWriter[id] = nil } }
+        state.withLock { s in if let p = s.items[id]?.remote.forWriter, p.version <= r.item.version { s.items[id]?.remote.forWriter = nil } }
         if r.item.deleted {
             try saveBase(id, nil)
         } else {
@@ -368,7 +368,8 @@ extension SyncEngine: ChangeObserver {
         // elsewhere after the delete, which brought the item back): it goes in now. It was left
         // waiting for good before, and the item stayed gone here only (EngineSimTests seed 6).
         let newer: ServerItem? = state.withLock { s in
-            guard let held = s.heldForWriter.removeValue(forKey: id) else { return nil }
+            guard let held = s.items[id]?.remote.forWriter else { return nil }
+            s.items[id]?.remote.forWriter = nil
             if s.inFlight == id { s.inFlight = nil }
             return held
         }
@@ -409,8 +410,8 @@ extension SyncEngine: ChangeObserver {
     private func settle(_ id: ItemID, sent: ItemDraft, response r: CommitResponse, previous: Base?, generation: UInt64?) throws {
         let item = r.item
         let relocate = state.withLock { s in
-            defer { s.uploads[id]?.relocate = false }
-            return s.uploads[id]?.relocate == true
+            defer { s.items[id]?.upload.relocate = false }
+            return s.items[id]?.upload.relocate == true
         }
         if item.deleted && !sent.deleted {
             // The answer is a delete made elsewhere: our state changed nothing the delete had not
@@ -474,7 +475,7 @@ extension SyncEngine: ChangeObserver {
             // free — retried after pulls and pushes, and after a restart by listing the container
             // again.
             if let previous { try saveBase(id, previous) } else { try persistBases([id: base]) }
-            state.withLock { _ = $0.skippedRemote.updateValue(item, forKey: id) }
+            state.withLock { $0.items[id, default: SyncItem()].remote.skipped = item }
             markRelist()
             // The commit moved the item and the tree has put it back since (an editor's save:
             // the document renamed to a backup name while the commit was on its way, a new file
@@ -484,7 +485,7 @@ extension SyncEngine: ChangeObserver {
             if let previous, let here = fs.localState(id), relocate
                 || ((previous.record.parent != sent.parent || previous.record.name != sent.name)
                     && here.parent == previous.record.parent && ItemName.same(here.name, previous.record.name.value)) {
-                state.withLock { $0.uploads[id, default: UploadState()].relocate = true }
+                state.withLock { $0.items[id, default: SyncItem()].upload.relocate = true }
                 trace("settle \(id): moved back here since the commit; the next answer keeps the place here")
             }
         } else {
@@ -506,11 +507,11 @@ extension SyncEngine: ChangeObserver {
         let now = options.clock.now
         let rules = pacingRules
         return state.withLock { s -> ContinuousClock.Instant? in
-            guard let record = s.uploads[id], case .wait(let until) = record.pacing.decide(at: now, written: written, rules: rules) else {
-                s.uploads[id]?.notBefore = nil
+            guard let record = s.items[id]?.upload, case .wait(let until) = record.pacing.decide(at: now, written: written, rules: rules) else {
+                s.items[id]?.upload.notBefore = nil
                 return nil
             }
-            s.uploads[id]?.notBefore = until
+            s.items[id]?.upload.notBefore = until
             s.queue.prepend(id)
             return until
         }
@@ -521,15 +522,15 @@ extension SyncEngine: ChangeObserver {
     func releasePaced() {
         let now = options.clock.now
         let rules = pacingRules
-        let waiting: [ItemID] = state.withLock { s in s.uploads.compactMap { $0.value.notBefore == nil ? nil : $0.key } }
+        let waiting: [ItemID] = state.withLock { s in s.items.compactMap { $0.value.upload.notBefore == nil ? nil : $0.key } }
         guard !waiting.isEmpty, let fs = state.withLock({ $0.fs }) else { return }
         var due = false
         for id in waiting {
             let written = fs.writeState(id)?.written ?? 0
             state.withLock { s in
-                guard let r = s.uploads[id], r.notBefore != nil else { return }
+                guard let r = s.items[id]?.upload, r.notBefore != nil else { return }
                 if r.ready(at: now) || r.pacing.decide(at: now, written: written, rules: rules) == .now {
-                    s.uploads[id]?.notBefore = nil
+                    s.items[id]?.upload.notBefore = nil
                     due = true
                 }
             }
@@ -549,7 +550,7 @@ extension SyncEngine: ChangeObserver {
         // Chunked under a read claim: the chunk list is the file's content at one instant, not
         // a mix of before and after a program's locked save. (Uploads re-hash what they send.)
         guard let claim = fs.coordinator.tryClaim(id, .shared, label: "sync: upload") else {
-            state.withLock { $0.uploads[id, default: UploadState()].waitingForLock = true }
+            state.withLock { $0.items[id, default: SyncItem()].upload.waitingForLock = true }
             return nil
         }
         let written = fs.writeState(id)?.written ?? 0
@@ -575,7 +576,7 @@ extension SyncEngine: ChangeObserver {
         defer {
             let now = options.clock.now
             let rules = pacingRules
-            state.withLock { $0.uploads[id, default: UploadState()].pacing.uploaded(at: now, sent: put, written: written, rules: rules) }
+            state.withLock { $0.items[id, default: SyncItem()].upload.pacing.uploaded(at: now, sent: put, written: written, rules: rules) }
         }
         for s in spans where missing.contains(s.ref.hash) && sent.insert(s.ref.hash).inserted {
             var bytes = [UInt8](repeating: 0, count: Int(s.ref.size))

@@ -90,8 +90,6 @@ public final class SyncEngine: Sendable {
         var pullTask: Task<Void, Never>?
         /// Why the server refused this device's token (401); uploads wait while set.
         var unauthorized: String?
-        /// Remote items not shown because their name was taken or their folder missing here.
-        var skippedRemote: [ItemID: ServerItem] = [:]
         /// The disk says the last run left remote states not shown: the pull lists first.
         var relistAtStart = false
         /// `sync.relist` was set to 1 during this run (`markRelist`).
@@ -99,11 +97,6 @@ public final class SyncEngine: Sendable {
         /// After a download could not reach the server, reads fail at once until then (so a
         /// read answers EIO within one deadline, not one per kernel retry or read-ahead).
         var offlineUntil: ContinuousClock.Instant?
-        /// Remote versions not applied because a program holds a lock on the file.
-        var pendingRemote: [ItemID: ServerItem] = [:]
-        /// Remote versions not applied because the file is open for writing here: applied when
-        /// the writer is done (or superseded by its upload).
-        var heldForWriter: [ItemID: ServerItem] = [:]
         /// Bumped when an item's cache file is reset or swapped for new content: a download
         /// that started before writes into the old file and must not count.
         var fileGen: [ItemID: UInt64] = [:]
@@ -126,16 +119,22 @@ public final class SyncEngine: Sendable {
         var upload: (item: ItemID, sent: Int64, total: Int64)?
         var bytesDownloaded: Int64 = 0
         var bytesUploaded: Int64 = 0
-        /// Local changes on their way up (SyncCore `UploadState`): failures and back-offs, being
-        /// written or locked, snapshots of files kept open, pacing. Items without a record are
-        /// clean here.
-        var uploads: [ItemID: UploadState<ContinuousClock.Instant>] = [:]
+        /// Per item (SyncCore `SyncItem`): local changes on their way up — failures and
+        /// back-offs, being written or locked, snapshots of files kept open, pacing — and server
+        /// states held back here (for a lock, a writer, a taken name or a missing folder). Items
+        /// without a record have none of these.
+        var items: [ItemID: SyncItem<ContinuousClock.Instant>] = [:]
 
         /// Written since its last close or fsync (the upload waits for the writer).
-        func isWriting(_ id: ItemID) -> Bool { uploads[id]?.writing == true }
+        func isWriting(_ id: ItemID) -> Bool { items[id]?.upload.writing == true }
         /// Whether any queued upload failed and waits for its retry.
-        var anyFailure: Bool { uploads.values.contains { $0.failure != nil } }
-        func refused(_ id: ItemID) -> Bool { uploads[id]?.refused == true }
+        var anyFailure: Bool { items.values.contains { $0.upload.failure != nil } }
+        func refused(_ id: ItemID) -> Bool { items[id]?.upload.refused == true }
+        /// Remote states not shown here yet for a taken name, a missing folder or local work,
+        /// oldest first (tried again after pushes and pulls).
+        func skippedRemote() -> [ServerItem] {
+            items.values.compactMap(\.remote.skipped).sorted { $0.version < $1.version }
+        }
     }
 
     /// The pacing rules of uploads of files that keep changing (SyncCore `UploadPacing`).
@@ -356,7 +355,7 @@ extension SyncEngine: SyncStatusSource {
     public func itemStatus(_ item: ItemID) -> String {
         state.withLock { s in
             if s.refused(item) { return "error" }
-            if s.uploads[item]?.deviceLocal == true { return "local" }
+            if s.items[item]?.upload.deviceLocal == true { return "local" }
             if let b = s.bases[item], b.record.conflicts > 0 { return "conflict" }
             // Queued, being pushed, written here and not yet uploaded, or never uploaded; an
             // error while the server refuses this device's token (nothing uploads).
@@ -364,7 +363,7 @@ extension SyncEngine: SyncStatusSource {
             if waiting { return s.unauthorized == nil ? "uploading" : "error" }
             // A newer version waits (for a lock or a writer); one already shown does not count.
             let shown = s.bases[item]?.version ?? -1
-            if (s.pendingRemote[item]?.version ?? -1) > shown || (s.heldForWriter[item]?.version ?? -1) > shown { return "downloaded" }
+            if s.items[item]?.remote.waitsNewer(than: shown) == true { return "downloaded" }
             guard let b = s.bases[item], let present = b.present else { return "current" }
             if s.downloads.keys.contains(where: { $0.item == item }) { return "downloading" }
             return present.contains(true) ? "partial" : "cloud"
@@ -378,11 +377,11 @@ extension SyncEngine: SyncStatusSource {
             case "conflicts": return "\(s.bases[item]?.record.conflicts ?? 0)"
             case "pinned": return s.pinned.contains(item) || ancestors.contains(where: s.pinned.contains) ? "1" : "0"
             case "error":
-                if s.refused(item) { return s.uploads[item]?.error ?? "the server refused the upload (see the mount log)" }
+                if s.refused(item) { return s.items[item]?.upload.error ?? "the server refused the upload (see the mount log)" }
                 if s.unauthorized != nil, s.queue.contains(item) || s.isWriting(item) || s.bases[item] == nil {
                     return "not uploaded: the server refused this device's token (revoked or wrong); the change is kept — mount again with a valid --token-file"
                 }
-                return s.uploads[item]?.error ?? ""
+                return s.items[item]?.upload.error ?? ""
             case "progress":
                 if let u = s.upload, u.item == item {
                     return "\(u.total == 0 ? 100 : Int(u.sent * 100 / u.total))% \(u.sent)/\(u.total) uploaded"

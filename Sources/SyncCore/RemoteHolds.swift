@@ -1,0 +1,51 @@
+import NimbusProtocol
+
+/// The server's state of an item (NimbusProtocol `ItemRecord`).
+public typealias ServerItem = ItemRecord
+
+/// Server states of one item that are not shown here yet, by what holds each back. Each slot
+/// keeps the newest state it was given; a state the tree has overtaken is let go (`drop(upTo:)`).
+public struct RemoteHolds: Sendable, Equatable {
+    /// A program holds a lock on the file: applied under a write claim once the last lock goes.
+    public var forLock: ServerItem?
+    /// The file is open for writing here, or the item's own push is queued or on its way: applied
+    /// when the writer is done, or superseded by the push's answer.
+    public var forWriter: ServerItem?
+    /// Its name is taken or its folder missing here, or it is a folder delete kept for local
+    /// work: tried again after pushes and pulls, and by listing the container after a restart.
+    public var skipped: ServerItem?
+
+    public init() {}
+
+    public var isEmpty: Bool { forLock == nil && forWriter == nil && skipped == nil }
+
+    /// A version newer than the one shown waits for a lock or a writer (`downloaded`).
+    public func waitsNewer(than shown: Int64) -> Bool {
+        (forLock?.version ?? -1) > shown || (forWriter?.version ?? -1) > shown
+    }
+
+    /// Holds for a writer keep the newest version only.
+    public mutating func holdForWriter(_ item: ServerItem) {
+        if (forWriter?.version ?? -1) < item.version { forWriter = item }
+    }
+
+    /// Lets go of the lock and writer holds that version `shown` (or a newer one) covers.
+    public mutating func drop(upTo shown: Int64) {
+        if let p = forLock, p.version <= shown { forLock = nil }
+        if let h = forWriter, h.version <= shown { forWriter = nil }
+    }
+}
+
+/// Everything the engine tracks about one item in memory besides its base: its local changes on
+/// their way up and its server states held back here. Items without a record have neither.
+public struct SyncItem<Instant: InstantProtocol>: Sendable, Equatable where Instant.Duration == Duration, Instant: Sendable {
+    public var upload = UploadState<Instant>()
+    public var remote = RemoteHolds()
+
+    public init() {}
+
+    /// Nothing worth remembering: the engine drops the record.
+    public func isIdle(at now: Instant, rules: UploadPacing<Instant>.Rules) -> Bool {
+        remote.isEmpty && upload.isIdle(at: now, rules: rules)
+    }
+}

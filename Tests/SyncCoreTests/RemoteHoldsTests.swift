@@ -1,0 +1,63 @@
+import Foundation
+import NimbusCore
+import NimbusProtocol
+import SyncCore
+import Testing
+
+@Suite struct RemoteHoldsTests {
+    static let id = ItemID(UUID())
+    static let device = DeviceID(UUID())
+
+    static func v(_ version: Int64) -> ServerItem {
+        let state = ItemState(kind: .file, location: ItemLocation(parent: .root, name: ItemName(trusted: "f.txt")),
+                              mode: 0o644, modified: 0, modifiedBy: device)
+        return ServerItem(id: id, version: version, state: state, conflicts: 0)
+    }
+
+    /// (held for a lock, held for a writer, version shown, status says `downloaded`)
+    @Test(arguments: [
+        (Int64?.none, Int64?.none, Int64(3), false),
+        (5, nil, 3, true),
+        (nil, 5, 3, true),
+        (3, 3, 3, false),
+        (2, nil, 3, false),
+        (nil, 9, -1, true),
+    ] as [(Int64?, Int64?, Int64, Bool)])
+    func aNewerVersionWaits(_ lock: Int64?, _ writer: Int64?, _ shown: Int64, _ waits: Bool) {
+        var h = RemoteHolds()
+        h.forLock = lock.map(Self.v)
+        h.forWriter = writer.map(Self.v)
+        #expect(h.waitsNewer(than: shown) == waits)
+    }
+
+    @Test func aWriterHoldKeepsTheNewest() {
+        var h = RemoteHolds()
+        h.holdForWriter(Self.v(5))
+        h.holdForWriter(Self.v(4))
+        #expect(h.forWriter?.version == 5)
+        h.holdForWriter(Self.v(7))
+        #expect(h.forWriter?.version == 7)
+    }
+
+    @Test func shownVersionsLetTheirHoldsGo() {
+        var h = RemoteHolds()
+        h.forLock = Self.v(4)
+        h.forWriter = Self.v(6)
+        h.skipped = Self.v(2)
+        h.drop(upTo: 5)
+        #expect(h.forLock == nil && h.forWriter?.version == 6)
+        #expect(h.skipped?.version == 2, "skipped states are let go by the apply that shows them, not by a version")
+        h.drop(upTo: 6)
+        #expect(h.forWriter == nil && !h.isEmpty)
+        h.skipped = nil
+        #expect(h.isEmpty)
+    }
+
+    @Test func aRecordWithAHeldStateIsKept() {
+        let rules = UploadPacing<T>.Rules(quietPeriod: .seconds(10))
+        var item = SyncItem<T>()
+        #expect(item.isIdle(at: .s(0), rules: rules))
+        item.remote.skipped = Self.v(1)
+        #expect(!item.isIdle(at: .s(1000), rules: rules))
+    }
+}
