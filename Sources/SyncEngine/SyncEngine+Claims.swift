@@ -14,13 +14,6 @@ import SyncCore
 //   never dropped: after a restart the container is listed again.
 
 extension SyncEngine {
-    /// True (and remembered) when a program's exclusive lock must delay the upload of `id`.
-    func holdForLock(_ id: ItemID, fs: ContainerFS) -> Bool {
-        guard fs.coordinator.programLock(on: id) == .exclusive else { return false }
-        state.withLock { $0.items[id, default: SyncItem()].upload.waitingForLock = true }
-        return true
-    }
-
     /// The write claim for applying `item`'s new content, or nil when a program holds the file:
     /// then the version waits in `pendingRemote` until `locksReleased`.
     func applyClaim(_ item: ServerItem, fs: ContainerFS) -> Claim? {
@@ -51,8 +44,9 @@ extension SyncEngine {
         }
         if requeue { wake.yield() }
         guard let pending else { return }
-        // Not on the releasing (libfuse) thread: apply takes the filesystem lock.
-        Task {
+        // Not on the releasing (libfuse) thread: apply takes the filesystem lock. (When the
+        // engine is stopping it waits: the next start lists the container, `markRelist`.)
+        jobs.spawn {
             do {
                 try await self.applyAskingPresenters([pending])
             } catch {

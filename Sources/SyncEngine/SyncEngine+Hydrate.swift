@@ -122,9 +122,16 @@ extension SyncEngine: ContentProvider {
             return out
         }
         for ws in failed { for w in ws { w(.EIO) } }
-        // Each fetch ends by its own deadline (hydrationSeconds), so these tasks are not tracked
-        // for stop(): a stopping daemon waits at most that long for them.
-        for f in starts { Task { await self.download(f.key, at: f.offset, truncations: f.truncations) } }
+        // Each fetch ends by its own deadline (hydrationSeconds), or sooner when stop() cancels it.
+        for f in starts where !jobs.spawn({ await self.download(f.key, at: f.offset, truncations: f.truncations) }) {
+            // Stopping: the fetch does not start, and its readers get EIO now.
+            let waiters = state.withLock { s in
+                s.activeFetches -= 1
+                s.fetchStarted.remove(f.key)
+                return s.downloads.removeValue(forKey: f.key) ?? []
+            }
+            for w in waiters { w(.EIO) }
+        }
     }
 
     /// Fetches one chunk, writing each part into the cache file as it arrives while hashing it;

@@ -225,8 +225,24 @@ extension SyncEngine: ChangeObserver {
         let upTo = try store.lastSyncOpSeq(id) ?? 0
         let (fs, base, cursor) = state.withLock { s in (s.fs, s.bases[id], s.cursor) }
         guard let fs else { return }
-        trace("push \(id): base v\(base?.version ?? -1)\(fs.localState(id) == nil ? ", gone here" : "")")
-        guard let local = fs.localState(id) else {
+        let local = fs.localState(id)
+        trace("push \(id): base v\(base?.version ?? -1)\(local == nil ? ", gone here" : "")")
+        let rules = pacingRules
+        var step = state.withLock { $0.items[id] ?? SyncItem() }.pushStep(pushFacts(id, local: local, base: base, fs: fs), rules: rules)
+        // Presenters of the file write what they have not saved yet (bounded; docs/presenters.md),
+        // then the facts are read again: a presenter that saves makes it a file being written,
+        // and its close queues it again.
+        if local?.kind == .file, !fs.presenters.isEmpty, step.concernsContent {
+            _ = await fs.askPresenters(.save, items: [id])
+            step = state.withLock { $0.items[id] ?? SyncItem() }.pushStep(pushFacts(id, local: local, base: base, fs: fs), rules: rules)
+        }
+        if local?.kind == .file, base == nil, step != .keepLocal {
+            // A device-local name renamed to an ordinary one is uploaded from then on.
+            state.withLock { $0.items[id]?.upload.deviceLocal = false }
+        }
+        var snapshot: UInt64?
+        switch step {
+        case .commitDelete:
             // Never tell the server we saw items we skipped: it would delete them with the folder.
             let seen = state.withLock { s in
                 s.items[id]?.upload.deviceLocal = false
@@ -235,50 +251,46 @@ extension SyncEngine: ChangeObserver {
             try await pushDelete(id, base: base, cursor: seen)
             try store.removeSyncOps(id, upTo: upTo)
             return
-        }
-        guard let parent = local.parent, let name = try? ItemName(local.name) else { return }
-        // SQLite's journals stay on this device (DeviceLocalNames); one renamed to an ordinary
-        // name is uploaded from then on.
-        if local.kind == .file, base == nil {
-            let isLocal = DeviceLocalNames.matches(local.name)
-            state.withLock { s in if isLocal || s.items[id] != nil { s.items[id, default: SyncItem()].upload.deviceLocal = isLocal } }
-            if isLocal {
-                try store.removeSyncOps(id, upTo: upTo)
-                return
-            }
-        }
-        // A new file under the name a document was just renamed away from (vim's save): wait a
-        // moment — when the backup goes, this file takes the document's identity instead.
-        if base == nil, local.kind == .file, fs.isPendingSafeSave(id) {
-            Task {
+        case .keepLocal:
+            // SQLite's journals stay on this device (DeviceLocalNames).
+            state.withLock { $0.items[id, default: SyncItem()].upload.deviceLocal = true }
+            try store.removeSyncOps(id, upTo: upTo)
+            return
+        case .waitForSafeSave:
+            // A new file under the name a document was just renamed away from (vim's save): wait
+            // a moment — when the backup goes, this file takes the document's identity instead.
+            jobs.spawn {
                 try? await Task.sleep(for: .milliseconds(500))
                 self.state.withLock { $0.queue.append(id) }
                 self.wake.yield()
             }
             return
-        }
-        // Presenters of the file write what they have not saved yet (bounded; docs/presenters.md).
-        // A presenter that saves makes it a file being written: its close queues it again.
-        if local.kind == .file, !fs.presenters.isEmpty {
-            _ = await fs.askPresenters(.save, items: [id])
-        }
-        // Mid-save (open for writing, no fsync since the last write): never upload a half-written
-        // file. The queued ops stay; the writer's close or fsync queues the item again. After a
-        // quiet period without writes (tick loop) a snapshot goes: chunked between two equal
-        // write generations, so no write tore it.
-        var snapshot: UInt64?
-        if local.kind == .file, let w = fs.writeState(id), w.unsynced {
-            guard state.withLock({ $0.items[id]?.upload.snapshotDue == true }) else { return }
-            snapshot = w.generation
-        }
-        // A program holds the file exclusively (mid-save): its unlock queues the item again.
-        if local.kind == .file, holdForLock(id, fs: fs) { return }
-        // A file that keeps changing is paced: it keeps its place in the queue until then.
-        if local.kind == .file, base?.complete ?? true, let until = paced(id, fs: fs) {
+        case .waitForWriter:
+            // Mid-save (open for writing, no fsync since the last write): never upload a
+            // half-written file. The queued ops stay; the writer's close or fsync queues the item
+            // again. After a quiet period without writes (tick loop) a snapshot goes: chunked
+            // between two equal write generations, so no write tore it.
+            return
+        case .waitForLock:
+            // A program holds the file exclusively (mid-save): its unlock queues the item again.
+            state.withLock { $0.items[id, default: SyncItem()].upload.waitingForLock = true }
+            return
+        case .paced(let until):
+            // A file that keeps changing keeps its place in the queue until then.
+            state.withLock { s in
+                s.items[id]?.upload.notBefore = until
+                s.queue.prepend(id)
+            }
             trace("push \(id): changing again soon after its last upload; paced for \(until - options.clock.now)")
             return
+        case .commit(let s):
+            snapshot = s
+            state.withLock { s in
+                s.items[id]?.upload.notBefore = nil
+                if snapshot != nil { s.items[id]?.upload.snapshotDue = false }
+            }
         }
-        if snapshot != nil { state.withLock { _ = $0.items[id]?.upload.snapshotDue = false } }
+        guard let local, let parent = local.parent, let name = try? ItemName(local.name) else { return }
         // The content as of this generation is what goes; a commit answer that replaces it is not
         // shown over a write made after (settle).
         let generation = fs.writeState(id)?.generation
@@ -500,21 +512,17 @@ extension SyncEngine: ChangeObserver {
         if r.outcome == .conflict { log("conflict on \(item.name.value): the server kept both (yours: \(r.yours ?? "?"))") }
     }
 
-    /// When the upload of `id` must wait (SyncCore `UploadPacing`): the item goes back to the
-    /// front of the queue with that time; nil = it may go now.
-    func paced(_ id: ItemID, fs: ContainerFS) -> ContinuousClock.Instant? {
-        guard let written = fs.writeState(id)?.written else { return nil }
-        let now = options.clock.now
-        let rules = pacingRules
-        return state.withLock { s -> ContinuousClock.Instant? in
-            guard let record = s.items[id]?.upload, case .wait(let until) = record.pacing.decide(at: now, written: written, rules: rules) else {
-                s.items[id]?.upload.notBefore = nil
-                return nil
-            }
-            s.items[id]?.upload.notBefore = until
-            s.queue.prepend(id)
-            return until
-        }
+    /// The tree's facts about `id` for `SyncItem.pushStep`.
+    func pushFacts(_ id: ItemID, local: LocalItem?, base: Base?, fs: ContainerFS) -> PushFacts<ContinuousClock.Instant> {
+        let isFile = local?.kind == .file
+        let ws = isFile ? fs.writeState(id) : nil
+        return PushFacts(
+            exists: local != nil, isFile: isFile, hasBase: base != nil, complete: base?.complete ?? true,
+            deviceLocalName: isFile && base == nil && local.map { DeviceLocalNames.matches($0.name) } == true,
+            pendingSafeSave: isFile && base == nil && fs.isPendingSafeSave(id),
+            midSaveGeneration: ws?.unsynced == true ? ws?.generation : nil,
+            lockedExclusively: isFile && fs.coordinator.programLock(on: id) == .exclusive,
+            written: ws?.written ?? 0, now: options.clock.now)
     }
 
     /// Paced items whose wait is over, or whose program has written enough since to earn the

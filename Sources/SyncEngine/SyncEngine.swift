@@ -68,6 +68,8 @@ public final class SyncEngine: Sendable {
     let cacheWakes: AsyncStream<Void>
     /// Kernel cache notifications (see `sendKernel`).
     let kernelQueue = DispatchQueue(label: "nimbus.kernel-notify")
+    /// Downloads and other short jobs, all children of the engine's task tree (EngineJobs.swift).
+    let jobs = EngineJobs()
 
     struct State {
         var fs: ContainerFS?
@@ -210,7 +212,8 @@ public final class SyncEngine: Sendable {
     public func start() {
         let push = Task { await self.pushLoop() }
         let tick = Task { await self.tickLoop() }
-        state.withLock { $0.tasks += [push, tick] }
+        let work = Task { await self.jobs.run() }
+        state.withLock { $0.tasks += [push, tick, work] }
         if !isPaused { startPull() }
         wake.yield()
         fetchPinned()
@@ -229,6 +232,7 @@ public final class SyncEngine: Sendable {
         for t in tasks { t.cancel() }
         wake.finish()
         cacheWake.finish()
+        jobs.finish()
         for t in tasks { await t.value }
         // Let queued invalidations finish before the session goes (they are harmless after it:
         // FuseSession answers ENOTCONN once unmounted).
@@ -354,19 +358,14 @@ public final class SyncEngine: Sendable {
 extension SyncEngine: SyncStatusSource {
     public func itemStatus(_ item: ItemID) -> String {
         state.withLock { s in
-            if s.refused(item) { return "error" }
-            if s.items[item]?.upload.deviceLocal == true { return "local" }
-            if let b = s.bases[item], b.record.conflicts > 0 { return "conflict" }
-            // Queued, being pushed, written here and not yet uploaded, or never uploaded; an
-            // error while the server refuses this device's token (nothing uploads).
-            let waiting = s.inFlight == item || s.queue.contains(item) || s.isWriting(item) || (s.bases[item] == nil && !item.isRoot)
-            if waiting { return s.unauthorized == nil ? "uploading" : "error" }
-            // A newer version waits (for a lock or a writer); one already shown does not count.
-            let shown = s.bases[item]?.version ?? -1
-            if s.items[item]?.remote.waitsNewer(than: shown) == true { return "downloaded" }
-            guard let b = s.bases[item], let present = b.present else { return "current" }
-            if s.downloads.keys.contains(where: { $0.item == item }) { return "downloading" }
-            return present.contains(true) ? "partial" : "cloud"
+            let base = s.bases[item].map { b in
+                StatusFacts.Base(version: b.version, conflicts: b.record.conflicts, complete: b.present == nil,
+                                 anyPresent: b.present?.contains(true) ?? true)
+            }
+            let facts = StatusFacts(base: base, isRoot: item.isRoot, queued: s.inFlight == item || s.queue.contains(item),
+                                    downloading: base?.complete == false && s.downloads.keys.contains(where: { $0.item == item }),
+                                    unauthorized: s.unauthorized != nil)
+            return (s.items[item] ?? SyncItem()).status(facts).rawValue
         }
     }
 

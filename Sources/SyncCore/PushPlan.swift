@@ -1,0 +1,88 @@
+/// What the tree says about an item when the push loop takes it: one snapshot, read by the
+/// engine from the filesystem just before `pushStep`.
+public struct PushFacts<Instant: InstantProtocol>: Sendable, Equatable where Instant.Duration == Duration, Instant: Sendable {
+    /// The item is in the tree here (else it was deleted here).
+    public var exists: Bool
+    public var isFile: Bool
+    /// The item was synced before (it has a base).
+    public var hasBase: Bool
+    /// Every byte of its content is here (no base, or a base whose chunks are all present).
+    public var complete: Bool
+    /// A never-synced file whose name marks it as device-local (SQLite's journals).
+    public var deviceLocalName: Bool
+    /// A new file under the name a document was just renamed away from (an editor's save in
+    /// progress): it may take the document's identity in a moment.
+    public var pendingSafeSave: Bool
+    /// Open for writing with writes since its last fsync: the write generation then.
+    public var midSaveGeneration: UInt64?
+    /// A program holds an exclusive lock on the file.
+    public var lockedExclusively: Bool
+    /// Bytes programs wrote into the file so far (`UploadPacing`).
+    public var written: UInt64
+    public var now: Instant
+
+    public init(exists: Bool, isFile: Bool, hasBase: Bool, complete: Bool, deviceLocalName: Bool = false,
+                pendingSafeSave: Bool = false, midSaveGeneration: UInt64? = nil, lockedExclusively: Bool = false,
+                written: UInt64 = 0, now: Instant) {
+        self.exists = exists
+        self.isFile = isFile
+        self.hasBase = hasBase
+        self.complete = complete
+        self.deviceLocalName = deviceLocalName
+        self.pendingSafeSave = pendingSafeSave
+        self.midSaveGeneration = midSaveGeneration
+        self.lockedExclusively = lockedExclusively
+        self.written = written
+        self.now = now
+    }
+}
+
+/// What the push of an item does next.
+public enum PushStep<Instant: InstantProtocol>: Sendable, Equatable where Instant.Duration == Duration, Instant: Sendable {
+    /// Deleted here: the delete is committed (from the base, or asked of the server).
+    case commitDelete
+    /// Never leaves this device; its queue entries go.
+    case keepLocal
+    /// An editor's save is under way: asked again in a moment.
+    case waitForSafeSave
+    /// Mid-save: the writer's close or fsync queues the item again.
+    case waitForWriter
+    /// A program holds it exclusively: the unlock queues it again.
+    case waitForLock
+    /// A file that keeps changing: it keeps its place in the queue until then.
+    case paced(until: Instant)
+    /// Its whole state is committed; `snapshot` is the write generation of a file kept open
+    /// whose quiet period is over (nil: not open for writing, or fsynced).
+    case commit(snapshot: UInt64?)
+
+    /// Steps about the file's content, for which the file's presenters are asked to save first.
+    public var concernsContent: Bool {
+        switch self {
+        case .commitDelete, .keepLocal, .waitForSafeSave: false
+        case .waitForWriter, .waitForLock, .paced, .commit: true
+        }
+    }
+}
+
+extension SyncItem {
+    /// The decision at the start of a push, in order: deleted here, device-local, an editor's
+    /// save under way, mid-save (unless a snapshot is due), locked, paced; else commit. Pure.
+    public func pushStep(_ f: PushFacts<Instant>, rules: UploadPacing<Instant>.Rules) -> PushStep<Instant> {
+        guard f.exists else { return .commitDelete }
+        guard f.isFile else { return .commit(snapshot: nil) }
+        if !f.hasBase {
+            if f.deviceLocalName { return .keepLocal }
+            if f.pendingSafeSave { return .waitForSafeSave }
+        }
+        var snapshot: UInt64?
+        if let generation = f.midSaveGeneration {
+            guard upload.snapshotDue else { return .waitForWriter }
+            snapshot = generation
+        }
+        if f.lockedExclusively { return .waitForLock }
+        if f.complete, case .wait(let until) = upload.pacing.decide(at: f.now, written: f.written, rules: rules) {
+            return .paced(until: until)
+        }
+        return .commit(snapshot: snapshot)
+    }
+}

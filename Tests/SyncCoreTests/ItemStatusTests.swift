@@ -1,0 +1,61 @@
+import Foundation
+import NimbusCore
+import NimbusProtocol
+import SyncCore
+import Testing
+
+@Suite struct ItemStatusTests {
+    typealias B = StatusFacts.Base
+    static let synced = B(version: 5, conflicts: 0, complete: true, anyPresent: true)
+    static let placeholder = B(version: 5, conflicts: 0, complete: false, anyPresent: false)
+    static let partial = B(version: 5, conflicts: 0, complete: false, anyPresent: true)
+    static let conflicted = B(version: 5, conflicts: 2, complete: true, anyPresent: true)
+
+    enum Record { case none, refused, deviceLocal, writing, heldV6, heldV5, refusedAndWriting }
+
+    static func item(_ r: Record) -> SyncItem<T> {
+        var i = SyncItem<T>()
+        switch r {
+        case .none: break
+        case .refused: i.upload.failure = .refused(at: .s(300))
+        case .deviceLocal: i.upload.deviceLocal = true
+        case .writing: i.upload.writing = true
+        case .heldV6: i.remote.forLock = RemoteHoldsTests.v(6)
+        case .heldV5: i.remote.forWriter = RemoteHoldsTests.v(5)
+        case .refusedAndWriting: i.upload.failure = .refused(at: .s(300)); i.upload.writing = true
+        }
+        return i
+    }
+
+    /// (record, facts, status): every status, and which wins when several apply.
+    @Test(arguments: [
+        (Record.none, StatusFacts(base: synced), ItemStatus.current),
+        (.none, StatusFacts(base: placeholder), .cloud),
+        (.none, StatusFacts(base: placeholder, downloading: true), .downloading),
+        (.none, StatusFacts(base: partial), .partial),
+        (.none, StatusFacts(base: partial, downloading: true), .downloading),
+        (.none, StatusFacts(base: synced, downloading: true), .current),
+        (.none, StatusFacts(base: nil), .uploading),
+        (.none, StatusFacts(base: nil, isRoot: true), .current),
+        (.none, StatusFacts(base: synced, queued: true), .uploading),
+        (.none, StatusFacts(base: synced, queued: true, unauthorized: true), .error),
+        (.none, StatusFacts(base: synced, unauthorized: true), .current),
+        (.writing, StatusFacts(base: synced), .uploading),
+        (.refused, StatusFacts(base: synced), .error),
+        (.refusedAndWriting, StatusFacts(base: conflicted, queued: true), .error),
+        (.deviceLocal, StatusFacts(base: nil), .local),
+        (.none, StatusFacts(base: conflicted), .conflict),
+        (.writing, StatusFacts(base: conflicted), .conflict),
+        (.heldV6, StatusFacts(base: synced), .downloaded),
+        (.heldV5, StatusFacts(base: synced), .current),
+        (.heldV6, StatusFacts(base: synced, queued: true), .uploading),
+        (.heldV6, StatusFacts(base: placeholder, downloading: true), .downloaded),
+    ] as [(Record, StatusFacts, ItemStatus)])
+    func status(_ record: Record, _ facts: StatusFacts, _ expected: ItemStatus) {
+        #expect(Self.item(record).status(facts) == expected)
+    }
+
+    @Test func theWordsAreTheDocumentedOnes() {
+        #expect(ItemStatus.allCases.map(\.rawValue) == ["cloud", "downloading", "partial", "downloaded", "current", "uploading", "error", "local", "conflict"])
+    }
+}

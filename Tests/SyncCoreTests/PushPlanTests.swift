@@ -1,0 +1,63 @@
+import SyncCore
+import Testing
+
+@Suite struct PushPlanTests {
+    typealias Step = PushStep<T>
+    let rules = UploadPacing<T>.Rules(quietPeriod: .seconds(10))
+
+    static func facts(exists: Bool = true, isFile: Bool = true, hasBase: Bool = true, complete: Bool = true,
+                      deviceLocalName: Bool = false, pendingSafeSave: Bool = false, midSave: UInt64? = nil,
+                      locked: Bool = false, written: UInt64 = 0) -> PushFacts<T> {
+        PushFacts(exists: exists, isFile: isFile, hasBase: hasBase, complete: complete, deviceLocalName: deviceLocalName,
+                  pendingSafeSave: pendingSafeSave, midSaveGeneration: midSave, lockedExclusively: locked, written: written, now: .s(100))
+    }
+
+    /// The decision at the start of a push for an item with no upload record: (facts, step).
+    @Test(arguments: [
+        (facts(exists: false), Step.commitDelete),
+        (facts(exists: false, midSave: 3, locked: true), .commitDelete),
+        (facts(isFile: false), .commit(snapshot: nil)),
+        (facts(isFile: false, locked: true), .commit(snapshot: nil)),
+        (facts(), .commit(snapshot: nil)),
+        (facts(hasBase: false, deviceLocalName: true), .keepLocal),
+        (facts(hasBase: true, deviceLocalName: true), .commit(snapshot: nil)),
+        (facts(hasBase: false, pendingSafeSave: true), .waitForSafeSave),
+        (facts(hasBase: false, deviceLocalName: true, pendingSafeSave: true), .keepLocal),
+        (facts(midSave: 7), .waitForWriter),
+        (facts(midSave: 7, locked: true), .waitForWriter),
+        (facts(locked: true), .waitForLock),
+        (facts(complete: false, locked: true), .waitForLock),
+    ] as [(PushFacts<T>, Step)])
+    func withoutARecord(_ f: PushFacts<T>, _ step: Step) {
+        #expect(SyncItem<T>().pushStep(f, rules: rules) == step)
+    }
+
+    @Test func aSnapshotIsDueForAFileKeptOpen() {
+        var item = SyncItem<T>()
+        item.upload.snapshotDue = true
+        #expect(item.pushStep(Self.facts(midSave: 7), rules: rules) == .commit(snapshot: 7))
+        #expect(item.pushStep(Self.facts(midSave: 7, locked: true), rules: rules) == .waitForLock)
+        #expect(item.pushStep(Self.facts(), rules: rules) == .commit(snapshot: nil))
+    }
+
+    @Test func aFileThatKeepsChangingIsPacedUnlessItsBytesAreNotHere() {
+        var item = SyncItem<T>()
+        for second in 97...99 {
+            item.upload.pacing.changed(at: .s(second), rules: rules)
+            item.upload.pacing.uploaded(at: .s(second), sent: 10, written: 1000, rules: rules)
+        }
+        #expect(item.pushStep(Self.facts(written: 100_000), rules: rules) == .paced(until: .s(107)))
+        // A placeholder's metadata change commits its base chunks: nothing to pace.
+        #expect(item.pushStep(Self.facts(complete: false, written: 100_000), rules: rules) == .commit(snapshot: nil))
+        // Folders are never paced.
+        #expect(item.pushStep(Self.facts(isFile: false), rules: rules) == .commit(snapshot: nil))
+    }
+
+    @Test(arguments: [
+        (Step.commitDelete, false), (.keepLocal, false), (.waitForSafeSave, false), (.waitForWriter, true),
+        (.waitForLock, true), (.paced(until: .s(1)), true), (.commit(snapshot: nil), true),
+    ] as [(Step, Bool)])
+    func presentersAreAskedForContentSteps(_ step: Step, _ asks: Bool) {
+        #expect(step.concernsContent == asks)
+    }
+}
