@@ -29,6 +29,15 @@ public struct RemoteHolds: Sendable, Equatable {
         if (forWriter?.version ?? -1) < item.version { forWriter = item }
     }
 
+    /// A commit's answer at `version` came for the item: it supersedes the writer hold it covers
+    /// and a skipped state older than it (a create skipped for a taken name, then deleted here:
+    /// the delete's answer left the create waiting to be shown, and the item came back once the
+    /// name was free — the model simulation found it).
+    public mutating func answered(_ version: Int64) {
+        if let h = forWriter, h.version <= version { forWriter = nil }
+        if let s = skipped, s.version < version { skipped = nil }
+    }
+
     /// Lets go of the lock and writer holds that version `shown` (or a newer one) covers.
     public mutating func drop(upTo shown: Int64) {
         if let p = forLock, p.version <= shown { forLock = nil }

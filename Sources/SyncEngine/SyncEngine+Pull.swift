@@ -221,81 +221,57 @@ extension SyncEngine {
         for item in items {
             // Read before the checks below: a write that starts after them keeps the file.
             let generation = item.kind == .file ? fs.writeState(item.id)?.generation : nil
-            let (old, busy, notShown) = state.withLock { s in
-                (s.bases[item.id], s.queue.contains(item.id) || s.inFlight == item.id, s.items[item.id]?.remote.skipped?.version == item.version)
+            let (old, busy) = state.withLock { s in (s.bases[item.id], s.queue.contains(item.id) || s.inFlight == item.id) }
+            let contentDiffers = old.map { $0.record.chunks != item.chunks } ?? false
+            var facts = ApplyFacts(shownVersion: old?.version, contentDiffers: contentDiffers, forced: force.contains(item.id), pushPending: busy)
+            if old != nil, item.kind == .file, item.deleted || contentDiffers, let ws = fs.writeState(item.id) {
+                facts.openForWriting = ws.writers > 0 || ws.dirty
             }
-            // Our own commit coming back, or old news — unless it is a state not shown yet (a
-            // commit's answer whose place was taken here: its base is already that version).
-            if let old, old.version > item.version || (old.version == item.version && !notShown), !force.contains(item.id) {
-                // A state waiting to be shown that a newer one has overtaken waits no more.
-                if old.version > item.version {
-                    state.withLock { s in if (s.items[item.id]?.remote.skipped?.version ?? .max) <= old.version { s.items[item.id]?.remote.skipped = nil } }
-                }
-                // Nor does a version held for a lock or a writer that is shown already. Two applies
-                // of one version (a resolve's answer on a FUSE thread, the same version from the
-                // journal) raced for the apply claim: the loser held the version for "a lock" —
-                // the winner's claim — and when it was released found it shown and skipped it
-                // here, leaving the hold for good: `user.nimbus.status` said `downloaded` forever
-                // (ConflictTests, now and then in the full suite).
-                state.withLock { $0.items[item.id]?.remote.drop(upTo: old.version) }
-                continue
-            }
-            trace("pull \(item.id) v\(item.version) \(item.deleted ? "deleted" : item.name.value) (base v\(old?.version ?? -1)\(busy ? ", busy" : ""))")
-            if busy {
-                // Its push answers it: a commit's answer supersedes it (or the server keeps both),
-                // a push that finds nothing to send applies it then (never dropped).
-                state.withLock { $0.items[item.id, default: SyncItem()].remote.holdForWriter(item) }
-                markRelist()
-                continue
-            }
-            // Open for writing here: the new version waits for the writer (never mixed with or
-            // replacing bytes being written). Checked before any base changes, so no read can
-            // see the new version's presence while the old bytes are still in the file. A delete
-            // waits too: what the writer saves is committed on the old base and, as an edit
-            // against a delete, wins (EngineSimTests: a save into a file deleted elsewhere while
-            // it was open was lost); a writer that saves nothing lets the delete in at its close.
-            if let old, item.kind == .file, item.deleted || old.record.chunks != item.chunks,
-               let ws = fs.writeState(item.id), ws.writers > 0 || ws.dirty {
-                state.withLock { $0.items[item.id, default: SyncItem()].remote.forWriter = item }
-                markRelist()
-                trace("pull \(item.id) v\(item.version): held for the writer")
-                continue
-            }
-            // New content is applied under a write claim; while a program holds the file (a
-            // lock) the new version waits until it lets go (SyncEngine+Claims.swift).
-            if let old, item.kind == .file, !item.deleted, old.record.chunks != item.chunks {
-                guard let claim = applyClaim(item, fs: fs) else { continue }
-                claims.append(claim)
-            }
-            // A folder deleted elsewhere that holds local work not yet uploaded stays: the
-            // upload makes the server keep (or bring back) the folder, as the rules say.
-            if item.deleted && item.kind == .folder {
+            if item.deleted, item.kind == .folder {
                 let below = Set(fs.descendants(of: item.id))
                 // Local work: queued, on its way, or a file open for writing (its upload waits
                 // for the close, so it is in no queue: the delete took it with the folder).
-                let localWork = !below.isEmpty
+                facts.localWorkBelow = !below.isEmpty
                     && (state.withLock { s in s.queue.contains(anyOf: below) || below.contains(where: s.isWriting) || s.inFlight.map(below.contains) == true }
                         || below.contains { fs.writeState($0).map { $0.writers > 0 || $0.dirty } ?? false })
-                // A child whose synced version is newer than the delete was changed after it: the
-                // server kept that child and brought the folder back (a newer version of the
-                // folder is on its way). A stale delete — asked for just before an upload into
-                // the folder finished — took the uploaded file with it (EngineSimTests seed 1).
-                let newerBelow = state.withLock { s in below.contains { (s.bases[$0]?.version ?? 0) > item.version } }
-                if localWork || newerBelow {
-                    log("folder \(item.name.value) was deleted elsewhere but holds changes not yet uploaded here; keeping it")
-                    // Tried again after the pushes (like a skipped state): once they are done —
-                    // the server brought the folder back (a newer version overtakes this one), or
-                    // the local work went too — the delete goes in. It was dropped before, and the
-                    // emptied folder stayed here for good, its name blocking the folder that
-                    // replaced it elsewhere (EngineSimTests seed 32).
-                    state.withLock { $0.items[item.id, default: SyncItem()].remote.skipped = item }
-                    markRelist()
-                    continue
+                // A stale delete — asked for just before an upload into the folder finished —
+                // would take the uploaded file with it (EngineSimTests seed 1).
+                facts.newerBelow = state.withLock { s in below.contains { (s.bases[$0]?.version ?? 0) > item.version } }
+            }
+            let step = state.withLock { s -> ApplyStep in
+                var record = s.items[item.id] ?? SyncItem()
+                let step = record.planApply(item, facts)
+                s.items[item.id] = record
+                return step
+            }
+            if step.holds { markRelist() }
+            switch step {
+            case .oldNews:
+                continue
+            case .heldForPush, .heldForWriter:
+                // Its push answers it: a commit's answer supersedes it (or the server keeps both),
+                // a push that finds nothing to send applies it then (never dropped). A writer's
+                // close or fsync lets it in.
+                trace("pull \(item.id) v\(item.version): held for \(step == .heldForPush ? "its push" : "the writer") (base v\(old?.version ?? -1))")
+                continue
+            case .folderKept:
+                // Tried again after the pushes (like a skipped state): once they are done — the
+                // server brought the folder back (a newer version overtakes this one), or the
+                // local work went too — the delete goes in.
+                log("folder \(item.name.value) was deleted elsewhere but holds changes not yet uploaded here; keeping it")
+                continue
+            case .show(_, let underClaim):
+                trace("pull \(item.id) v\(item.version) \(item.deleted ? "deleted" : item.name.value) (base v\(old?.version ?? -1))")
+                // New content goes in under a write claim; while a program holds the file (a
+                // lock) the new version waits until it lets go (SyncEngine+Claims.swift).
+                if underClaim {
+                    guard let claim = applyClaim(item, fs: fs) else { continue }
+                    claims.append(claim)
                 }
             }
             oldBases[item.id] = .some(old)
-            let contentChanged = old.map { $0.record.chunks != item.chunks } ?? true
-            var rs = Self.remoteState(item, resetContent: item.kind == .file && contentChanged)
+            guard case .show(let resetContent, _) = step else { continue }
+            var rs = Self.remoteState(item, resetContent: resetContent)
             rs.unlessWrittenSince = generation
             if rs.resetContent, let old, let present = old.present {
                 // Open readers keep the old file: they may read what of it was here.
@@ -306,7 +282,7 @@ extension SyncEngine {
             if item.deleted {
                 newBases[item.id] = .some(nil)
             } else {
-                newBases[item.id] = contentChanged ? Base.placeholder(item) : Base(record: item, present: old?.present)
+                newBases[item.id] = old == nil || contentDiffers ? Base.placeholder(item) : Base(record: item, present: old?.present)
             }
         }
         guard !states.isEmpty else { return }

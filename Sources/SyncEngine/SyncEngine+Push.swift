@@ -88,14 +88,26 @@ extension SyncEngine: ChangeObserver {
                 try await push(id)
                 // Pushed and nobody writing it any more: it is not "being written" (the tick loop
                 // also clears this; seen stuck once after a conflict made while paused).
-                let closed = state.withLock { $0.fs }?.writeState(id).map { $0.writers == 0 } ?? true
-                let retry: [ServerItem] = state.withLock { s in
+                let ws = state.withLock { $0.fs }?.writeState(id)
+                let closed = ws.map { $0.writers == 0 } ?? true
+                let idle = ws.map { $0.writers == 0 && !$0.dirty } ?? true
+                let (retry, held): ([ServerItem], ServerItem?) = state.withLock { s in
+                    // The push is over: a state held for it goes in now (one held for a push that
+                    // ended without a commit — a delete the server had already — stayed held).
+                    var held: ServerItem?
+                    if idle, !s.queue.contains(id), let h = s.items[id]?.remote.forWriter {
+                        s.items[id]?.remote.forWriter = nil
+                        held = h
+                    }
                     s.inFlight = nil; s.upload = nil
                     s.items[id]?.upload.failure = nil
                     s.items[id]?.upload.error = nil
                     if !s.queue.items.contains(where: { s.items[$0]?.upload.failure != nil }) { s.lastError = nil }
                     if closed { s.items[id]?.upload.writing = false }
-                    return s.queue.isEmpty ? s.skippedRemote() : []
+                    return (s.queue.isEmpty ? s.skippedRemote() : [], held)
+                }
+                if let held {
+                    do { try apply([held]) } catch { log("showing v\(held.version) of \(id) failed: \(error)") }
                 }
                 // The queue is empty: what was in the way of skipped remote items has moved.
                 if !retry.isEmpty {
@@ -326,7 +338,7 @@ extension SyncEngine: ChangeObserver {
         let r = try await client.commit(container, CommitRequest(item: id, baseVersion: base?.version, state: draft, seenCursor: cursor))
         trace("commit \(id) \(draft.name.value) on v\(base?.version ?? -1): \(r.outcome.rawValue) v\(r.item.version)\(r.yours.map { " yours=" + $0 } ?? "")\(r.item.deleted ? " deleted" : "")")
         // The server's answer covers any version that waited for this upload.
-        state.withLock { s in if let p = s.items[id]?.remote.forWriter, p.version <= r.item.version { s.items[id]?.remote.forWriter = nil } }
+        state.withLock { $0.items[id]?.remote.answered(r.item.version) }
         try settle(id, sent: draft, response: r, previous: base, generation: generation)
         // A version newer than this commit arrived while it was on its way: it goes in now.
         if snapshot == nil, let held = state.withLock({ $0.items[id]?.remote.forWriter }), let ws = fs.writeState(id), ws.writers == 0, !ws.dirty {
@@ -363,7 +375,7 @@ extension SyncEngine: ChangeObserver {
         let r = try await client.commit(container, CommitRequest(item: id, baseVersion: baseVersion, state: d, seenCursor: cursor))
         trace("delete \(id) on v\(baseVersion): \(r.outcome.rawValue) v\(r.item.version)\(r.item.deleted ? " deleted" : "")")
         // The answer covers any version that waited for this push.
-        state.withLock { s in if let p = s.items[id]?.remote.forWriter, p.version <= r.item.version { s.items[id]?.remote.forWriter = nil } }
+        state.withLock { $0.items[id]?.remote.answered(r.item.version) }
         if r.item.deleted {
             try saveBase(id, nil)
         } else {

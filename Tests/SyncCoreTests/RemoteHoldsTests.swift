@@ -61,3 +61,20 @@ import Testing
         #expect(!item.isIdle(at: .s(1000), rules: rules))
     }
 }
+
+extension RemoteHoldsTests {
+    /// (held for a writer, skipped, the answer's version) → (writer hold left, skipped left)
+    @Test(arguments: [
+        (Int64?.some(3), Int64?.some(2), Int64(5), Int64?.none, Int64?.none),
+        (7, 5, 5, 7, 5),  // the answer itself waiting to be shown stays
+        (nil, 9, 5, nil, 9),
+    ] as [(Int64?, Int64?, Int64, Int64?, Int64?)])
+    func aCommitsAnswerSupersedesOlderHolds(_ writer: Int64?, _ skipped: Int64?, _ answer: Int64, _ writerLeft: Int64?, _ skippedLeft: Int64?) {
+        var h = RemoteHolds()
+        h.forWriter = writer.map(Self.v)
+        h.skipped = skipped.map(Self.v)
+        h.answered(answer)
+        #expect(h.forWriter?.version == writerLeft)
+        #expect(h.skipped?.version == skippedLeft)
+    }
+}

@@ -1,0 +1,98 @@
+/// What the device knows about an item when a server state of it arrives (from the journal, a
+/// listing or a commit's answer): one snapshot, read just before `SyncItem.planApply`.
+public struct ApplyFacts: Sendable, Equatable {
+    /// The version shown here (the item's base); nil when the server's state of it was never
+    /// shown here or it was deleted here.
+    public var shownVersion: Int64?
+    /// The content shown here differs from the arriving state's (false when nothing is shown).
+    public var contentDiffers: Bool
+    /// Shown even if the version shown here is as new (a commit's answer, a listing after a
+    /// restart).
+    public var forced: Bool
+    /// The item's own push is queued or on its way: its answer supersedes this state, or the
+    /// server keeps both.
+    public var pushPending: Bool
+    /// The file is open for writing here, or written since its last close or fsync.
+    public var openForWriting: Bool
+    /// For a folder delete only: an item below the folder has local work not uploaded yet
+    /// (queued, on its way, or open for writing).
+    public var localWorkBelow: Bool
+    /// For a folder delete only: an item below the folder was synced at a version newer than
+    /// the delete (the server kept it and brought the folder back; that news is on its way).
+    public var newerBelow: Bool
+
+    public init(shownVersion: Int64?, contentDiffers: Bool = false, forced: Bool = false, pushPending: Bool = false,
+                openForWriting: Bool = false, localWorkBelow: Bool = false, newerBelow: Bool = false) {
+        self.shownVersion = shownVersion
+        self.contentDiffers = contentDiffers
+        self.forced = forced
+        self.pushPending = pushPending
+        self.openForWriting = openForWriting
+        self.localWorkBelow = localWorkBelow
+        self.newerBelow = newerBelow
+    }
+}
+
+/// What becomes of a server state that arrived for an item.
+public enum ApplyStep: Sendable, Equatable {
+    /// Already shown (our own commit coming back) or older than what is shown: nothing to do.
+    case oldNews
+    /// Held until the item's own push answers (`RemoteHolds.forWriter`).
+    case heldForPush
+    /// Held until the program writing the file here is done (`RemoteHolds.forWriter`): never
+    /// mixed with, or replacing, bytes being written; a delete waits too, so what the writer
+    /// saves is committed on the old base and wins as an edit against a delete.
+    case heldForWriter
+    /// A folder deleted elsewhere that holds local work (or newer items) stays; the delete is
+    /// tried again after the pushes (`RemoteHolds.skipped`).
+    case folderKept
+    /// Shown in the tree. `resetContent`: the file's content is replaced (its bytes are no longer
+    /// here). `underClaim`: new content of a file shown before, put in under a write claim (a
+    /// program holding a lock makes it wait).
+    case show(resetContent: Bool, underClaim: Bool)
+
+    /// The item's state waits here and the next start must list the container again.
+    public var holds: Bool {
+        switch self {
+        case .heldForPush, .heldForWriter, .folderKept: true
+        case .oldNews, .show: false
+        }
+    }
+}
+
+extension SyncItem {
+    /// Decides what becomes of `server`, a state of this item that arrived, and records the hold
+    /// it makes (or lets go of the holds it overtakes). Pure; the order of the checks is the rule:
+    /// old news, the item's own push, a writer here, a folder delete over local work, else shown.
+    public mutating func planApply(_ server: ServerItem, _ f: ApplyFacts) -> ApplyStep {
+        // A state waiting to be shown (a commit's answer whose place was taken here) is shown
+        // although its version is the base's.
+        let notShown = remote.skipped?.version == server.version
+        if let shown = f.shownVersion, !f.forced, shown > server.version || (shown == server.version && !notShown) {
+            // A state waiting to be shown that a newer one has overtaken waits no more, nor do
+            // versions held for a lock or a writer that are shown already.
+            if shown > server.version, (remote.skipped?.version ?? .max) <= shown { remote.skipped = nil }
+            remote.drop(upTo: shown)
+            return .oldNews
+        }
+        if f.pushPending {
+            remote.holdForWriter(server)
+            return .heldForPush
+        }
+        let isFile = server.kind == .file
+        if f.shownVersion != nil, isFile, server.deleted || f.contentDiffers, f.openForWriting {
+            remote.forWriter = server
+            return .heldForWriter
+        }
+        if server.deleted, server.kind == .folder, f.localWorkBelow || f.newerBelow {
+            remote.skipped = server
+            return .folderKept
+        }
+        // Shown: the holds it overtakes go (a version held for a push that ended without a
+        // commit, then overtaken, stayed held for good).
+        remote.drop(upTo: server.version)
+        let contentChanged = f.shownVersion == nil || f.contentDiffers
+        return .show(resetContent: isFile && contentChanged,
+                     underClaim: f.shownVersion != nil && isFile && !server.deleted && f.contentDiffers)
+    }
+}

@@ -1,0 +1,112 @@
+import Foundation
+import NimbusCore
+import NimbusProtocol
+import SyncCore
+import Testing
+
+/// `SyncItem.planApply`: what becomes of a server state that arrives, for every branch of the
+/// rule, and the holds it leaves.
+@Suite struct ApplyPlanTests {
+    typealias Item = SyncItem<T>
+
+    static func server(_ version: Int64, kind: ItemKind = .file, deleted: Bool = false) -> ServerItem {
+        let state = ItemState(kind: kind, location: ItemLocation(parent: .root, name: ItemName(trusted: "x")),
+                              mode: 0o644, modified: 0, modifiedBy: RemoteHoldsTests.device, deleted: deleted)
+        return ServerItem(id: RemoteHoldsTests.id, version: version, state: state, conflicts: 0)
+    }
+
+    /// (version shown here, arriving version, forced, step)
+    @Test(arguments: [
+        (Int64?.none, Int64(5), false, ApplyStep.show(resetContent: true, underClaim: false)),
+        (5, 5, false, .oldNews),
+        (7, 5, false, .oldNews),
+        (5, 5, true, .show(resetContent: false, underClaim: false)),
+        (7, 5, true, .show(resetContent: false, underClaim: false)),
+        (4, 5, false, .show(resetContent: false, underClaim: false)),
+    ] as [(Int64?, Int64, Bool, ApplyStep)])
+    func versionsDecideWhatIsNews(_ shown: Int64?, _ arriving: Int64, _ forced: Bool, _ step: ApplyStep) {
+        var item = Item()
+        #expect(item.planApply(Self.server(arriving), ApplyFacts(shownVersion: shown, forced: forced)) == step)
+        #expect(item.remote.isEmpty)
+    }
+
+    @Test func aStateWaitingToBeShownIsShownAtTheBasesVersion() {
+        var item = Item()
+        item.remote.skipped = Self.server(5)
+        #expect(item.planApply(Self.server(5), ApplyFacts(shownVersion: 5)) == .show(resetContent: false, underClaim: false))
+        // A newer version shown: the skipped one waits no more.
+        #expect(item.planApply(Self.server(5), ApplyFacts(shownVersion: 6)) == .oldNews)
+        #expect(item.remote.skipped == nil)
+    }
+
+    @Test func oldNewsLetsGoOfHoldsItCovers() {
+        var item = Item()
+        item.remote.forLock = Self.server(4)
+        item.remote.forWriter = Self.server(6)
+        #expect(item.planApply(Self.server(3), ApplyFacts(shownVersion: 5)) == .oldNews)
+        #expect(item.remote.forLock == nil)
+        #expect(item.remote.forWriter?.version == 6)
+    }
+
+    @Test func itsOwnPushAnswersIt() {
+        var item = Item()
+        #expect(item.planApply(Self.server(8), ApplyFacts(shownVersion: 5, contentDiffers: true, pushPending: true)) == .heldForPush)
+        #expect(item.planApply(Self.server(7), ApplyFacts(shownVersion: 5, pushPending: true)) == .heldForPush)
+        #expect(item.remote.forWriter?.version == 8)  // the newest stays
+        #expect(ApplyStep.heldForPush.holds)
+    }
+
+    /// (kind, deleted, content differs, step with a writer open here)
+    @Test(arguments: [
+        (ItemKind.file, false, true, ApplyStep.heldForWriter),
+        (.file, true, false, .heldForWriter),
+        (.file, false, false, .show(resetContent: false, underClaim: false)),  // a rename goes in
+        (.folder, true, false, .show(resetContent: false, underClaim: false)),
+        (.symlink, false, false, .show(resetContent: false, underClaim: false)),
+    ] as [(ItemKind, Bool, Bool, ApplyStep)])
+    func aWriterHoldsNewContentAndDeletes(_ kind: ItemKind, _ deleted: Bool, _ differs: Bool, _ step: ApplyStep) {
+        var item = Item()
+        let got = item.planApply(Self.server(9, kind: kind, deleted: deleted),
+                                 ApplyFacts(shownVersion: 5, contentDiffers: differs, openForWriting: true))
+        #expect(got == step)
+        #expect((item.remote.forWriter != nil) == (step == .heldForWriter))
+    }
+
+    @Test func aWriterDoesNotHoldAFileNeverShownHere() {
+        var item = Item()
+        #expect(item.planApply(Self.server(9), ApplyFacts(shownVersion: nil, openForWriting: true)) == .show(resetContent: true, underClaim: false))
+    }
+
+    /// (local work below, newer item below, step)
+    @Test(arguments: [
+        (false, false, ApplyStep.show(resetContent: false, underClaim: false)),
+        (true, false, .folderKept),
+        (false, true, .folderKept),
+    ] as [(Bool, Bool, ApplyStep)])
+    func aFolderDeleteOverLocalWorkKeepsTheFolder(_ work: Bool, _ newer: Bool, _ step: ApplyStep) {
+        var item = Item()
+        let got = item.planApply(Self.server(9, kind: .folder, deleted: true),
+                                 ApplyFacts(shownVersion: 5, localWorkBelow: work, newerBelow: newer))
+        #expect(got == step)
+        #expect((item.remote.skipped?.version == 9) == (step == .folderKept))
+    }
+
+    @Test func newContentGoesInUnderAClaim() {
+        var item = Item()
+        #expect(item.planApply(Self.server(9), ApplyFacts(shownVersion: 5, contentDiffers: true)) == .show(resetContent: true, underClaim: true))
+        #expect(item.planApply(Self.server(10, deleted: true), ApplyFacts(shownVersion: 9, contentDiffers: true)) == .show(resetContent: true, underClaim: false))
+    }
+}
+
+extension ApplyPlanTests {
+    /// A state shown lets go of the holds it overtakes (a delete held for a push that ended
+    /// without a commit, then a newer state shown: the model simulation found it held for good).
+    @Test func aShownStateLetsGoOfOlderHolds() {
+        var item = Item()
+        item.remote.forWriter = Self.server(2, deleted: true)
+        item.remote.forLock = Self.server(9)
+        #expect(item.planApply(Self.server(5), ApplyFacts(shownVersion: nil)) == .show(resetContent: true, underClaim: false))
+        #expect(item.remote.forWriter == nil)
+        #expect(item.remote.forLock?.version == 9)
+    }
+}
