@@ -12,6 +12,10 @@ public struct ApplyFacts: Sendable, Equatable {
     /// The item's own push is queued or on its way: its answer supersedes this state, or the
     /// server keeps both.
     public var pushPending: Bool
+    /// The tree holds the item in another folder or under another name than this state, with no
+    /// local change of it pending: a state recorded as the base but never shown (a commit's answer
+    /// whose place was taken here, when the note that it waits was lost with a restart).
+    public var placeDiffers: Bool
     /// The file is open for writing here, or written since its last close or fsync.
     public var openForWriting: Bool
     /// For a folder delete only: an item below the folder has local work not uploaded yet
@@ -22,11 +26,12 @@ public struct ApplyFacts: Sendable, Equatable {
     public var newerBelow: Bool
 
     public init(shownVersion: Int64?, contentDiffers: Bool = false, forced: Bool = false, pushPending: Bool = false,
-                openForWriting: Bool = false, localWorkBelow: Bool = false, newerBelow: Bool = false) {
+                placeDiffers: Bool = false, openForWriting: Bool = false, localWorkBelow: Bool = false, newerBelow: Bool = false) {
         self.shownVersion = shownVersion
         self.contentDiffers = contentDiffers
         self.forced = forced
         self.pushPending = pushPending
+        self.placeDiffers = placeDiffers
         self.openForWriting = openForWriting
         self.localWorkBelow = localWorkBelow
         self.newerBelow = newerBelow
@@ -67,7 +72,7 @@ extension SyncItem {
     public mutating func planApply(_ server: ServerItem, _ f: ApplyFacts) -> ApplyStep {
         // A state waiting to be shown (a commit's answer whose place was taken here) is shown
         // although its version is the base's.
-        let notShown = remote.skipped?.version == server.version
+        let notShown = remote.skipped?.version == server.version || f.placeDiffers
         if let shown = f.shownVersion, !f.forced, shown > server.version || (shown == server.version && !notShown) {
             // A state waiting to be shown that a newer one has overtaken waits no more, nor do
             // versions held for a lock or a writer that are shown already.

@@ -224,6 +224,9 @@ extension SyncEngine {
             let (old, busy) = state.withLock { s in (s.bases[item.id], s.queue.contains(item.id) || s.inFlight == item.id) }
             let contentDiffers = old.map { $0.record.chunks != item.chunks } ?? false
             var facts = ApplyFacts(shownVersion: old?.version, contentDiffers: contentDiffers, forced: force.contains(item.id), pushPending: busy)
+            if let old, old.version == item.version, !busy, !item.deleted, let here = fs.localState(item.id) {
+                facts.placeDiffers = here.parent != item.parent || !ItemName.same(here.name, item.name.value)
+            }
             if old != nil, item.kind == .file, item.deleted || contentDiffers, let ws = fs.writeState(item.id) {
                 facts.openForWriting = ws.writers > 0 || ws.dirty
             }

@@ -498,7 +498,12 @@ extension SyncEngine: ChangeObserver {
             // the base it was made on: both contents are kept), and is shown when the way is
             // free — retried after pulls and pushes, and after a restart by listing the container
             // again.
-            if let previous { try saveBase(id, previous) } else { try persistBases([id: base]) }
+            // A file written since is whole here (a write downloads first or truncates): its
+            // base says so, or reads would fetch the server's content over the write and the
+            // next push would find nothing to send.
+            var kept = previous ?? base
+            if item.kind == .file, completeNow || fs.writeState(id)?.generation != generation { kept.present = nil }
+            try saveBase(id, kept)
             state.withLock { $0.items[id, default: SyncItem()].remote.skipped = item }
             markRelist()
             // The commit moved the item and the tree has put it back since (an editor's save:

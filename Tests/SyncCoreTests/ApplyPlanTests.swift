@@ -39,6 +39,16 @@ import Testing
         #expect(item.remote.skipped == nil)
     }
 
+    /// A commit's answer saved as the base but not shown (its place was taken here), and the
+    /// note that it waits lost with a restart: the relist's state differs from the tree's place,
+    /// so it is shown (model seed 54762). Where a local move is pending, its push answers it.
+    @Test func aBaseNeverShownIsShownWhenThePlaceDiffers() {
+        var item = Item()
+        #expect(item.planApply(Self.server(5), ApplyFacts(shownVersion: 5, placeDiffers: true)) == .show(resetContent: false, underClaim: false))
+        #expect(item.planApply(Self.server(5), ApplyFacts(shownVersion: 5)) == .oldNews)
+        #expect(item.planApply(Self.server(5), ApplyFacts(shownVersion: 6, placeDiffers: true)) == .oldNews)
+    }
+
     @Test func oldNewsLetsGoOfHoldsItCovers() {
         var item = Item()
         item.remote.forLock = Self.server(4)

@@ -234,6 +234,7 @@ struct ModelDevice {
             var same = draft
             if let base { same.modified = base.modified }
             if let base, !base.deleted, ItemDraft(base) == same {
+                log.append("push \(id): nothing to send")
                 finishPush(id, upTo: upTo)
                 if let held = items[id]?.remote.forWriter {
                     items[id]?.remote.forWriter = nil
@@ -345,10 +346,12 @@ struct ModelDevice {
         disk.bases[id] = item
         let sentPlace = relocate ? (item.parent, item.name.value) : (sent.parent, sent.name.value)
         if !show(item, resetContent: item.kind == .file && !sameContent, unlessWrittenSince: f.writeGen, sentPlace: sentPlace) {
+            log.append("settle \(id) v\(item.version): not shown yet")
             disk.bases[id] = f.previous ?? item
             // Without a previous base the engine keeps the answer as a placeholder base: reads
-            // here get the server's content from then on (the model has no presence map).
-            if f.previous == nil, !sameContent { disk.tree[id]?.content = ModelContent.token(item.chunks) }
+            // here get the server's content from then on (the model has no presence map), unless
+            // the file was written since (then it is whole here, and the write goes next).
+            if f.previous == nil, !sameContent, here.writeGen == f.writeGen { disk.tree[id]?.content = ModelContent.token(item.chunks) }
             items[id, default: SyncItem()].remote.skipped = item
             disk.relist = true
             if let previous = f.previous, relocate
@@ -430,6 +433,9 @@ struct ModelDevice {
             let busy = queue.contains(item.id) || inFlight?.id == item.id
             var facts = ApplyFacts(shownVersion: old?.version, contentDiffers: old.map { $0.chunks != item.chunks } ?? false,
                                    forced: force.contains(item.id), pushPending: busy)
+            if let old, old.version == item.version, !busy, !item.deleted, let here = disk.tree[item.id] {
+                facts.placeDiffers = here.parent != item.parent || here.name != item.name.value
+            }
             if item.deleted, item.kind == .folder {
                 let below = descendants(of: item.id)
                 facts.localWorkBelow = below.contains { queue.contains($0) || inFlight?.id == $0 }
@@ -439,7 +445,10 @@ struct ModelDevice {
             let step = rec.planApply(item, facts)
             items[item.id] = rec
             if step.holds { disk.relist = true }
-            guard case .show(let reset, _) = step else { continue }
+            guard case .show(let reset, _) = step else {
+                if step != .oldNews { log.append("\(item.id) v\(item.version): \(step)") }
+                continue
+            }
             pending.append((item, reset))
         }
         // Shown in order; one whose place is taken by an item this batch moves away is tried
@@ -462,6 +471,7 @@ struct ModelDevice {
         }
         skipped = pending.map(\.0)
         for item in skipped {
+            log.append("\(item.id) v\(item.version): not shown (\(item.parent)/\(item.name.value)); skipped")
             items[item.id, default: SyncItem()].remote.skipped = item
             disk.relist = true
             minSkipped = min(minSkipped ?? item.version, item.version)

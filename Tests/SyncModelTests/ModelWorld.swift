@@ -76,13 +76,28 @@ struct ModelWorld {
 
     mutating func newID() -> ItemID { ItemID(UUID(uuid: Self.uuidBytes(rng.next(), rng.next()))) }
 
-    mutating func note(_ s: String) { events.append(s) }
+    mutating func note(_ s: String) {
+        drainDeviceLogs()
+        events.append(s)
+    }
+
+    /// What the devices noted about their decisions joins the events, in order.
+    mutating func drainDeviceLogs() {
+        for d in devices.indices where !devices[d].log.isEmpty {
+            events += devices[d].log.map { "  \(d): \($0)" }
+            devices[d].log.removeAll()
+        }
+    }
 
     // MARK: the run
 
     /// Runs the plan, settles, checks; nil when everything holds, else what failed.
     mutating func run(steps: Int) -> String? {
-        for _ in 0..<steps { step() }
+        for _ in 0..<steps {
+            step()
+            drainDeviceLogs()
+        }
+        defer { drainDeviceLogs() }
         return settleAndCheck()
     }
 
@@ -288,19 +303,12 @@ struct ModelWorld {
             let stuck = devices.filter { !($0.idle && $0.disk.cursor == server.t.cursor) }.map { d in
                 "\(d.index): queue \(d.queue.items) ops \(d.disk.ops.keys.sorted()) inFlight \(d.inFlight?.id.description ?? "-") holds \(d.items.filter { !$0.value.remote.isEmpty }.sorted { $0.key < $1.key }.map { id, r in "\(id) [writer v\(r.remote.forWriter?.version ?? -1) skipped v\(r.remote.skipped?.version ?? -1) \(r.remote.skipped.map { "\($0.parent)/\($0.name.value)\($0.deleted ? " deleted" : "")" } ?? "")] base v\(d.disk.bases[id]?.version ?? -1) here \(d.disk.tree[id].map { "\($0.parent)/\($0.name)" } ?? "none")" }) cursor \(d.disk.cursor)/\(server.t.cursor)"
             }
-            return "did not settle: \(stuck.joined(separator: "; "))"
+            let differences = devices.compactMap { d in treeDifference(d).map { "device \(d.index): \($0)" } }
+            return "did not settle: \(stuck.joined(separator: "; "))\ndifferences: \(differences.joined(separator: "; "))"
         }
         // Every device shows the server's tree.
-        let want = Dictionary(uniqueKeysWithValues: server.live().map { r in
-            (r.id, "\(r.parent) \(r.name.value) \(r.kind.rawValue) \(ModelContent.token(r.chunks))")
-        })
         for d in devices {
-            let have = Dictionary(uniqueKeysWithValues: d.disk.tree.map { id, n in (id, "\(n.parent) \(n.name) \(n.kind.rawValue) \(n.content)") })
-            if have != want {
-                let missing = want.filter { have[$0.key] != $0.value }.map { "\($0.key): server \($0.value), here \(have[$0.key] ?? "none")" }.sorted()
-                let extra = have.filter { want[$0.key] == nil }.map { "\($0.key): here \($0.value), not on the server" }.sorted()
-                return "device \(d.index) diverged: \((missing + extra).joined(separator: "; "))"
-            }
+            if let difference = treeDifference(d) { return "device \(d.index) diverged: \(difference)" }
         }
         // Nothing a device wrote last is lost.
         for d in devices.indices {
@@ -310,6 +318,18 @@ struct ModelWorld {
             }
         }
         return nil
+    }
+
+    /// Where `d`'s tree differs from the server's live tree; nil where it shows it.
+    func treeDifference(_ d: ModelDevice) -> String? {
+        let want = Dictionary(uniqueKeysWithValues: server.live().map { r in
+            (r.id, "\(r.parent) \(r.name.value) \(r.kind.rawValue) \(ModelContent.token(r.chunks))")
+        })
+        let have = Dictionary(uniqueKeysWithValues: d.disk.tree.map { id, n in (id, "\(n.parent) \(n.name) \(n.kind.rawValue) \(n.content)") })
+        guard have != want else { return nil }
+        let missing = want.filter { have[$0.key] != $0.value }.map { "\($0.key): server \($0.value), here \(have[$0.key] ?? "none")" }.sorted()
+        let extra = have.filter { want[$0.key] == nil }.map { "\($0.key): here \($0.value), not on the server" }.sorted()
+        return (missing + extra).joined(separator: "; ")
     }
 
     static func describe(_ r: ModelRequest) -> String {
