@@ -90,34 +90,46 @@ extension ContainerFS {
         }
     }
 
-    /// Among states that wait for a name held by another of them, finds a cycle and unlinks the
-    /// name of one of its items from its folder (lock held). That item is in `waiting`, so the
-    /// next pass links it at its new place, which the cycle frees. False when there is no cycle.
+    /// Among states that wait for a name held by another of them, or for a folder that is itself
+    /// waiting, finds a cycle and unlinks the name of one of its items from its folder (lock
+    /// held). That item is in `waiting`, so a later pass links it at its new place, which the
+    /// cycle frees. False when there is no cycle. A cycle may run through a folder not here yet:
+    /// a new folder F wants the name X holds, X wants the name Y holds, and Y moves into F.
     private func setAsideOneOfACycle(_ waiting: [RemoteState]) -> Bool {
         let ids = Set(waiting.map(\.id))
-        // Each waiting state → the waiting item holding the name it wants.
-        var holder: [ItemID: ItemID] = [:]
+        // Each waiting state → the waiting item it waits for: the holder of the name it wants
+        // (by name), or its folder when that is not here yet and waits too.
+        var holder: [ItemID: (id: ItemID, byName: Bool)] = [:]
         for s in waiting where !s.deleted {
-            guard let pnode = t.byID[s.parent], let p = t.nodes[pnode], let occupant = p.children[s.name],
-                  let o = t.nodes[occupant], o.rec.id != s.id, ids.contains(o.rec.id) else { continue }
-            holder[s.id] = o.rec.id
+            guard let pnode = t.byID[s.parent], let p = t.nodes[pnode], p.isDir, p.linked else {
+                if ids.contains(s.parent) { holder[s.id] = (s.parent, false) }
+                continue
+            }
+            guard let occupant = p.children[s.name], let o = t.nodes[occupant], o.rec.id != s.id, ids.contains(o.rec.id) else { continue }
+            holder[s.id] = (o.rec.id, true)
         }
         let byID = Dictionary(waiting.map { ($0.id, $0) }, uniquingKeysWith: { _, b in b })
-        for start in holder.keys {
+        for start in holder.keys.sorted() {
             var path: [ItemID] = [start]
             var cur = start
-            while let next = holder[cur] {
+            while let next = holder[cur]?.id {
                 if let at = path.firstIndex(of: next) {
                     // The cycle is path[at...]. Only when every move in it is sure to go through in
-                    // the next pass (else the one set aside could be left without a name).
+                    // a later pass (else the one set aside could be left without a name).
                     let cycle = path[at...]
                     let movable = cycle.allSatisfy { id in
-                        guard let st = byID[id], let node = t.byID[id], let n = t.nodes[node], let p = t.nodes[n.parentNode],
-                              p.children[n.rec.name] == n.node, let tnode = t.byID[st.parent], let tp = t.nodes[tnode],
-                              tp.isDir, tp.linked else { return false }
-                        return !(n.isDir && isInside(tp, n)) && !(n.rec.kind == .file && st.resetContent && (n.metaDirty || n.writers > 0))
+                        guard let st = byID[id] else { return false }
+                        let target = t.byID[st.parent].flatMap { t.nodes[$0] }.flatMap { $0.isDir && $0.linked ? $0 : nil }
+                        guard target != nil || ids.contains(st.parent) else { return false }
+                        guard let node = t.byID[id], let n = t.nodes[node] else { return true }  // new here: made at its place
+                        guard let p = t.nodes[n.parentNode], p.children[n.rec.name] == n.node else { return false }
+                        if n.rec.kind == .file, st.resetContent, n.metaDirty || n.writers > 0 { return false }
+                        if let target, n.isDir, isInside(target, n) { return false }
+                        return true
                     }
-                    guard movable, let node = t.byID[next], let n = t.nodes[node], let p = t.nodes[n.parentNode] else { return false }
+                    // The one set aside holds a name another of the cycle wants, and is here.
+                    guard movable, let from = cycle.first(where: { holder[$0]?.byName == true }), let aside = holder[from]?.id,
+                          let node = t.byID[aside], let n = t.nodes[node], let p = t.nodes[n.parentNode] else { return false }
                     p.children[n.rec.name] = nil  // `applyOne` moves it from here (its parent is unchanged)
                     return true
                 }

@@ -12,9 +12,10 @@ public struct ApplyFacts: Sendable, Equatable {
     /// The item's own push is queued or on its way: its answer supersedes this state, or the
     /// server keeps both.
     public var pushPending: Bool
-    /// The tree holds the item in another folder or under another name than this state, with no
-    /// local change of it pending: a state recorded as the base but never shown (a commit's answer
-    /// whose place was taken here, when the note that it waits was lost with a restart).
+    /// The tree holds the item in another folder or under another name than this state, or not
+    /// at all, with no local change of it pending: a state recorded as the base but not shown (a
+    /// commit's answer whose place was taken here, when the note that it waits was lost with a
+    /// restart; an item a folder delete took with it after the server had moved it out).
     public var placeDiffers: Bool
     /// The file is open for writing here, or written since its last close or fsync.
     public var openForWriting: Bool

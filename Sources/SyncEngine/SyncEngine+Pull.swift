@@ -101,8 +101,9 @@ extension SyncEngine {
             do {
                 if !state.withLock({ $0.listed }) { try await initialSync() }
                 // Remote states not shown when the daemon last stopped (held for a writer or a
-                // lock, name taken, folder missing) were retried from memory only: list again.
-                if state.withLock({ $0.relistAtStart }) {
+                // lock, name taken, folder missing) were retried from memory only, and items a
+                // folder delete took with it after the server moved them out: list again.
+                if state.withLock({ $0.relistDue }) {
                     try await relist()
                     clearRelistMark()
                     setConnection("online")
@@ -197,7 +198,7 @@ extension SyncEngine {
     /// After the start's relist: the mark goes unless that relist left something not shown.
     func clearRelistMark() {
         state.withLock { s in
-            s.relistAtStart = false
+            s.relistDue = false
             if !s.relistMarked { try? store.setMeta("sync.relist", "0") }
         }
     }
@@ -217,6 +218,13 @@ extension SyncEngine {
         var states: [RemoteState] = []
         var newBases: [ItemID: Base?] = [:]
         var oldBases: [ItemID: Base?] = [:]
+        var relistAfter = false
+        defer {
+            if relistAfter {
+                state.withLock { $0.relistDue = true }
+                markRelist()
+            }
+        }
         let t0 = ContinuousClock.now
         for item in items {
             // Read before the checks below: a write that starts after them keeps the file.
@@ -224,8 +232,9 @@ extension SyncEngine {
             let (old, busy) = state.withLock { s in (s.bases[item.id], s.queue.contains(item.id) || s.inFlight == item.id) }
             let contentDiffers = old.map { $0.record.chunks != item.chunks } ?? false
             var facts = ApplyFacts(shownVersion: old?.version, contentDiffers: contentDiffers, forced: force.contains(item.id), pushPending: busy)
-            if let old, old.version == item.version, !busy, !item.deleted, let here = fs.localState(item.id) {
-                facts.placeDiffers = here.parent != item.parent || !ItemName.same(here.name, item.name.value)
+            if let old, old.version == item.version, !busy, !item.deleted {
+                let here = fs.localState(item.id)
+                facts.placeDiffers = here.map { $0.parent != item.parent || !ItemName.same($0.name, item.name.value) } ?? true
             }
             if old != nil, item.kind == .file, item.deleted || contentDiffers, let ws = fs.writeState(item.id) {
                 facts.openForWriting = ws.writers > 0 || ws.dirty
@@ -240,6 +249,11 @@ extension SyncEngine {
                 // A stale delete — asked for just before an upload into the folder finished —
                 // would take the uploaded file with it (EngineSimTests seed 1).
                 facts.newerBelow = state.withLock { s in below.contains { (s.bases[$0]?.version ?? 0) > item.version } }
+                // An item below that the server moved out before the delete, its move not shown
+                // here yet (its place taken): the delete takes it (and what is in it) with it
+                // here, so the container is listed again to bring them back where the server has
+                // them (`placeDiffers`).
+                if state.withLock({ s in below.contains { s.items[$0]?.remote.skipped.map { !$0.deleted } ?? false } }) { relistAfter = true }
             }
             let step = state.withLock { s -> ApplyStep in
                 var record = s.items[item.id] ?? SyncItem()

@@ -92,8 +92,9 @@ public final class SyncEngine: Sendable {
         var pullTask: Task<Void, Never>?
         /// Why the server refused this device's token (401); uploads wait while set.
         var unauthorized: String?
-        /// The disk says the last run left remote states not shown: the pull lists first.
-        var relistAtStart = false
+        /// The pull lists the container before its next page: the last run left remote states not
+        /// shown, or a folder delete took items the server had moved out.
+        var relistDue = false
         /// `sync.relist` was set to 1 during this run (`markRelist`).
         var relistMarked = false
         /// After a download could not reach the server, reads fail at once until then (so a
@@ -173,7 +174,7 @@ public final class SyncEngine: Sendable {
             s.cursor = c
             s.listed = true
         }
-        s.relistAtStart = try store.meta("sync.relist") == "1"
+        s.relistDue = try store.meta("sync.relist") == "1"
         s.pinned = try store.pins()
         s.paused = try store.meta("sync.paused") == "1"
         if s.paused { s.connection = "paused (nimbus resume goes online)" }

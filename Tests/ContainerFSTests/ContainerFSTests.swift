@@ -132,3 +132,38 @@ import Testing
         #expect(cached.count == 1 && cached[0].hasSuffix(lostID.description), "\(cached)")
     }
 }
+
+extension ContainerFSTests {
+    static func state(_ id: ItemID, in parent: ItemID, _ name: String, _ kind: ItemKind = .file) -> RemoteState {
+        RemoteState(id: id, parent: parent, name: name, kind: kind, perm: kind == .folder ? 0o755 : 0o644, size: 0, mtime: 0,
+                    target: nil, deleted: false, resetContent: false)
+    }
+
+    /// States whose places form a cycle through a folder not here yet: the new folder F wants
+    /// the name X holds, X wants the name Y holds, and Y moves into F. One of them is set aside
+    /// and all three are shown in one batch (none waits for a relist that could never help).
+    @Test func aCycleOfPlacesThroughANewFolderIsShown() throws {
+        let f = try Fixture()
+        let x = ItemID(UUID()), y = ItemID(UUID()), folder = ItemID(UUID())
+        let (_, first) = f.fs.applyRemote([Self.state(x, in: .root, "f"), Self.state(y, in: .root, "x")])
+        #expect(first.isEmpty)
+        let (_, skipped) = f.fs.applyRemote([Self.state(folder, in: .root, "f", .folder), Self.state(x, in: .root, "x"), Self.state(y, in: folder, "y")])
+        #expect(skipped.isEmpty)
+        #expect(f.fs.localState(folder).map { [$0.parent, $0.name] as [AnyHashable?] } == [ItemID.root, "f"])
+        #expect(f.fs.localState(x).map { [$0.parent, $0.name] as [AnyHashable?] } == [ItemID.root, "x"])
+        #expect(f.fs.localState(y).map { [$0.parent, $0.name] as [AnyHashable?] } == [folder, "y"])
+        #expect(try f.fs.lookup(parent: root, name: "f").attr.st_mode & S_IFMT == S_IFDIR)
+    }
+
+    /// Places that wait on each other without a cycle of names (Y waits for a folder that is
+    /// nowhere): nothing is set aside, and the states wait.
+    @Test func statesWaitingForAFolderNowhereWait() throws {
+        let f = try Fixture()
+        let x = ItemID(UUID()), y = ItemID(UUID()), nowhere = ItemID(UUID())
+        _ = f.fs.applyRemote([Self.state(x, in: .root, "a"), Self.state(y, in: .root, "b")])
+        let (_, skipped) = f.fs.applyRemote([Self.state(x, in: .root, "b"), Self.state(y, in: nowhere, "y")])
+        #expect(Set(skipped) == [x, y])
+        #expect(f.fs.localState(x)?.name == "a")
+        #expect(f.fs.localState(y)?.name == "b")
+    }
+}

@@ -39,14 +39,16 @@ import Testing
         #expect(item.remote.skipped == nil)
     }
 
-    /// A commit's answer saved as the base but not shown (its place was taken here), and the
-    /// note that it waits lost with a restart: the relist's state differs from the tree's place,
-    /// so it is shown (model seed 54762). Where a local move is pending, its push answers it.
-    @Test func aBaseNeverShownIsShownWhenThePlaceDiffers() {
+    /// A state recorded as the base but not shown — a commit's answer whose place was taken
+    /// here, the note that it waits lost with a restart (model seed 54762); an item a folder
+    /// delete took with it after the server had moved it out (model seed 68075) — is shown when
+    /// the tree's place differs. Where a local change is pending, its push answers it instead.
+    @Test func aBaseNotShownIsShownWhenThePlaceDiffers() {
         var item = Item()
         #expect(item.planApply(Self.server(5), ApplyFacts(shownVersion: 5, placeDiffers: true)) == .show(resetContent: false, underClaim: false))
         #expect(item.planApply(Self.server(5), ApplyFacts(shownVersion: 5)) == .oldNews)
         #expect(item.planApply(Self.server(5), ApplyFacts(shownVersion: 6, placeDiffers: true)) == .oldNews)
+        #expect(item.planApply(Self.server(5), ApplyFacts(shownVersion: 5, pushPending: true, placeDiffers: true)) == .heldForPush)
     }
 
     @Test func oldNewsLetsGoOfHoldsItCovers() {

@@ -433,13 +433,17 @@ struct ModelDevice {
             let busy = queue.contains(item.id) || inFlight?.id == item.id
             var facts = ApplyFacts(shownVersion: old?.version, contentDiffers: old.map { $0.chunks != item.chunks } ?? false,
                                    forced: force.contains(item.id), pushPending: busy)
-            if let old, old.version == item.version, !busy, !item.deleted, let here = disk.tree[item.id] {
-                facts.placeDiffers = here.parent != item.parent || here.name != item.name.value
+            if let old, old.version == item.version, !busy, !item.deleted {
+                facts.placeDiffers = disk.tree[item.id].map { $0.parent != item.parent || $0.name != item.name.value } ?? true
             }
             if item.deleted, item.kind == .folder {
                 let below = descendants(of: item.id)
                 facts.localWorkBelow = below.contains { queue.contains($0) || inFlight?.id == $0 }
                 facts.newerBelow = below.contains { (disk.bases[$0]?.version ?? 0) > item.version }
+                if below.contains(where: { items[$0]?.remote.skipped.map { !$0.deleted } ?? false }) {
+                    disk.relist = true
+                    relistNow = true
+                }
             }
             var rec = items[item.id] ?? SyncItem()
             let step = rec.planApply(item, facts)
@@ -460,6 +464,7 @@ struct ModelDevice {
             var again: [(ItemRecord, Bool)] = []
             for (item, reset) in pending {
                 if show(item, resetContent: reset, unlessWrittenSince: nil, sentPlace: nil) {
+                    log.append("\(item.id) v\(item.version): shown\(item.deleted ? " (deleted)" : " at \(item.parent)/\(item.name.value)")")
                     disk.bases[item.id] = item.deleted ? nil : item
                     items[item.id]?.remote.skipped = nil
                 } else {
