@@ -46,25 +46,9 @@ import Testing
             print("engine sim figures: seed \(seed): \(report.figures)")
             return
         }
-        let message: Comment = "engine sim seed \(seed) (\(replay)): \(failure)"
-        if ProcessInfo.processInfo.environment["NIMBUS_ENGINE_SIM_SEEDS"] != nil {
-            Issue.record(message)  // scripts/soak --engine and replays: every failure fails
-            return
-        }
-        // The default run: the engines' timing is not replayed, so a failing seed runs once
-        // more. Failing twice fails the test; failing once is reported as a known intermittent
-        // issue with its full report (seed 3 ended once inside scripts/test with a divergence
-        // that was never reproduced: docs/sync.md "Simulation").
-        let again = try await LiveServer.with { server in try await EngineSim(plan: plan, server: server).run() }
-        if let second = again.failure {
-            Issue.record(message)
-            Issue.record("engine sim seed \(seed) failed again when run once more: \(second)")
-        } else {
-            print("engine sim figures: seed \(seed): failed once, passed when run again: \(again.figures)")
-            withKnownIssue("engine sim seed failed once, passed when run again (docs/sync.md \"Simulation\")", isIntermittent: true) {
-                Issue.record(message)
-            }
-        }
+        // Every failure fails, in the default run too: the report holds what is needed to
+        // understand it, and the planner-level simulation (SyncModelTests) replays exactly.
+        Issue.record("engine sim seed \(seed) (\(replay)): \(failure)")
     }
 }
 

@@ -10,10 +10,9 @@ import Testing
 /// (scripts/sim.py; docs/sync.md "Simulation"). A failure prints the seed;
 /// `NIMBUS_SIM_SEEDS=17 swift test --filter SimulationTests` replays it, `scripts/soak` runs many.
 ///
-/// The default run takes seeds 1–3 (~20 s). Timing still varies between runs, so there a
-/// divergence or a lost content is reported as a known intermittent issue (with its replay
-/// line), like the engine-level simulation's default run; a crash, a hang or a failed step
-/// still fails. With NIMBUS_SIM_SEEDS set (`scripts/soak`) every failure fails.
+/// The default run takes seeds 1–3 (~20 s). Timing varies between runs (real mounts, real
+/// threads), so a seed replays its operations, not its interleaving; every divergence or lost
+/// content fails the test, with its replay line.
 @Suite(.serialized, .enabled(if: SyncEnv.usable, "needs FUSE"))
 struct SimulationTests {
     static var seeds: [Int] {
@@ -22,17 +21,10 @@ struct SimulationTests {
         }
         return [1, 2, 3]
     }
-    static var strict: Bool { ProcessInfo.processInfo.environment["NIMBUS_SIM_SEEDS"] != nil }
 
-    /// A divergence or a lost content: a failure when seeds were asked for, else a known issue.
+    /// A divergence or a lost content.
     static func report(_ message: String) {
-        if strict {
-            Issue.record(Comment(rawValue: message))
-        } else {
-            withKnownIssue("open sync divergences (docs/sync.md \"Simulation\")", isIntermittent: true) {
-                Issue.record(Comment(rawValue: message))
-            }
-        }
+        Issue.record(Comment(rawValue: message))
     }
     static var rounds: Int { Int(ProcessInfo.processInfo.environment["NIMBUS_SIM_ROUNDS"] ?? "") ?? 40 }
 
