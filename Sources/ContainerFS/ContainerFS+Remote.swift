@@ -277,11 +277,11 @@ extension ContainerFS {
                 n.rec.size = Int64(target.utf8.count)
             }
             let newPath = pathLocked(n)
-            if newPath != oldPath { events.append("moved", origin: "remote", path: oldPath, to: newPath) }
+            if newPath != oldPath { events.append(.moved, origin: .remote, path: oldPath, to: newPath) }
             if n.rec.kind == .file && s.resetContent {
-                events.append("version", origin: "remote", path: newPath, detail: "v\(s.version)")
+                events.append(.version, origin: .remote, path: newPath, detail: "v\(s.version)")
             } else if newPath == oldPath {
-                events.append("attributes", origin: "remote", path: newPath, detail: "v\(s.version)")
+                events.append(.attributes, origin: .remote, path: newPath, detail: "v\(s.version)")
             }
             if n.rec.kind == .file && s.resetContent && !n.handles.isEmpty {
                 replaceUnderReaders(n, in: p, with: s, &actions)
@@ -319,7 +319,7 @@ extension ContainerFS {
         p.children[s.name] = node
         if s.kind == .folder { p.subdirs += 1 }
         store.enqueue(.upsert(rec))
-        events.append("created", origin: "remote", path: pathLocked(n), detail: "v\(s.version)")
+        events.append(.created, origin: .remote, path: pathLocked(n), detail: "v\(s.version)")
         actions.append(.entry(parent: p.node, name: s.name))
         actions.append(.node(p.node))
         return .done
@@ -369,7 +369,7 @@ extension ContainerFS {
     private func removeRemote(_ n: Node, from p: Node, now: Int64, _ actions: inout [KernelAction]) {
         for (_, c) in n.children { if let child = t.nodes[c] { removeRemote(child, from: n, now: now, &actions) } }
         let name = n.rec.name
-        detach(n, from: p, now: now, origin: "remote")
+        detach(n, from: p, now: now, origin: .remote)
         actions.append(.delete(parent: p.node, child: n.node, name: name))
         actions.append(.node(p.node))
     }

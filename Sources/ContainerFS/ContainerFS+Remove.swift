@@ -6,8 +6,8 @@ extension ContainerFS {
     /// Takes `n` out of the tree (lock held): the database row goes at once; the node and its
     /// cache file live until the kernel forgets it and the last handle closes (POSIX: an open
     /// file stays readable after unlink).
-    func detach(_ n: Node, from p: Node, now: Int64, origin: String? = "local") {
-        if let origin { events.append("deleted", origin: origin, path: pathLocked(n)) }
+    func detach(_ n: Node, from p: Node, now: Int64, origin: EventOrigin? = .local) {
+        if let origin { events.append(.deleted, origin: origin, path: pathLocked(n)) }
         p.children[n.rec.name] = nil
         if n.isDir { p.subdirs -= 1 }
         p.rec.mtime = now
@@ -35,7 +35,7 @@ extension ContainerFS {
             // the document's name, and now the backup goes: the new file takes the document's
             // identity (item id, versions, pin); the item that goes is the new file's.
             if let heir = safeSaveHeir(of: n), transferIdentity(from: n, to: heir) {
-                events.append("deleted", origin: "local", path: pathLocked(n))  // the backup name
+                events.append(.deleted, origin: .local, path: pathLocked(n))  // the backup name
                 detach(n, from: p, now: WallClock.nowNanoseconds(), origin: nil)
                 persist(heir)
                 keptIdentity = heir.rec.id
@@ -199,7 +199,7 @@ extension ContainerFS {
                 persist(s); persist(target); persist(p)
                 if p !== np { persist(np) }
                 changes = [.moved(s.rec.id), .moved(target.rec.id)]
-                events.append("exchanged", origin: "local", path: pathLocked(s), to: pathLocked(target))
+                events.append(.exchanged, origin: .local, path: pathLocked(s), to: pathLocked(target))
                 return
             }
 
@@ -208,7 +208,7 @@ extension ContainerFS {
             // gets the new content; the temporary item is what goes away.
             if let target, !flags.contains(.noReplace), transferIdentity(from: target, to: s) {
                 let keep = s.rec.id, temp = target.rec.id
-                events.append("deleted", origin: "local", path: pathLocked(s))  // the temporary name
+                events.append(.deleted, origin: .local, path: pathLocked(s))  // the temporary name
                 detach(target, from: np, now: now, origin: nil)  // deletes the row of `temp` (frees s's node number)
                 p.children[name] = nil
                 np.children[newName] = s.node
@@ -247,7 +247,7 @@ extension ContainerFS {
             persist(s); persist(p)
             if p !== np { persist(np) }
             changes.append(.moved(s.rec.id))
-            events.append("moved", origin: "local", path: from, to: pathLocked(s))
+            events.append(.moved, origin: .local, path: from, to: pathLocked(s))
             if s.rec.kind == .file { noteRenamedAway(folder: p.node, name: name, node: s.node) }
         }
         for c in changes { notify(c) }

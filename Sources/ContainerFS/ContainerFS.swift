@@ -183,9 +183,9 @@ public final class ContainerFS: @unchecked Sendable {
     /// changes (moves and deletes are written where the old path is still known).
     func notify(_ c: LocalChange) {
         switch c {
-        case .created(let id): events.append("created", origin: "local", path: path(of: id))
-        case .contentChanged(let id): events.append("changed", origin: "local", path: path(of: id), coalesce: ["created", "changed"])
-        case .attributesChanged(let id): events.append("attributes", origin: "local", path: path(of: id))
+        case .created(let id): events.append(.created, origin: .local, path: path(of: id))
+        case .contentChanged(let id): events.append(.changed, origin: .local, path: path(of: id), coalesce: [.created, .changed])
+        case .attributesChanged(let id): events.append(.attributes, origin: .local, path: path(of: id))
         case .moved, .deleted, .writing: break
         }
         observer?.localChange(c)

@@ -14,6 +14,24 @@ import Synchronization
 /// the database when the mount stops; numbers are reserved ahead in blocks, so a run after
 /// kill -9 skips some numbers but never repeats one). Its own mutex: lines are added with the filesystem lock
 /// held or not.
+
+/// What an event line says happened (its third field; docs/control.md "Events").
+public enum EventKind: String, Sendable, CaseIterable {
+    case created, changed, attributes, moved, deleted
+    /// An editor's safe save exchanged two files' contents (the item kept its identity).
+    case exchanged
+    case downloaded, uploaded
+    /// An upload the server kept as a conflict version, or whose current version it replaced.
+    case conflict
+    /// A new version from another device.
+    case version
+}
+
+/// Who made an event happen (its fourth field): a program here, another device, the sync engine.
+public enum EventOrigin: String, Sendable, CaseIterable {
+    case local, remote, sync
+}
+
 public final class EventLog: Sendable {
     struct State {
         var seq: UInt64
@@ -26,7 +44,7 @@ public final class EventLog: Sendable {
         /// Where in `buffer` the oldest line kept starts (bytes before it wait to be dropped).
         var oldest = 0
         /// The last line's kind, origin and path, and when it was written (for `coalesce`).
-        var last: (kind: String, origin: String, path: String, at: ContinuousClock.Instant)?
+        var last: (kind: EventKind, origin: EventOrigin, path: String, at: ContinuousClock.Instant)?
         /// Where each line kept starts and the paths it names (for readers who may see only some
         /// lines: `readFiltered`); `lines[firstLine]` is the oldest line kept.
         var lines: [LineInfo] = []
@@ -51,8 +69,8 @@ public final class EventLog: Sendable {
     /// One event as a presenter hears of it (PresenterHub).
     public struct Record: Sendable {
         public let seq: UInt64
-        public let kind: String
-        public let origin: String
+        public let kind: EventKind
+        public let origin: EventOrigin
         public let path: String
         public let to: String?
         public let detail: String?
@@ -98,8 +116,8 @@ public final class EventLog: Sendable {
     /// Writes one line. With `coalesce`, a line that repeats the previous one's path and origin
     /// within a second, where the previous kind is one of `coalesce`, is not written (a save
     /// through a shell redirect flushes twice; the first write after a create is part of it).
-    public func append(_ kind: String, origin: String, path: String, to: String? = nil, detail: String? = nil,
-                       coalesce: Set<String> = []) {
+    public func append(_ kind: EventKind, origin: EventOrigin, path: String, to: String? = nil, detail: String? = nil,
+                       coalesce: Set<EventKind> = []) {
         let time = Self.time()
         let now = ContinuousClock.now
         var renewed: UInt64?
@@ -115,7 +133,7 @@ public final class EventLog: Sendable {
             }
             let seq = s.seq
             s.last = (kind, origin, path, now)
-            var line = "\(s.seq) \(time) \(kind) \(origin) \(Self.escape(path))"
+            var line = "\(s.seq) \(time) \(kind.rawValue) \(origin.rawValue) \(Self.escape(path))"
             if let to { line += " -> \(Self.escape(to))" }
             if let detail { line += " \(detail)" }
             line += "\n"

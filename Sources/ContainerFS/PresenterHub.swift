@@ -362,7 +362,7 @@ public final class PresenterHub: Sendable {
                     sends.append((conn, base.merging(extra) { $1 }))
                 }
                 switch r.kind {
-                case "moved":
+                case .moved:
                     guard let to = r.to else { continue }
                     if Self.covers(r.path, presented) {
                         // The presented item (or a folder above it) moved: the presentation follows.
@@ -370,26 +370,26 @@ public final class PresenterHub: Sendable {
                         s.presentations[key] = now
                         send("moved", ["path": presented, "to": now])
                     } else if Self.covers(presented, r.path) || Self.covers(presented, to) {
-                        send("changed", ["path": r.path, "to": to, "origin": r.origin])
+                        send("changed", ["path": r.path, "to": to, "origin": r.origin.rawValue])
                     }
-                case "deleted":
+                case .deleted:
                     if Self.covers(r.path, presented) {
                         s.presentations[key] = nil
                         send("deleted", ["path": presented])
                     } else if Self.covers(presented, r.path) {
-                        send("changed", ["path": r.path, "origin": r.origin])
+                        send("changed", ["path": r.path, "origin": r.origin.rawValue])
                     }
-                case "created", "changed", "attributes", "exchanged":
+                case .created, .changed, .attributes, .exchanged:
                     if Self.covers(presented, r.path) || r.to.map({ Self.covers(presented, $0) }) == true {
-                        send("changed", ["path": r.path, "origin": r.origin])
+                        send("changed", ["path": r.path, "origin": r.origin.rawValue])
                     }
-                case "version":
+                case .version:
                     if Self.covers(presented, r.path) {
                         let v = Int(r.detail?.dropFirst() ?? "") ?? 0
                         send("version", ["path": r.path, "version": v])
-                        send("changed", ["path": r.path, "origin": r.origin])
+                        send("changed", ["path": r.path, "origin": r.origin.rawValue])
                     }
-                case "conflict":
+                case .conflict:
                     if Self.covers(presented, r.path) { send("conflict", ["path": r.path]) }
                 default:
                     continue

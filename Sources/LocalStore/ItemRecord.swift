@@ -42,9 +42,8 @@ public enum StoreChange: Sendable {
     case delete(ItemID)
     case setXattr(ItemID, name: String, value: [UInt8])
     case removeXattr(ItemID, name: String)
-    /// An upload-queue entry for the sync engine (`sync_op`); `kind` is one of
-    /// created/content/moved/attributes/deleted. Queued after the change it records.
-    case syncOp(ItemID, kind: String)
+    /// An upload-queue entry for the sync engine (`sync_op`). Queued after the change it records.
+    case syncOp(ItemID, kind: SyncOpKind)
     /// A file to delete once this change and every one before it are committed (a deleted
     /// item's trashed cache file: `ContentCache.trash`).
     case removeFile(String)

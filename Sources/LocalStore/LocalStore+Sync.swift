@@ -18,11 +18,24 @@ public struct SyncBase: Sendable, Equatable {
     }
 }
 
-/// One queued upload: the item and what happened to it, in the order it happened.
+/// What happened to an item, as its upload-queue entry records it (the `kind` column of
+/// `sync_op`, stored as the raw value).
+public enum SyncOpKind: String, Sendable, Equatable, CaseIterable {
+    case created
+    case content
+    case moved
+    /// Mode or times set on purpose (`chmod`, `touch -d`, `cp -p`): a time alone is committed.
+    case attributes
+    case deleted
+}
+
+/// One queued upload: the item and what happened to it, in the order it happened. `kind` is nil
+/// for a kind this version does not know (written by a newer one): the item is pushed whole
+/// anyway, so nothing depends on it.
 public struct SyncOp: Sendable, Equatable {
     public var seq: Int64
     public var item: ItemID
-    public var kind: String
+    public var kind: SyncOpKind?
 }
 
 // The engine's tables are written directly (a short transaction each), not through the
@@ -86,7 +99,7 @@ extension LocalStore {
     public func syncOps() throws -> [SyncOp] {
         try pool.read { db in
             try Row.fetchAll(db, sql: "SELECT seq, item, kind FROM sync_op ORDER BY seq").compactMap { r in
-                ItemID(r[1] as String).map { SyncOp(seq: r[0], item: $0, kind: r[2]) }
+                ItemID(r[1] as String).map { SyncOp(seq: r[0], item: $0, kind: SyncOpKind(rawValue: r[2])) }
             }
         }
     }
@@ -124,10 +137,10 @@ extension LocalStore {
         try pool.read { try Int64.fetchOne($0, sql: "SELECT MAX(seq) FROM sync_op WHERE item = ?", arguments: [item.description]) }
     }
 
-    /// Whether a committed queue entry of `item` has this kind (`attributes`, `content`, …).
-    public func hasSyncOp(_ item: ItemID, kind: String) throws -> Bool {
+    /// Whether a committed queue entry of `item` has this kind.
+    public func hasSyncOp(_ item: ItemID, kind: SyncOpKind) throws -> Bool {
         try pool.read { try Bool.fetchOne($0, sql: "SELECT EXISTS (SELECT 1 FROM sync_op WHERE item = ? AND kind = ?)",
-                                          arguments: [item.description, kind]) ?? false }
+                                          arguments: [item.description, kind.rawValue]) ?? false }
     }
 }
 

@@ -389,7 +389,7 @@ public final class LocalStore: @unchecked Sendable {
         case .removeXattr(let id, let name):
             try db.cachedStatement(sql: "DELETE FROM xattr WHERE item = ? AND name = ?").execute(arguments: [id.description, name])
         case .syncOp(let id, let kind):
-            try db.cachedStatement(sql: "INSERT INTO sync_op (item, kind) VALUES (?, ?)").execute(arguments: [id.description, kind])
+            try db.cachedStatement(sql: "INSERT INTO sync_op (item, kind) VALUES (?, ?)").execute(arguments: [id.description, kind.rawValue])
         case .removeFile:
             break  // after the commit (writerLoop)
         }

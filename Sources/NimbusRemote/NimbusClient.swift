@@ -22,8 +22,10 @@ public enum RemoteError: Error, CustomStringConvertible, Sendable {
         }
     }
 
-    public var code: String? {
-        if case .server(_, let code, _, _) = self { return code }
+    /// The server's error code (docs/errors.md); nil for a transport failure, an answer that is
+    /// not a protocol error, or a code this client does not know (a newer server's).
+    public var code: APIErrorCode? {
+        if case .server(_, let code, _, _) = self { return APIErrorCode(rawValue: code) }
         return nil
     }
 }

@@ -81,7 +81,7 @@ extension SyncEngine {
         let refused = state.withLock { s -> Bool in
             // Also when the journal's long-poll found the server gone or the token refused: the
             // download would only fail later, and `setfattr user.nimbus.download` must say so now.
-            let disconnected = s.connection.hasPrefix("offline") || s.connection.hasPrefix("unauthorized")
+            let disconnected = s.connection.isDisconnected
             if s.paused || disconnected || isOffline(s) { return items.contains { s.bases[$0].map { !$0.complete } ?? false } }
             for id in items {
                 guard let b = s.bases[id], let present = b.present else { continue }
@@ -180,7 +180,7 @@ extension SyncEngine {
         let (changed, pull) = state.withLock { s -> (Bool, Task<Void, Never>?) in
             guard s.paused != on else { return (false, nil) }
             s.paused = on
-            s.connection = on ? "paused (nimbus resume goes online)" : "connecting"
+            s.connection = on ? .paused : .connecting
             let p = s.pullTask
             if on { s.pullTask = nil }
             return (true, p)

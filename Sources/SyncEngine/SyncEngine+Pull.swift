@@ -21,7 +21,7 @@ extension SyncEngine {
         let listed = ContinuousClock.now
         try apply(all)
         try setCursor(cursor)
-        setConnection("online")
+        setConnection(.online)
         log("first sync: \(all.count) items, cursor \(cursor); listed in \(listed - started), shown in \(ContinuousClock.now - listed)")
     }
 
@@ -106,11 +106,11 @@ extension SyncEngine {
                 if state.withLock({ $0.relistDue }) {
                     try await relist()
                     clearRelistMark()
-                    setConnection("online")
+                    setConnection(.online)
                 }
                 // Until the server has answered, ask without waiting: the status says "online"
                 // as soon as it is, not after a long-poll.
-                let (since, online) = state.withLock { ($0.cursor, $0.connection == "online") }
+                let (since, online) = state.withLock { ($0.cursor, $0.connection == .online) }
                 let r = try await client.changes(container, since: since, wait: online ? options.longPoll : 0, limit: ProtocolLimits.maxPage)
                 if Task.isCancelled || isPaused { return }  // paused while waiting: apply nothing
                 // The last change per item is its state (docs/protocol.md "Changes").
@@ -121,7 +121,7 @@ extension SyncEngine {
                 let skipped = state.withLock { s in s.skippedRemote().filter { r in last[r.id] == nil } }
                 if !skipped.isEmpty { try apply(await current(skipped)) }
                 try setCursor(r.cursor)
-                setConnection("online")
+                setConnection(.online)
                 backoff = 1
             } catch is CancellationError {
                 return
@@ -129,9 +129,9 @@ extension SyncEngine {
                 if Task.isCancelled { return }
                 if Self.classify(error) == .unauthorized {
                     state.withLock { $0.unauthorized = "\(error)" }
-                    setConnection(Self.unauthorizedStatus(error), error: "\(error)")
+                    setConnection(.unauthorized, error: "\(error)")
                 } else {
-                    setConnection("offline (retrying in \(backoff) s)", error: "\(error)")
+                    setConnection(.offline(retryIn: backoff), error: "\(error)")
                 }
                 log("pull failed: \(error); retrying in \(backoff) s")
                 await options.clock.sleep(for: .seconds(backoff))

@@ -15,13 +15,13 @@ extension SyncEngine: ChangeObserver {
     /// Called on a libfuse thread after the change is in memory: queue durably (in the same
     /// write-behind transaction as the change), remember it in memory, wake the push loop.
     public func localChange(_ change: LocalChange) {
-        let (id, kind): (ItemID, String) = switch change {
-        case .created(let i): (i, "created")
-        case .contentChanged(let i): (i, "content")
-        case .moved(let i): (i, "moved")
-        case .attributesChanged(let i): (i, "attributes")
-        case .deleted(let i): (i, "deleted")
-        case .writing(let i): (i, "content")
+        let (id, kind): (ItemID, SyncOpKind) = switch change {
+        case .created(let i): (i, .created)
+        case .contentChanged(let i): (i, .content)
+        case .moved(let i): (i, .moved)
+        case .attributesChanged(let i): (i, .attributes)
+        case .deleted(let i): (i, .deleted)
+        case .writing(let i): (i, .content)
         }
         store.enqueue(.syncOp(id, kind: kind))
         trace("local \(id) \(kind)")
@@ -127,7 +127,7 @@ extension SyncEngine: ChangeObserver {
                     switch failure {
                     case .unauthorized:
                         s.unauthorized = "\(error)"
-                        s.connection = Self.unauthorizedStatus(error)
+                        s.connection = .unauthorized
                         delay = 0
                     case .retry:
                         delay = s.items[id]?.upload.failure?.nextDelay ?? 1
@@ -157,7 +157,7 @@ extension SyncEngine: ChangeObserver {
                     await revertToServer(id)
                 }
                 if failure == .retry, Self.isTransport(error) {
-                    setConnection("offline (retrying)", error: "\(error)")
+                    setConnection(.offline(retryIn: nil), error: "\(error)")
                 }
             }
         }
@@ -171,9 +171,6 @@ extension SyncEngine: ChangeObserver {
         if due { wake.yield() }
     }
 
-    static func unauthorizedStatus(_ error: any Error) -> String {
-        "unauthorized (the server refused this device's token: it was revoked or is wrong; changes stay queued — mount again with a valid --token-file)"
-    }
 
     /// Transport failures and ordering races are retried; a request the server rejects for what
     /// it is (a bad name, a kind change) would fail forever, so it is dropped and logged.
@@ -218,11 +215,16 @@ extension SyncEngine: ChangeObserver {
         switch r {
         case .transport: return .retry
         case .unexpected(let status, _): return status == 401 ? .unauthorized : status >= 500 ? .retry : .rejected
-        case .server(let status, let code, _, _):
-            if code == APIErrorCode.unauthorized.rawValue || status == 401 { return .unauthorized }
+        case .server(let status, _, _, _):
+            let code = r.code
+            if code == .unauthorized || status == 401 { return .unauthorized }
             if status >= 500 || status == 413 || status == 429 { return .retry }
-            if code == APIErrorCode.moveCycle.rawValue { return .reverted }
-            return ["missing_chunks", "parent_not_found", "item_not_found", "container_not_found"].contains(code) ? .retry : .rejected
+            switch code {
+            case .moveCycle: return .reverted
+            // Ordering races: the chunk, the folder or the container is on its way.
+            case .missingChunks, .parentNotFound, .itemNotFound, .containerNotFound: return .retry
+            default: return .rejected
+            }
         }
     }
 
@@ -321,7 +323,7 @@ extension SyncEngine: ChangeObserver {
         // false conflicts); a time set on purpose (touch -d, cp -p, rsync -t: an "attributes"
         // change) is sent.
         let timeSet = try base.map { $0.record.modified != draft.modified } == true
-            && store.hasSyncOp(id, kind: "attributes")
+            && store.hasSyncOp(id, kind: .attributes)
         if let base, !timeSet, ItemDraft(base.record) == draft.withModified(base.record.modified), !base.record.deleted {
             trace("push \(id): nothing to send")
             try store.removeSyncOps(id, upTo: upTo)  // nothing the server does not have
@@ -348,7 +350,7 @@ extension SyncEngine: ChangeObserver {
             }
             try apply([held])
         }
-        fs.events.append(r.outcome == .conflict ? "conflict" : "uploaded", origin: "sync", path: fs.path(of: id),
+        fs.events.append(r.outcome == .conflict ? .conflict : .uploaded, origin: .sync, path: fs.path(of: id),
                          detail: "v\(r.item.version)" + (r.outcome == .conflict ? " yours=\(r.yours ?? "?")" : ""))
         if let snapshot {
             // Uploaded while still open: the close (or a later quiet period) sends what follows;
@@ -414,7 +416,7 @@ extension SyncEngine: ChangeObserver {
         let current: ServerItem
         do {
             current = try await client.item(container, id)
-        } catch let e as RemoteError where e.code == APIErrorCode.itemNotFound.rawValue {
+        } catch let e as RemoteError where e.code == .itemNotFound {
             return nil
         }
         if current.deleted { return nil }

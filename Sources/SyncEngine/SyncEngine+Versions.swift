@@ -97,8 +97,8 @@ extension SyncEngine {
         case .failure(let e)?:
             log("server call failed: \(e)")
             switch (e as? RemoteError)?.code {
-            case "not_found", "item_not_found": throw .ENOENT
-            case "bad_request", "invalid_json", "not_a_conflict", "version_not_found": throw .EINVAL
+            case .notFound, .itemNotFound: throw .ENOENT
+            case .badRequest, .invalidJSON, .notAConflict, .versionNotFound: throw .EINVAL
             default: throw .EIO
             }
         case nil: throw .EIO

@@ -86,7 +86,7 @@ public final class SyncEngine: Sendable {
         var minSkipped: Int64?
         /// The first listing is done (the cursor may legitimately be 0 for an empty container).
         var listed = false
-        var connection = "connecting"
+        var connection = ConnectionState.connecting
         var lastError: String?
         var tasks: [Task<Void, Never>] = []
         var pullTask: Task<Void, Never>?
@@ -177,7 +177,7 @@ public final class SyncEngine: Sendable {
         s.relistDue = try store.meta("sync.relist") == "1"
         s.pinned = try store.pins()
         s.paused = try store.meta("sync.paused") == "1"
-        if s.paused { s.connection = "paused (nimbus resume goes online)" }
+        if s.paused { s.connection = .paused }
         state = Mutex(s)
         try bind()
     }
@@ -244,7 +244,7 @@ public final class SyncEngine: Sendable {
     public func statusLines() -> [(String, String)] {
         state.withLock { s in
             let partial = s.bases.values.filter { !$0.complete }.count
-            var lines = [("connection", s.connection), ("server", client.baseURL), ("container", container),
+            var lines = [("connection", s.connection.description), ("server", client.baseURL), ("container", container),
                          ("cursor", "\(s.cursor)"), ("upload-queue", "\(s.queue.count + (s.inFlight == nil ? 0 : 1))"),
                          ("download-queue", "\(s.downloads.count)"), ("downloads-active", "\(s.activeFetches)"),
                          ("placeholders", "\(partial)"),
@@ -259,12 +259,12 @@ public final class SyncEngine: Sendable {
         }
     }
 
-    func setConnection(_ c: String, error: String? = nil) {
+    func setConnection(_ c: ConnectionState, error: String? = nil) {
         let resumed = state.withLock { s -> Bool in
             if let error { s.lastError = error }
-            if s.paused && !c.hasPrefix("paused") { return false }
+            if s.paused && c != .paused { return false }
             s.connection = c
-            guard c == "online" else { return false }
+            guard c == .online else { return false }
             s.offlineUntil = nil
             // The server answers this device again: uploads go on, and an error of the
             // connection (not of an item) is over.

@@ -60,7 +60,7 @@ struct MountDaemon {
             let outcome = Outcome()
             let first = Task {
                 do { try await engine.initialSync() } catch {
-                    outcome.set("\(error)", fatal: ["unauthorized", "invalid_container_name"].contains((error as? RemoteError)?.code ?? ""))
+                    outcome.set("\(error)", fatal: [.unauthorized, .invalidContainerName].contains((error as? RemoteError)?.code))
                 }
                 done.signal()
             }

@@ -9,8 +9,8 @@ import Testing
 
     @Test func linesCarryIncreasingSequencesAndEscapedPaths() {
         let log = EventLog(firstSequence: 41)
-        log.append("created", origin: "local", path: "/a b.txt")
-        log.append("moved", origin: "remote", path: "/x->y\nz", to: "/back\\slash", detail: "v3")
+        log.append(.created, origin: .local, path: "/a b.txt")
+        log.append(.moved, origin: .remote, path: "/x->y\nz", to: "/back\\slash", detail: "v3")
         let lines = Self.text(log).split(separator: "\n")
         #expect(lines.count == 2)
         let first = lines[0].split(separator: " ", maxSplits: 4)
@@ -27,7 +27,7 @@ import Testing
 
     @Test func controlCharactersInNamesCannotForgeLinesOrReachATerminal() {
         let log = EventLog()
-        log.append("created", origin: "local", path: "/a\r\nb\u{1B}]0;owned\u{07}c\u{7F}\td")
+        log.append(.created, origin: .local, path: "/a\r\nb\u{1B}]0;owned\u{07}c\u{7F}\td")
         let text = Self.text(log)
         #expect(text.split(separator: "\n").count == 1 && text.hasSuffix("\n"))
         #expect(text.hasSuffix(#"/a\x0D\nb\x1B]0;owned\x07c\x7F\x09d"# + "\n"), "\(text)")
@@ -36,7 +36,7 @@ import Testing
 
     @Test func aFullLogDropsWholeLinesFromTheFrontAndKeepsItsSize() {
         let log = EventLog(capacity: 1000)
-        for i in 0..<200 { log.append("changed", origin: "local", path: "/file-\(i).txt") }
+        for i in 0..<200 { log.append(.changed, origin: .local, path: "/file-\(i).txt") }
         let size = log.size
         #expect(size > 1000, "the size counts every byte ever written, so tail -f keeps following")
         // Reading from offset 0 starts at the oldest line kept, on a line boundary.
@@ -51,12 +51,12 @@ import Testing
 
     @Test func aSaveRightAfterTheSameEventIsOneLine() {
         let log = EventLog()
-        log.append("created", origin: "local", path: "/f")
-        log.append("changed", origin: "local", path: "/f", coalesce: ["created", "changed"])
-        log.append("changed", origin: "local", path: "/f", coalesce: ["created", "changed"])
-        log.append("changed", origin: "local", path: "/g", coalesce: ["created", "changed"])
-        log.append("uploaded", origin: "sync", path: "/f")
-        log.append("changed", origin: "local", path: "/f", coalesce: ["created", "changed"])
+        log.append(.created, origin: .local, path: "/f")
+        log.append(.changed, origin: .local, path: "/f", coalesce: [.created, .changed])
+        log.append(.changed, origin: .local, path: "/f", coalesce: [.created, .changed])
+        log.append(.changed, origin: .local, path: "/g", coalesce: [.created, .changed])
+        log.append(.uploaded, origin: .sync, path: "/f")
+        log.append(.changed, origin: .local, path: "/f", coalesce: [.created, .changed])
         let kinds = Self.text(log).split(separator: "\n").map { $0.split(separator: " ")[2] + " " + $0.split(separator: " ")[4] }
         #expect(kinds == ["created /f", "changed /g", "uploaded /f", "changed /f"])
     }

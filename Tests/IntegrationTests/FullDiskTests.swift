@@ -44,7 +44,7 @@ import Glibc
             }
         }
         let error = try #require(full, "6 MiB of disk must fill before 20 MiB are stored")
-        #expect(error.code == "storage_full", "\(error)")
+        #expect(error.code == .storageFull, "\(error)")
         #expect("\(error)".contains("free"), "the message says what to do: \(error)")
         #expect(!stored.isEmpty)
         // No temp file is left behind, and what was stored is still served and committable.
