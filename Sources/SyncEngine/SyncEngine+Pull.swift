@@ -219,6 +219,7 @@ extension SyncEngine {
         var newBases: [ItemID: Base?] = [:]
         var oldBases: [ItemID: Base?] = [:]
         var relistAfter = false
+        var moving: [ItemID: ItemID]?  // the batch's live states: item → folder (folder deletes only)
         defer {
             if relistAfter {
                 state.withLock { $0.relistDue = true }
@@ -250,10 +251,17 @@ extension SyncEngine {
                 // would take the uploaded file with it (EngineSimTests seed 1).
                 facts.newerBelow = state.withLock { s in below.contains { (s.bases[$0]?.version ?? 0) > item.version } }
                 // An item below that the server moved out before the delete, its move not shown
-                // here yet (its place taken): the delete takes it (and what is in it) with it
-                // here, so the container is listed again to bring them back where the server has
-                // them (`placeDiffers`).
-                if state.withLock({ s in below.contains { s.items[$0]?.remote.skipped.map { !$0.deleted } ?? false } }) { relistAfter = true }
+                // here yet (its place taken; or in this batch, which may not show it): the delete
+                // takes it (and what is in it) with it here, so the container is listed again to
+                // bring them back where the server has them (`placeDiffers`; model seeds 68075,
+                // 10464 at 600 steps).
+                if moving == nil {
+                    moving = Dictionary(items.filter { !$0.deleted }.map { ($0.id, $0.parent) }, uniquingKeysWith: { _, b in b })
+                }
+                if state.withLock({ s in below.contains { s.items[$0]?.remote.skipped.map { !$0.deleted } ?? false } })
+                    || below.contains(where: { id in moving?[id].map { $0 != item.id && !below.contains($0) } ?? false }) {
+                    relistAfter = true
+                }
             }
             let step = state.withLock { s -> ApplyStep in
                 var record = s.items[item.id] ?? SyncItem()

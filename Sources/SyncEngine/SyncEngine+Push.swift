@@ -153,6 +153,12 @@ extension SyncEngine: ChangeObserver {
                     // the folder back where the server has it. Only the refused move is undone;
                     // nothing else of the item was in it (folders have no content).
                     log("upload of \(id) refused: \(error); putting it back where the server has it")
+                    // The refused move leaves the queue; until the server's state is shown the
+                    // tree holds a place the server never had, so the next pull (or start) lists
+                    // the container again: a lost answer to the put-back's request would leave it
+                    // there for good (model seed 11798 at 600 steps).
+                    state.withLock { $0.relistDue = true }
+                    markRelist()
                     try? store.removeSyncOps(id, upTo: Int64.max)
                     await revertToServer(id)
                 }

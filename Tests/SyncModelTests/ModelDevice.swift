@@ -283,6 +283,8 @@ struct ModelDevice {
         case .failure(let e):
             if e.code == .moveCycle {
                 // A refused move goes back to where the server has it.
+                disk.relist = true
+                relistNow = true
                 disk.ops[f.id] = nil
                 items[f.id]?.upload.failure = nil
                 _ = send(.item(f.id))
@@ -440,7 +442,9 @@ struct ModelDevice {
                 let below = descendants(of: item.id)
                 facts.localWorkBelow = below.contains { queue.contains($0) || inFlight?.id == $0 }
                 facts.newerBelow = below.contains { (disk.bases[$0]?.version ?? 0) > item.version }
-                if below.contains(where: { items[$0]?.remote.skipped.map { !$0.deleted } ?? false }) {
+                let moving = Dictionary(states.filter { !$0.deleted }.map { ($0.id, $0.parent) }, uniquingKeysWith: { _, b in b })
+                if below.contains(where: { items[$0]?.remote.skipped.map { !$0.deleted } ?? false })
+                    || below.contains(where: { id in moving[id].map { $0 != item.id && !below.contains($0) } ?? false }) {
                     disk.relist = true
                     relistNow = true
                 }
