@@ -233,6 +233,7 @@ extension SyncEngine {
             let (old, busy) = state.withLock { s in (s.bases[item.id], s.queue.contains(item.id) || s.inFlight == item.id) }
             let contentDiffers = old.map { $0.record.chunks != item.chunks } ?? false
             var facts = ApplyFacts(shownVersion: old?.version, contentDiffers: contentDiffers, forced: force.contains(item.id), pushPending: busy)
+            var leaving = false  // a folder delete that would take items moving out of it
             if let old, old.version == item.version, !busy, !item.deleted {
                 let here = fs.localState(item.id)
                 facts.placeDiffers = here.map { $0.parent != item.parent || !ItemName.same($0.name, item.name.value) } ?? true
@@ -247,21 +248,26 @@ extension SyncEngine {
                 facts.localWorkBelow = !below.isEmpty
                     && (state.withLock { s in s.queue.contains(anyOf: below) || below.contains(where: s.isWriting) || s.inFlight.map(below.contains) == true }
                         || below.contains { fs.writeState($0).map { $0.writers > 0 || $0.dirty } ?? false })
-                // A stale delete — asked for just before an upload into the folder finished —
-                // would take the uploaded file with it (EngineSimTests seed 1).
-                facts.newerBelow = state.withLock { s in below.contains { (s.bases[$0]?.version ?? 0) > item.version } }
                 // An item below that the server moved out before the delete, its move not shown
                 // here yet (its place taken; or in this batch, which may not show it): the delete
                 // takes it (and what is in it) with it here, so the container is listed again to
                 // bring them back where the server has them (`placeDiffers`; model seeds 68075,
-                // 10464 at 600 steps).
+                // 10464 at 600 steps). What is below such an item does not hold the delete back
+                // (model seed 2969 at 1000 steps: a cycle through the kept folder's name).
                 if moving == nil {
                     moving = Dictionary(items.filter { !$0.deleted }.map { ($0.id, $0.parent) }, uniquingKeysWith: { _, b in b })
                 }
-                if state.withLock({ s in below.contains { s.items[$0]?.remote.skipped.map { !$0.deleted } ?? false } })
-                    || below.contains(where: { id in moving?[id].map { $0 != item.id && !below.contains($0) } ?? false }) {
-                    relistAfter = true
+                let leavers: [ItemID] = state.withLock { s in
+                    below.filter { id in
+                        let to = moving?[id] ?? s.items[id]?.remote.skipped.flatMap { $0.deleted ? nil : $0.parent }
+                        return to.map { $0 != item.id && !below.contains($0) } ?? false
+                    }
                 }
+                leaving = !leavers.isEmpty
+                let gone = Set(leavers + leavers.flatMap { fs.descendants(of: $0) })
+                // A stale delete — asked for just before an upload into the folder finished —
+                // would take the uploaded file with it (EngineSimTests seed 1).
+                facts.newerBelow = state.withLock { s in below.contains { !gone.contains($0) && (s.bases[$0]?.version ?? 0) > item.version } }
             }
             let step = state.withLock { s -> ApplyStep in
                 var record = s.items[item.id] ?? SyncItem()
@@ -269,6 +275,9 @@ extension SyncEngine {
                 s.items[item.id] = record
                 return step
             }
+            // Only a delete that goes in takes them (a kept one relisting at every retry would
+            // list forever: model seed 2969 at 1000 steps).
+            if leaving, case .show = step { relistAfter = true }
             if step.holds { markRelist() }
             switch step {
             case .oldNews:

@@ -435,26 +435,36 @@ struct ModelDevice {
             let busy = queue.contains(item.id) || inFlight?.id == item.id
             var facts = ApplyFacts(shownVersion: old?.version, contentDiffers: old.map { $0.chunks != item.chunks } ?? false,
                                    forced: force.contains(item.id), pushPending: busy)
+            var leaving = false
             if let old, old.version == item.version, !busy, !item.deleted {
                 facts.placeDiffers = disk.tree[item.id].map { $0.parent != item.parent || $0.name != item.name.value } ?? true
             }
             if item.deleted, item.kind == .folder {
                 let below = descendants(of: item.id)
                 facts.localWorkBelow = below.contains { queue.contains($0) || inFlight?.id == $0 }
-                facts.newerBelow = below.contains { (disk.bases[$0]?.version ?? 0) > item.version }
                 let moving = Dictionary(states.filter { !$0.deleted }.map { ($0.id, $0.parent) }, uniquingKeysWith: { _, b in b })
-                if below.contains(where: { items[$0]?.remote.skipped.map { !$0.deleted } ?? false })
-                    || below.contains(where: { id in moving[id].map { $0 != item.id && !below.contains($0) } ?? false }) {
-                    disk.relist = true
-                    relistNow = true
+                let inside = Set(below)
+                let leavers = below.filter { id in
+                    let to = moving[id] ?? items[id]?.remote.skipped.flatMap { $0.deleted ? nil : $0.parent }
+                    return to.map { $0 != item.id && !inside.contains($0) } ?? false
                 }
+                leaving = !leavers.isEmpty
+                let gone = Set(leavers + leavers.flatMap { descendants(of: $0) })
+                facts.newerBelow = below.contains { !gone.contains($0) && (disk.bases[$0]?.version ?? 0) > item.version }
             }
             var rec = items[item.id] ?? SyncItem()
             let step = rec.planApply(item, facts)
             items[item.id] = rec
+            if leaving, case .show = step {
+                disk.relist = true
+                relistNow = true
+            }
             if step.holds { disk.relist = true }
             guard case .show(let reset, _) = step else {
-                if step != .oldNews { log.append("\(item.id) v\(item.version): \(step)") }
+                if step != .oldNews {
+                    let why = step == .folderKept ? " (" + descendants(of: item.id).map { "\($0) v\(disk.bases[$0]?.version ?? -1)\(queue.contains($0) ? " queued" : "")" }.joined(separator: ", ") + ")" : ""
+                    log.append("\(item.id) v\(item.version): \(step)\(why)")
+                }
                 continue
             }
             pending.append((item, reset))
@@ -563,7 +573,7 @@ struct ModelDevice {
 
     /// Settled: nothing queued, on its way, or held back.
     var idle: Bool {
-        queue.isEmpty && inFlight == nil && pull == nil && disk.ops.isEmpty
+        queue.isEmpty && inFlight == nil && pull == nil && disk.ops.isEmpty && !relistNow
             && items.values.allSatisfy { $0.remote.isEmpty }
     }
 }
