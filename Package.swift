@@ -125,7 +125,7 @@ let package = Package(
         // The sync core: the engine's decisions as pure state machines (no I/O, no clock, no locks).
         .target(name: "SyncCore", dependencies: ["NimbusCore", "NimbusProtocol"], swiftSettings: strict),
         .testTarget(name: "SyncCoreTests", dependencies: ["SyncCore", "NimbusCore", "NimbusProtocol"], swiftSettings: strict),
-        .testTarget(name: "SyncModelTests", dependencies: ["SyncCore", "NimbusCore", "NimbusProtocol", "NimbusServer"], swiftSettings: strict),
+        .testTarget(name: "SyncModelTests", dependencies: ["SyncCore", "NimbusCore", "NimbusProtocol", "NimbusServer", "NimbusTesting"], swiftSettings: strict),
         // Placeholders, hydration, uploads and live pull (issue 4): implements ContainerFS's ports.
         .target(
             name: "SyncEngine",

@@ -30,9 +30,8 @@ public struct RemoteHolds: Sendable, Equatable {
     }
 
     /// A commit's answer at `version` came for the item: it supersedes the writer hold it covers
-    /// and a skipped state older than it (a create skipped for a taken name, then deleted here:
-    /// the delete's answer left the create waiting to be shown, and the item came back once the
-    /// name was free — the model simulation found it).
+    /// and a skipped state older than it (a create skipped for a taken name and then deleted here
+    /// must not be shown once the name is free).
     public mutating func answered(_ version: Int64) {
         if let h = forWriter, h.version <= version { forWriter = nil }
         if let s = skipped, s.version < version { skipped = nil }

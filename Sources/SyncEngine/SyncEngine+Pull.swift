@@ -251,9 +251,8 @@ extension SyncEngine {
                 // An item below that the server moved out before the delete, its move not shown
                 // here yet (its place taken; or in this batch, which may not show it): the delete
                 // takes it (and what is in it) with it here, so the container is listed again to
-                // bring them back where the server has them (`placeDiffers`; model seeds 68075,
-                // 10464 at 600 steps). What is below such an item does not hold the delete back
-                // (model seed 2969 at 1000 steps: a cycle through the kept folder's name).
+                // bring them back where the server has them (`placeDiffers`). What is below such
+                // an item does not hold the delete back: it may wait for the kept folder's name.
                 if moving == nil {
                     moving = Dictionary(items.filter { !$0.deleted }.map { ($0.id, $0.parent) }, uniquingKeysWith: { _, b in b })
                 }
@@ -275,8 +274,8 @@ extension SyncEngine {
                 s.items[item.id] = record
                 return step
             }
-            // Only a delete that goes in takes them (a kept one relisting at every retry would
-            // list forever: model seed 2969 at 1000 steps).
+            // Only a delete that goes in takes them (a kept one is retried, and relisting at
+            // every retry would list forever).
             if leaving, case .show = step { relistAfter = true }
             if step.holds { markRelist() }
             switch step {

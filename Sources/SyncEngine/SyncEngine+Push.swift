@@ -92,8 +92,8 @@ extension SyncEngine: ChangeObserver {
                 let closed = ws.map { $0.writers == 0 } ?? true
                 let idle = ws.map { $0.writers == 0 && !$0.dirty } ?? true
                 let (retry, held): ([ServerItem], ServerItem?) = state.withLock { s in
-                    // The push is over: a state held for it goes in now (one held for a push that
-                    // ended without a commit — a delete the server had already — stayed held).
+                    // The push is over: a state held for it goes in now, also when the push ended
+                    // without a commit (a delete the server had already).
                     var held: ServerItem?
                     if idle, !s.queue.contains(id), let h = s.items[id]?.remote.forWriter {
                         s.items[id]?.remote.forWriter = nil
@@ -107,7 +107,10 @@ extension SyncEngine: ChangeObserver {
                     return (s.queue.isEmpty ? s.skippedRemote() : [], held)
                 }
                 if let held {
-                    do { try apply([held]) } catch { log("showing v\(held.version) of \(id) failed: \(error)") }
+                    do { try apply([held]) } catch {
+                        log("showing v\(held.version) of \(id) failed: \(error); the next start lists the container again")
+                        markRelist()
+                    }
                 }
                 // The queue is empty: what was in the way of skipped remote items has moved.
                 if !retry.isEmpty {
@@ -155,8 +158,8 @@ extension SyncEngine: ChangeObserver {
                     log("upload of \(id) refused: \(error); putting it back where the server has it")
                     // The refused move leaves the queue; until the server's state is shown the
                     // tree holds a place the server never had, so the next pull (or start) lists
-                    // the container again: a lost answer to the put-back's request would leave it
-                    // there for good (model seed 11798 at 600 steps).
+                    // the container again, so a lost answer to the put-back's request cannot leave
+                    // it there for good.
                     state.withLock { $0.relistDue = true }
                     markRelist()
                     try? store.removeSyncOps(id, upTo: Int64.max)

@@ -2,20 +2,14 @@ import Foundation
 import NimbusCore
 import NimbusProtocol
 @testable import NimbusServer
+import NimbusTesting
 import SyncCore
 
-/// A small, fast, seeded generator (SplitMix64): the only source of choice in a run.
+/// The only source of choice in a run: NimbusTesting's SplitMix64, with the draws the model needs.
 struct ModelRandom {
-    var state: UInt64
-    init(seed: UInt64) { state = seed &+ 0x9E37_79B9_7F4A_7C15 }
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
-    }
-    mutating func below(_ n: Int) -> Int { Int(next() % UInt64(max(n, 1))) }
+    var g: SplitMix64
+    init(seed: UInt64) { g = SplitMix64(seed: seed &+ 0x9E37_79B9_7F4A_7C15) }
+    mutating func below(_ n: Int) -> Int { g.below(max(n, 1)) }
     mutating func chance(_ percent: Int) -> Bool { below(100) < percent }
     mutating func pick<T>(_ xs: [T]) -> T? { xs.isEmpty ? nil : xs[below(xs.count)] }
 }
@@ -74,7 +68,7 @@ struct ModelWorld {
         return (b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14], b[15])
     }
 
-    mutating func newID() -> ItemID { ItemID(UUID(uuid: Self.uuidBytes(rng.next(), rng.next()))) }
+    mutating func newID() -> ItemID { ItemID(UUID(uuid: Self.uuidBytes(rng.g.next(), rng.g.next()))) }
 
     mutating func note(_ s: String) {
         drainDeviceLogs()
