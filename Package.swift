@@ -136,7 +136,7 @@ let package = Package(
             ],
             swiftSettings: strict
         ),
-        .testTarget(name: "SyncEngineTests", dependencies: ["SyncEngine", "NimbusCore", "NimbusProtocol", "NimbusRemote", "LocalStore"], swiftSettings: strict),
+        .testTarget(name: "SyncEngineTests", dependencies: ["SyncEngine", "SyncCore", "NimbusCore", "NimbusProtocol", "NimbusRemote", "LocalStore"], swiftSettings: strict),
         // Two real mounts (the built binary) on one `nimbus serve`.
         .testTarget(name: "SyncTests", dependencies: ["NimbusCore", "NimbusServer", "NimbusTesting", "NimbusKit"], swiftSettings: strict),
         // Three devices (LocalStore + ContainerFS + SyncEngine, no mount) on one in-process server,

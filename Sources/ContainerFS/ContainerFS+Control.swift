@@ -82,6 +82,7 @@ extension ContainerFS {
     }
 
     func releaseControl(_ handle: UInt64) {
+        if case .version = Self.kind(ofHandle: handle) { return versions.release(handle: handle) }
         lock.withLock { t.controls[handle] = nil; t.eventHandles[handle] = nil }
     }
 

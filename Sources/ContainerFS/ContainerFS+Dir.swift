@@ -3,12 +3,10 @@ import Glibc
 
 extension ContainerFS {
     public func opendir(node: UInt64) throws(Errno) -> UInt64 {
-        // `.nimbus/versions` listings may ask the server: taken outside the lock.
-        var virtual: DirSnapshot?
-        if Self.isVersionsNode(node) { virtual = try versionsSnapshot(node) }
+        // `.nimbus/versions` listings may ask the server: VersionsFS.opendir (deferred).
+        if Self.isVersionsNode(node) { throw .ENOENT }
         return try lock.withLock { () throws(Errno) -> UInt64 in
-            let snap: DirSnapshot
-            if let virtual { snap = virtual } else { snap = try snapshot(node) }
+            let snap = try snapshot(node)
             let h = t.nextDirHandle
             t.nextDirHandle += 1
             t.dirs[h] = snap
@@ -49,7 +47,7 @@ extension ContainerFS {
                     e = controlEntry(child)
                     if isDot { e.node = 0 }
                 } else if child >= Self.virtualBase {
-                    guard let v = try? versionsEntryLocked(child) else { i += 1; continue }
+                    guard let v = try? versions.entryLocked(child) else { i += 1; continue }
                     e = v
                     if isDot { e.node = 0 }
                 } else if let c = t.nodes[child], (c.linked || isDot) {

@@ -18,7 +18,7 @@ extension ContainerFS {
             return openControl(node, caller: caller)
         }
         if node == Self.controlDirNode || node == Self.controlVersionsNode { throw .EISDIR }
-        if node >= Self.virtualBase { return try openVersionEntry(node, flags: flags) }
+        if node >= Self.virtualBase { throw .ENOENT }  // VersionsFS.open answers those (deferred)
         // The cache file is opened under the lock: a remote version swapping the file (and the
         // node) cannot slip between choosing the node and opening its file.
         var stalePages = false

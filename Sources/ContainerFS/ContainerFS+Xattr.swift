@@ -22,12 +22,7 @@ extension ContainerFS {
     public func getxattr(node: UInt64, name: String) throws(Errno) -> [UInt8] {
         guard name.hasPrefix("user.") else { throw .ENODATA }
         if (node < 16 && node != Self.rootNode) || node >= Self.virtualBase { throw .ENODATA }
-        if name == "user.nimbus.versions", let sync = syncStatus {
-            // Asks the server: outside the lock, bounded by the engine.
-            let id = try lock.withLock { () throws(Errno) -> ItemID in try self.node(node).rec.id }
-            guard let text = try sync.fetchItemAttribute("versions", item: id) else { throw .ENODATA }
-            return Array(text.utf8)
-        }
+        if name == "user.nimbus.versions", versions.source != nil { throw .ENODATA }  // `versionsText` answers it (deferred)
         return try lock.withLock { () throws(Errno) -> [UInt8] in
             let n = try self.node(node)
             if name.hasPrefix("user.nimbus.") {
@@ -87,11 +82,21 @@ extension ContainerFS {
         notify(.attributesChanged(id))
     }
 
+    /// Attributes whose answer needs the server: the FUSE adapter defers its reply for them
+    /// (`versionsText`, `resolve`).
+    public static let serverXattrs: Set<String> = ["user.nimbus.versions", "user.nimbus.resolve", "user.nimbus.restore", "user.nimbus.discard"]
+
     /// `setfattr -n user.nimbus.pinned -v 1 FILE` and friends: handed to the sync engine.
     private func setControlXattr(node: UInt64, name: String, value: [UInt8]) throws(Errno) {
-        guard let sync = syncStatus, ["user.nimbus.pinned", "user.nimbus.evict", "user.nimbus.download", "user.nimbus.paused",
-                                               "user.nimbus.resolve", "user.nimbus.restore", "user.nimbus.discard"].contains(name)
+        guard let sync = syncStatus, ["user.nimbus.pinned", "user.nimbus.evict", "user.nimbus.download", "user.nimbus.paused"].contains(name)
         else { throw .EPERM }
+        let (id, isFolder, text) = try controlXattrTarget(node: node, value: value)
+        try sync.setItemAttribute(String(name.dropFirst(12)), value: text, item: id, isFolder: isFolder)
+    }
+
+    /// The item a `user.nimbus.*` write names, and its value as text (trailing newline, blank
+    /// or NUL dropped).
+    private func controlXattrTarget(node: UInt64, value: [UInt8]) throws(Errno) -> (ItemID, Bool, String) {
         let (id, isFolder) = try lock.withLock { () throws(Errno) -> (ItemID, Bool) in
             let n = try self.node(node)
             guard n.linked, n.rec.kind != .symlink else { throw .EPERM }
@@ -99,7 +104,25 @@ extension ContainerFS {
         }
         guard var text = String(validating: value, as: UTF8.self) else { throw .EINVAL }
         while let l = text.last, l == "\n" || l == " " || l == "\0" { text.removeLast() }
-        try sync.setItemAttribute(String(name.dropFirst(12)), value: text, item: id, isFolder: isFolder)
+        return (id, isFolder, text)
+    }
+
+    /// `getfattr -n user.nimbus.versions FILE`: every version of the file, from the server.
+    public func versionsText(node: UInt64, done: @escaping @Sendable (Result<[UInt8], Errno>) -> Void) {
+        guard let source = versions.source, (node >= 16 || node == Self.rootNode), node < Self.virtualBase else { return done(.failure(.ENODATA)) }
+        let id: ItemID
+        do { id = try lock.withLock { () throws(Errno) -> ItemID in try self.node(node).rec.id } } catch { return done(.failure(error)) }
+        source.versionsText(id) { done($0.map { Array($0.utf8) }) }
+    }
+
+    /// `setfattr -n user.nimbus.resolve|restore|discard -v VALUE FILE`: asks the server.
+    public func resolve(node: UInt64, name: String, value: [UInt8], done: @escaping @Sendable (Errno?) -> Void) {
+        guard let source = versions.source, Self.serverXattrs.contains(name), name != "user.nimbus.versions",
+              (node >= 16 || node == Self.rootNode), node < Self.virtualBase else { return done(.EPERM) }
+        let target: (ItemID, Bool, String)
+        do { target = try controlXattrTarget(node: node, value: value) } catch { return done(error) }
+        guard !target.1 else { return done(.EISDIR) }
+        source.resolve(String(name.dropFirst(12)), value: target.2, item: target.0, done: done)
     }
 
     public func removexattr(node: UInt64, name: String) throws(Errno) {

@@ -41,6 +41,24 @@ public final class ContainerFS: @unchecked Sendable {
     public static let controlName = ItemName.controlFolder
     /// Handles ≥ this are control-file handles; file handles are file descriptors (< 2^31).
     static let controlHandleBase: UInt64 = 1 << 62
+    /// Handles ≥ this (a part of the control range) read versions (`VersionsFS`).
+    static let versionHandleBase: UInt64 = controlHandleBase | 1 << 61
+
+    /// What a node id names, decided from the id alone: an item (the root too), a file or the
+    /// folder of `.nimbus/`, or a node of `.nimbus/versions/`.
+    enum NodeKind { case item, control, versions }
+    static func kind(of node: UInt64) -> NodeKind {
+        if isVersionsNode(node) { return .versions }
+        return node < 16 && node != rootNode ? .control : .item
+    }
+
+    /// What a handle names: an open file's descriptor, a control file, or a version being read.
+    enum HandleKind { case file(Int32), control, version }
+    static func kind(ofHandle h: UInt64) -> HandleKind {
+        if h >= versionHandleBase { return .version }
+        if h >= controlHandleBase { return .control }
+        return .file(Int32(truncatingIfNeeded: h))
+    }
 
     public let store: LocalStore
     public let options: Options
@@ -59,11 +77,12 @@ public final class ContainerFS: @unchecked Sendable {
     public let events: EventLog
     /// Presenters over the local socket (PresenterHub.swift, docs/presenters.md).
     public let presenters: PresenterHub
-    /// `.nimbus/versions/` nodes (ContainerFS+Versions.swift).
-    let versionsTree = VersionsTree()
+    /// `.nimbus/versions/` (VersionsFS.swift); set once at the end of init.
+    private(set) var versions: VersionsFS!
 
     public init(store: LocalStore, options: Options = Options(), content: any ContentProvider = LocalContent(),
-                observer: (any ChangeObserver)? = nil, syncStatus: (any SyncStatusSource)? = nil) throws {
+                observer: (any ChangeObserver)? = nil, syncStatus: (any SyncStatusSource)? = nil,
+                versions: (any VersionSource)? = nil) throws {
         self.store = store
         self.options = options
         self.content = content
@@ -79,6 +98,7 @@ public final class ContainerFS: @unchecked Sendable {
         presenters = PresenterHub(timeout: options.presenterTimeout)
         events.setListener { [presenters] in presenters.event($0) }
         try loadTree()
+        self.versions = VersionsFS(fs: self, source: versions)
     }
 
     /// Asks the presenters of `items` (docs/presenters.md); returns when all answered or the
@@ -240,7 +260,7 @@ public final class ContainerFS: @unchecked Sendable {
             if name == "versions" { return controlEntry(Self.controlVersionsNode) }
             throw .ENOENT
         }
-        if Self.isVersionsNode(parent) { return try versionsLookup(parent: parent, name: name) }
+        if Self.isVersionsNode(parent) { throw .ENOENT }  // VersionsFS.lookup answers those (deferred)
         return try lock.withLock { () throws(Errno) -> FuseEntry in
             let p = try folder(parent)
             // ENOENT becomes a cached negative entry in FuseAdapter (negativeTimeout).
@@ -260,7 +280,7 @@ public final class ContainerFS: @unchecked Sendable {
 
     public func getattr(node: UInt64) throws(Errno) -> stat {
         if node == Self.controlDirNode || node == Self.controlVersionsNode || Self.isControlFile(node) { return controlAttr(node) }
-        if node >= Self.virtualBase { return try versionsAttr(node) }
+        if node >= Self.virtualBase { return try versions.attr(node) }
         return try lock.withLock { () throws(Errno) -> stat in attr(try self.node(node)) }
     }
 

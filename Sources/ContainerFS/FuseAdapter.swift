@@ -11,6 +11,18 @@ public final class FuseAdapter: FuseFilesystem {
     public init(_ fs: ContainerFS) { self.fs = fs }
 
     public func lookup(parent: UInt64, name: String, reply: consuming FuseReply) {
+        if case .versions = ContainerFS.kind(of: parent) {
+            let box = ReplyBox(reply)
+            let negative = fs.options.negativeTimeout
+            return fs.versions.lookup(parent: parent, name: name) { r in
+                guard let reply = box.take() else { return }
+                switch r {
+                case .success(let e): reply.entry(e)
+                case .failure(.ENOENT): reply.entry(FuseEntry(node: 0, attr: stat(), attrTimeout: 0, entryTimeout: negative))
+                case .failure(let e): reply.error(e)
+                }
+            }
+        }
         do { reply.entry(try fs.lookup(parent: parent, name: name)) } catch .ENOENT {
             // A negative entry the kernel may cache: repeated misses (build tools, shells)
             // do not come back to us.
@@ -72,6 +84,13 @@ public final class FuseAdapter: FuseFilesystem {
     }
 
     public func unlink(parent: UInt64, name: String, reply: consuming FuseReply) {
+        if case .versions = ContainerFS.kind(of: parent) {
+            let box = ReplyBox(reply)
+            return fs.versions.unlink(parent: parent, name: name) { e in
+                guard let reply = box.take() else { return }
+                if let e { reply.error(e) } else { reply.ok() }
+            }
+        }
         do { try fs.unlink(parent: parent, name: name); reply.ok() } catch { reply.error(error) }
     }
 
@@ -105,15 +124,37 @@ public final class FuseAdapter: FuseFilesystem {
             }
             return
         }
+        if case .versions = ContainerFS.kind(of: node) {
+            let box = ReplyBox(reply)
+            return fs.versions.open(node, flags: flags) { r in
+                guard let reply = box.take() else { return }
+                switch r {
+                case .success(let o): reply.open(o)
+                case .failure(let e): reply.error(e)
+                }
+            }
+        }
         let caller = ContainerFS.isControlFile(node) ? Caller(reply.context, groups: reply.groups) : .process
         do { reply.open(try fs.open(node: node, flags: flags, caller: caller)) } catch { reply.error(error) }
     }
 
     /// File reads splice from the cache file: no lock, no Swift allocation.
     public func read(node: UInt64, handle: UInt64, offset: Int64, size: Int, reply: consuming FuseReply) {
-        if handle >= ContainerFS.controlHandleBase {
+        switch ContainerFS.kind(ofHandle: handle) {
+        case .file: break
+        case .control:
             do { reply.bytes(try fs.readControl(handle: handle, offset: offset, size: size)) } catch { reply.error(error) }
             return
+        case .version:
+            // Streamed from the server (deferred): the bytes of the chunks the range covers.
+            let box = ReplyBox(reply)
+            return fs.versions.read(handle: handle, offset: offset, size: size) { r in
+                guard let reply = box.take() else { return }
+                switch r {
+                case .success(let b): reply.bytes(b)
+                case .failure(let e): reply.error(e)
+                }
+            }
         }
         // (The kernel sends no negative or overflowing range; a bad one is EINVAL, not a trap.)
         guard offset >= 0, size >= 0, offset <= Int64.max - Int64(size) else { return reply.error(.EINVAL) }
@@ -163,6 +204,16 @@ public final class FuseAdapter: FuseFilesystem {
     }
 
     public func opendir(node: UInt64, reply: consuming FuseReply) {
+        if case .versions = ContainerFS.kind(of: node) {
+            let box = ReplyBox(reply)
+            return fs.versions.opendir(node) { r in
+                guard let reply = box.take() else { return }
+                switch r {
+                case .success(let h): reply.open(FuseOpen(handle: h, keepCache: false))
+                case .failure(let e): reply.error(e)
+                }
+            }
+        }
         do { reply.open(FuseOpen(handle: try fs.opendir(node: node), keepCache: false)) } catch { reply.error(error) }
     }
 
@@ -182,10 +233,27 @@ public final class FuseAdapter: FuseFilesystem {
     public func statfs(node: UInt64, reply: consuming FuseReply) { reply.statfs(fs.statfs()) }
 
     public func setxattr(node: UInt64, name: String, value: UnsafeRawBufferPointer, flags: Int32, reply: consuming FuseReply) {
+        if ContainerFS.serverXattrs.contains(name) {
+            let box = ReplyBox(reply)
+            return fs.resolve(node: node, name: name, value: Array(value)) { e in
+                guard let reply = box.take() else { return }
+                if let e { reply.error(e) } else { reply.ok() }
+            }
+        }
         do { try fs.setxattr(node: node, name: name, value: Array(value), flags: flags); reply.ok() } catch { reply.error(error) }
     }
 
     public func getxattr(node: UInt64, name: String, size: Int, reply: consuming FuseReply) {
+        if name == "user.nimbus.versions" {
+            let box = ReplyBox(reply)
+            return fs.versionsText(node: node) { r in
+                guard let reply = box.take() else { return }
+                switch r {
+                case .success(let v): if size == 0 { reply.xattrSize(v.count) } else if v.count > size { reply.error(.ERANGE) } else { reply.bytes(v) }
+                case .failure(let e): reply.error(e)
+                }
+            }
+        }
         do {
             let v = try fs.getxattr(node: node, name: name)
             if size == 0 { reply.xattrSize(v.count) } else if v.count > size { reply.error(.ERANGE) } else { reply.bytes(v) }

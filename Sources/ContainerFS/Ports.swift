@@ -63,25 +63,37 @@ public protocol SyncStatusSource: Sendable {
     /// Sets `user.nimbus.NAME` (pinned, evict, download; `paused` on the root). Called without
     /// the filesystem lock held; may call back into the filesystem.
     func setItemAttribute(_ name: String, value: String, item: ItemID, isFolder: Bool) throws(Errno)
-    /// Attributes that need the server (`versions`): called without the filesystem lock, bounded
-    /// by the engine (EIO when the server cannot answer). Nil = no such attribute.
-    func fetchItemAttribute(_ name: String, item: ItemID) throws(Errno) -> String?
     /// Items with unresolved conflict versions and their counts (`.nimbus/conflicts`).
     func conflictedItems() -> [(ItemID, Int)]
     /// Whether the server keeps unresolved conflict versions of `item` (from memory, lock held).
     func hasConflictVersions(_ item: ItemID) -> Bool
-    /// The other (conflict and earlier) versions of a file; bounded, without the filesystem lock.
-    func versionEntries(_ item: ItemID) throws(Errno) -> [VersionEntry]
-    /// The bytes of one version; bounded, without the filesystem lock.
-    func versionContent(_ item: ItemID, version: Int64) throws(Errno) -> [UInt8]
 }
 
 extension SyncStatusSource {
-    public func fetchItemAttribute(_ name: String, item: ItemID) throws(Errno) -> String? { nil }
     public func conflictedItems() -> [(ItemID, Int)] { [] }
     public func hasConflictVersions(_ item: ItemID) -> Bool { false }
-    public func versionEntries(_ item: ItemID) throws(Errno) -> [VersionEntry] { [] }
-    public func versionContent(_ item: ItemID, version: Int64) throws(Errno) -> [UInt8] { throw .ENOENT }
+}
+
+/// What needs the server: versions of a file, their bytes, resolving conflicts. Every call
+/// answers through `done` exactly once, from any thread, within the engine's read timeout (EIO
+/// when the server cannot answer), and is made without the filesystem lock: the FUSE adapter
+/// defers its reply, so no FUSE thread waits on the network.
+public protocol VersionSource: Sendable {
+    /// The other (conflict and earlier) versions of a file.
+    func versionEntries(_ item: ItemID, done: @escaping @Sendable (Result<[VersionEntry], Errno>) -> Void)
+    /// `user.nimbus.versions`: every version of the file, one line each.
+    func versionsText(_ item: ItemID, done: @escaping @Sendable (Result<String, Errno>) -> Void)
+    /// One version, to read (`VersionReader`).
+    func openVersion(_ item: ItemID, version: Int64, done: @escaping @Sendable (Result<any VersionReader, Errno>) -> Void)
+    /// `user.nimbus.resolve`, `restore` or `discard` (NAME without the prefix) set to `value`.
+    func resolve(_ name: String, value: String, item: ItemID, done: @escaping @Sendable (Errno?) -> Void)
+}
+
+/// The bytes of one version, read a range at a time.
+public protocol VersionReader: Sendable {
+    var size: Int64 { get }
+    /// Bytes `range` (clamped to the size); `done` exactly once, from any thread.
+    func read(_ range: Range<Int64>, done: @escaping @Sendable (Result<[UInt8], Errno>) -> Void)
 }
 
 /// The kernel's caches, for changes that did not come through the kernel (remote changes).

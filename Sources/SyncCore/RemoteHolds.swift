@@ -43,17 +43,3 @@ public struct RemoteHolds: Sendable, Equatable {
         if let h = forWriter, h.version <= shown { forWriter = nil }
     }
 }
-
-/// Everything the engine tracks about one item in memory besides its base: its local changes on
-/// their way up and its server states held back here. Items without a record have neither.
-public struct SyncItem<Instant: InstantProtocol>: Sendable, Equatable where Instant.Duration == Duration, Instant: Sendable {
-    public var upload = UploadState<Instant>()
-    public var remote = RemoteHolds()
-
-    public init() {}
-
-    /// Nothing worth remembering: the engine drops the record.
-    public func isIdle(at now: Instant, rules: UploadPacing<Instant>.Rules) -> Bool {
-        remote.isEmpty && upload.isIdle(at: now, rules: rules)
-    }
-}

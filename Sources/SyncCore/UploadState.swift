@@ -63,7 +63,7 @@ public struct UploadState<Instant: InstantProtocol>: Sendable, Equatable where I
         return false
     }
 
-    /// Nothing worth remembering: the engine drops the record.
+    /// Nothing worth remembering: the item's record forgets its upload phase.
     public func isIdle(at now: Instant, rules: UploadPacing<Instant>.Rules) -> Bool {
         failure == nil && error == nil && !writing && !waitingForLock && !deviceLocal && pushedAhead == 0 && !relocate
             && !snapshotDue && snapshotSent == nil && notBefore == nil && pacing.isIdle(at: now, rules: rules)

@@ -18,10 +18,6 @@ import SyncCore
 
 extension SyncEngine {
     public func setItemAttribute(_ name: String, value: String, item: ItemID, isFolder: Bool) throws(Errno) {
-        if ["resolve", "restore", "discard"].contains(name) {
-            guard !isFolder else { throw .EISDIR }
-            return try resolveAttribute(name, value: value, item: item)
-        }
         let on: Bool
         switch value.lowercased() {
         case "1", "yes", "true", "on": on = true
@@ -44,7 +40,7 @@ extension SyncEngine {
         guard isFolder else { return [item] }
         guard let fs = state.withLock({ $0.fs }) else { return [] }
         let below = fs.descendants(of: item)
-        return state.withLock { s in below.filter { s.bases[$0]?.record.kind == .file } }
+        return state.withLock { s in below.filter { s.base($0)?.record.kind == .file } }
     }
 
     // MARK: pins
@@ -72,7 +68,7 @@ extension SyncEngine {
         let pins = state.withLock { $0.pinned }
         var files: [ItemID] = []
         for p in pins { files += [p] + fs.descendants(of: p) }
-        let missing = state.withLock { s in files.filter { s.bases[$0].map { !$0.complete && $0.record.kind == .file } ?? false } }
+        let missing = state.withLock { s in files.filter { s.base($0).map { !$0.complete && $0.record.kind == .file } ?? false } }
         try? fetchWhole(missing, priority: 1)
     }
 
@@ -82,9 +78,9 @@ extension SyncEngine {
             // Also when the journal's long-poll found the server gone or the token refused: the
             // download would only fail later, and `setfattr user.nimbus.download` must say so now.
             let disconnected = s.connection.isDisconnected
-            if s.paused || disconnected || isOffline(s) { return items.contains { s.bases[$0].map { !$0.complete } ?? false } }
+            if s.paused || disconnected || isOffline(s) { return items.contains { s.base($0).map { !$0.complete } ?? false } }
             for id in items {
-                guard let b = s.bases[id], let present = b.present else { continue }
+                guard let b = s.base(id), let present = b.present else { continue }
                 for i in present.indices where !present[i] {
                     want(&s, ChunkKey(item: id, index: i, hash: b.record.chunks[i].hash), at: b.offsets[i], priority: priority, waiter: nil)
                 }
@@ -121,16 +117,18 @@ extension SyncEngine {
         var newBase: Base?
         let node = try fs.evictContent(id) {
             state.withLock { s in
-                guard let b = s.bases[id], b.record.kind == .file, !b.record.chunks.isEmpty,
+                guard let b = s.base(id), b.record.kind == .file, !b.record.chunks.isEmpty,
                       !s.queue.contains(id), s.inFlight != id, s.items[id]?.upload.waitingForLock != true, s.items[id]?.remote.forLock == nil,
                       !s.isWriting(id), !s.downloads.keys.contains(where: { $0.item == id }) else { return false }
                 freed = b.presentBytes
                 let nb = Base.placeholder(b.record)
-                s.bases[id] = nb
+                s.setBase(id, nb)
                 s.cacheUsed -= freed
                 s.evicted += 1
-                s.lastUse[id] = nil
-                s.readRuns[id] = nil
+                s.items.withCache(id) { c in
+                    c.lastUse = 0
+                    (c.readEnd, c.readRun) = (-1, 0)
+                }
                 newBase = nb
                 return true
             }
@@ -144,7 +142,7 @@ extension SyncEngine {
     func measureCache() -> Int64 {
         state.withLock { s in
             var used: Int64 = 0
-            for b in s.bases.values where b.record.kind == .file { used += b.presentBytes }
+            for (_, b) in s.items.bases where b.record.kind == .file { used += b.presentBytes }
             s.cacheUsed = used
             return used
         }
@@ -161,9 +159,9 @@ extension SyncEngine {
         var keep = pins
         for p in pins { keep.formUnion(fs.descendants(of: p)) }
         let candidates: [(ItemID, UInt64)] = state.withLock { s in
-            s.bases.compactMap { id, b in
-                guard b.record.kind == .file, b.presentBytes > 0, !keep.contains(id) else { return nil }
-                return (id, s.lastUse[id] ?? 0)
+            s.items.all.compactMap { id, item in
+                guard let b = item.base, b.record.kind == .file, b.presentBytes > 0, !keep.contains(id) else { return nil }
+                return (id, item.cache.lastUse)
             }.sorted { $0.1 < $1.1 }
         }
         var evicted = 0
@@ -226,8 +224,8 @@ extension SyncEngine {
         let now = options.clock.now
         let rules = pacingRules
         let writing: [ItemID] = state.withLock { s in
-            s.items = s.items.filter { !$0.value.isIdle(at: now, rules: rules) }
-            return s.items.compactMap { $0.value.upload.writing ? $0.key : nil }
+            s.items.settle(at: now, rules: rules)
+            return s.items.busyItems.compactMap { $0.item.upload.writing ? $0.id : nil }
         }
         guard !writing.isEmpty else { return }
         let quiet = UInt64(options.quietPeriod.components.seconds) * 1_000_000_000

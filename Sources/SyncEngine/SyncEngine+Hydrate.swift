@@ -18,14 +18,16 @@ extension SyncEngine: ContentProvider {
     public func isPresent(_ item: ItemID, range: Range<Int64>) -> Bool {
         let (present, pump) = state.withLock { s -> (Bool, Bool) in
             s.useClock &+= 1
-            s.lastUse[item] = s.useClock
-            guard let b = s.bases[item] else { return (true, false) }
+            let clock = s.useClock
+            s.items.withCache(item) { $0.lastUse = clock }
+            guard let b = s.base(item) else { return (true, false) }
             guard b.present != nil else { return (true, false) }
             // Sequential reading: a read starting where the last one ended extends the run.
-            var run = s.readRuns[item] ?? (end: -1, run: 0)
-            run.run = run.end == range.lowerBound ? run.run + (range.upperBound - range.lowerBound) : 0
-            run.end = range.upperBound
-            s.readRuns[item] = run
+            let run = s.items.withCache(item) { c in
+                c.readRun = c.readEnd == range.lowerBound ? c.readRun + (range.upperBound - range.lowerBound) : 0
+                c.readEnd = range.upperBound
+                return (end: c.readEnd, run: c.readRun)
+            } ?? (end: range.upperBound, run: Int64(0))
             var queued = false
             if run.run >= Self.prefetchAfter, !s.paused, !isOffline(s) {
                 // A window that grows with the run: 2 chunks after 4 MiB read in a row, up to 16.
@@ -63,7 +65,7 @@ extension SyncEngine: ContentProvider {
         // Register a waiter on every missing chunk; queue the fetches nobody asked for yet.
         let waiter = Waiter(done)
         let count: Int = state.withLock { s in
-            guard let b = s.bases[item] else { return 0 }
+            guard let b = s.base(item) else { return 0 }
             let missing = b.missing(in: range)
             if missing.isEmpty { return 0 }
             if s.paused || isOffline(s) { return -1 }
@@ -171,15 +173,16 @@ extension SyncEngine: ContentProvider {
                 s.bytesDownloaded += written
                 // Still the same content? (a remote change may have replaced it meanwhile: the
                 // waiting reads were for the old version, whose file only stale handles see)
-                guard (s.fileGen[key.item] ?? 0) == gen, var b = s.bases[key.item], key.index < b.record.chunks.count,
+                guard s.items[key.item]?.cache.generation == gen, var b = s.base(key.item), key.index < b.record.chunks.count,
                       b.record.chunks[key.index].hash == key.hash, b.offsets[key.index] == offset else { return (nil, true) }
                 guard var p = b.present else { return (nil, false) }
                 p[key.index] = true
                 b = Base(record: b.record, present: p)
-                s.bases[key.item] = b
+                s.setBase(key.item, b)
                 s.cacheUsed += written
                 s.useClock &+= 1
-                s.lastUse[key.item] = s.useClock  // just downloaded counts as used (LRU)
+                let clock = s.useClock
+                s.items.withCache(key.item) { $0.lastUse = clock }  // just downloaded counts as used (LRU)
                 if b.complete { s.items[key.item]?.upload.error = nil }
                 return (b, false)
             }
@@ -226,15 +229,15 @@ extension SyncEngine: ContentProvider {
     /// its end became its size at the next start, old bytes could overwrite new ones.)
     private func openForDownload(_ key: ChunkKey, at offset: Int64) throws -> (fd: Int32, generation: UInt64, size: Int64)? {
         let current: (UInt64, Int64)? = state.withLock { s in
-            guard let b = s.bases[key.item], key.index < b.record.chunks.count, b.record.chunks[key.index].hash == key.hash,
+            guard let b = s.base(key.item), key.index < b.record.chunks.count, b.record.chunks[key.index].hash == key.hash,
                   b.offsets[key.index] == offset else { return nil }
-            return (s.fileGen[key.item] ?? 0, b.record.chunks[key.index].size)
+            return (s.items[key.item]?.cache.generation ?? 0, b.record.chunks[key.index].size)
         }
         guard let (gen, size) = current else { return nil }
         var fd = store.cache.open(key.item, create: false)
         // A placeholder's file is made at its first download (ContentCache).
         if fd == -ENOENT, let fs = state.withLock({ $0.fs }) { fd = fs.openCacheFile(key.item) }
-        guard state.withLock({ ($0.fileGen[key.item] ?? 0) == gen }) else {
+        guard state.withLock({ $0.items[key.item]?.cache.generation == gen }) else {
             if fd >= 0 { close(fd) }
             return nil
         }

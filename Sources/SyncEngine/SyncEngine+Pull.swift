@@ -39,7 +39,7 @@ extension SyncEngine {
         // (EngineSimTests seed 4: a folder deleted elsewhere stayed on a device that restarted).
         let listed = Set(all.map(\.id))
         let missing: [ItemID] = state.withLock { s in
-            s.bases.compactMap { id, b in !b.record.deleted && id != .root && !listed.contains(id) ? id : nil }
+            s.items.bases.compactMap { id, b in !b.record.deleted && id != .root && !listed.contains(id) ? id : nil }
         }
         var gone: [ServerItem] = []
         for id in missing {
@@ -148,7 +148,7 @@ extension SyncEngine {
         guard let fs = state.withLock({ $0.fs }), !fs.presenters.isEmpty else { return try apply(items) }
         let touched: [(ItemID, String)] = state.withLock { s in
             items.compactMap { item in
-                guard let old = s.bases[item.id], old.version < item.version, item.kind == .file else { return nil }
+                guard let old = s.base(item.id), old.version < item.version, item.kind == .file else { return nil }
                 if item.deleted { return (item.id, "delete") }
                 return old.record.chunks != item.chunks ? (item.id, "replace") : nil
             }
@@ -230,7 +230,7 @@ extension SyncEngine {
         for item in items {
             // Read before the checks below: a write that starts after them keeps the file.
             let generation = item.kind == .file ? fs.writeState(item.id)?.generation : nil
-            let (old, busy) = state.withLock { s in (s.bases[item.id], s.queue.contains(item.id) || s.inFlight == item.id) }
+            let (old, busy) = state.withLock { s in (s.base(item.id), s.queue.contains(item.id) || s.inFlight == item.id) }
             let contentDiffers = old.map { $0.record.chunks != item.chunks } ?? false
             var facts = ApplyFacts(shownVersion: old?.version, contentDiffers: contentDiffers, forced: force.contains(item.id), pushPending: busy)
             var leaving = false  // a folder delete that would take items moving out of it
@@ -266,7 +266,7 @@ extension SyncEngine {
                 let gone = Set(leavers + leavers.flatMap { fs.descendants(of: $0) })
                 // A stale delete — asked for just before an upload into the folder finished —
                 // would take the uploaded file with it (EngineSimTests seed 1).
-                facts.newerBelow = state.withLock { s in below.contains { !gone.contains($0) && (s.bases[$0]?.version ?? 0) > item.version } }
+                facts.newerBelow = state.withLock { s in below.contains { !gone.contains($0) && (s.base($0)?.version ?? 0) > item.version } }
             }
             let step = state.withLock { s -> ApplyStep in
                 var record = s.items[item.id] ?? SyncItem()
@@ -321,15 +321,15 @@ extension SyncEngine {
         guard !states.isEmpty else { return }
         // Presence switches with the tree, under the filesystem lock (`applied`): a read that
         // sees the new size sees "not present", and a download of the old content started before
-        // counts for nothing (`fileGen`).
+        // counts for nothing (`CacheUse.generation`).
         let resets = Set(states.filter(\.resetContent).map(\.id))
         let t1 = ContinuousClock.now
         var shown: [ItemID: Base?] = [:]
         let (actions, skipped) = fs.applyRemote(states) { id in
             guard let nb = newBases[id] else { return }
             state.withLock { s in
-                s.bases[id] = nb
-                if resets.contains(id) { s.fileGen[id, default: 0] &+= 1 }
+                s.setBase(id, nb)
+                if resets.contains(id) { s.items.newGeneration(id) }
             }
             shown[id] = nb
         }

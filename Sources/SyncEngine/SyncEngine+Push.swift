@@ -40,9 +40,9 @@ extension SyncEngine: ChangeObserver {
             if case .contentChanged = change { s.items[id, default: SyncItem()].upload.pacing.changed(at: now, rules: rules) }
             // Content is written only into fully present files (open for writing downloads
             // first) or after O_TRUNC: either way the whole file is here now.
-            if case .contentChanged = change, var b = s.bases[id], !b.complete {
+            if case .contentChanged = change, var b = s.base(id), !b.complete {
                 b.present = nil
-                s.bases[id] = b
+                s.setBase(id, b)
                 return b
             }
             return nil
@@ -207,7 +207,7 @@ extension SyncEngine: ChangeObserver {
         guard let fs = state.withLock({ $0.fs }) else { return nil }
         let above = fs.ancestors(of: id).filter { !$0.isRoot }
         return state.withLock { s in
-            guard let f = above.last(where: { s.bases[$0] == nil && !s.refused($0) && (s.items[$0]?.upload.pushedAhead ?? 0) < 5 }) else { return nil }
+            guard let f = above.last(where: { s.base($0) == nil && !s.refused($0) && (s.items[$0]?.upload.pushedAhead ?? 0) < 5 }) else { return nil }
             s.items[f, default: SyncItem()].upload.pushedAhead += 1
             return f
         }
@@ -246,7 +246,7 @@ extension SyncEngine: ChangeObserver {
     func push(_ id: ItemID) async throws {
         _ = store.sync()  // the queue entries of this item are in the table now
         let upTo = try store.lastSyncOpSeq(id) ?? 0
-        let (fs, base, cursor) = state.withLock { s in (s.fs, s.bases[id], s.cursor) }
+        let (fs, base, cursor) = state.withLock { s in (s.fs, s.base(id), s.cursor) }
         guard let fs else { return }
         let local = fs.localState(id)
         trace("push \(id): base v\(base?.version ?? -1)\(local == nil ? ", gone here" : "")")
@@ -471,7 +471,7 @@ extension SyncEngine: ChangeObserver {
         // A file written (O_TRUNC) while the commit was on its way is whole here now, even if it
         // was a placeholder when the push began: marking it "not downloaded" again made the next
         // push send the old chunks ("nothing to send") and lost the write (EngineSimTests seed 15).
-        let completeNow = state.withLock { s in s.bases[id].map(\.complete) ?? false }
+        let completeNow = state.withLock { s in s.base(id).map(\.complete) ?? false }
         let present: [Bool]? = sameContent && !completeNow ? (previous.flatMap { $0.record.chunks == sent.chunks ? $0.present : nil }) : nil
         let base = sameContent ? Base(record: item, present: present) : Base.placeholder(item)
         let shown = ItemDraft(item).withModified(sent.modified)
@@ -493,7 +493,7 @@ extension SyncEngine: ChangeObserver {
         // The server's state is shown here. In memory the base goes first (a read that sees the
         // new size sees its presence); on disk it goes after the tree change is committed, so a
         // crash never leaves a base that says the server's state is shown while the row is not.
-        state.withLock { $0.bases[id] = base }
+        state.withLock { $0.setBase(id, base) }
         var shownState = Self.remoteState(item, resetContent: item.kind == .file && !sameContent)
         shownState.unlessWrittenSince = generation
         // A rename, move or chmod made here since the draft stays (pushed next, on this answer).
@@ -558,7 +558,7 @@ extension SyncEngine: ChangeObserver {
     func releasePaced() {
         let now = options.clock.now
         let rules = pacingRules
-        let waiting: [ItemID] = state.withLock { s in s.items.compactMap { $0.value.upload.notBefore == nil ? nil : $0.key } }
+        let waiting: [ItemID] = state.withLock { s in s.items.busyItems.compactMap { $0.item.upload.notBefore == nil ? nil : $0.id } }
         guard !waiting.isEmpty, let fs = state.withLock({ $0.fs }) else { return }
         var due = false
         for id in waiting {

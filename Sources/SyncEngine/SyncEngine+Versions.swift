@@ -1,108 +1,123 @@
 import ContainerFS
+import Crypto
 import Foundation
 import FuseKit
 import NimbusCore
 import NimbusProtocol
 import NimbusRemote
+import Synchronization
 
 // Conflicts and versions through the mount (docs/sync.md "Conflicts and versions"): the
-// conflict count of each item comes with its server record; the version list, resolving and
-// restoring go to the server, bounded by the read timeout (EIO when it cannot answer).
+// conflict count of each item comes with its server record; the version list, a version's
+// bytes, resolving and restoring go to the server. Those calls answer through a callback, run as
+// engine jobs and are bounded by the read timeout (EIO when the server cannot answer): the FUSE
+// thread that asked has long gone back to the kernel's queue (a deferred reply).
 
-extension SyncEngine {
+extension SyncEngine: VersionSource {
     /// Items with unresolved conflict versions, and how many each has.
     public func conflictedItems() -> [(ItemID, Int)] {
-        state.withLock { s in s.bases.compactMap { id, b in b.record.conflicts > 0 && !b.record.deleted ? (id, b.record.conflicts) : nil } }
+        state.withLock { s in s.items.bases.compactMap { id, b in b.record.conflicts > 0 && !b.record.deleted ? (id, b.record.conflicts) : nil } }
     }
 
     public func hasConflictVersions(_ item: ItemID) -> Bool {
-        state.withLock { s in s.bases[item].map { $0.record.conflicts > 0 && !$0.record.deleted } ?? false }
+        state.withLock { s in s.base(item).map { $0.record.conflicts > 0 && !$0.record.deleted } ?? false }
     }
 
     /// `user.nimbus.versions`: one line per version, newest first:
     /// `VERSION<TAB>ROLE<TAB>DEVICE<TAB>TIME<TAB>SIZE` (TIME: the content's modification time, UTC).
-    public func fetchItemAttribute(_ name: String, item: ItemID) throws(Errno) -> String? {
-        guard name == "versions" else { return nil }
-        guard state.withLock({ $0.bases[item] }) != nil else { return "" }  // never uploaded: no versions yet
-        let versions = try bounded { try await self.client.versions(self.container, item) }
-        return versions.map { v in
-            "\(v.version)\t\(v.role.rawValue)\t\(v.deviceName)\t\(Self.utc(v.state.modified))\t\(v.state.size)\n"
-        }.joined()
+    public func versionsText(_ item: ItemID, done: @escaping @Sendable (Result<String, Errno>) -> Void) {
+        guard state.withLock({ $0.base(item) }) != nil else { return done(.success("")) }  // never uploaded: no versions yet
+        serverCall(done: done) {
+            try await self.client.versions(self.container, item).map { v in
+                "\(v.version)\t\(v.role.rawValue)\t\(v.deviceName)\t\(Self.utc(v.state.modified))\t\(v.state.size)\n"
+            }.joined()
+        }
     }
 
     /// The other versions of `item` for `.nimbus/versions/` (conflict and earlier ones).
-    public func versionEntries(_ item: ItemID) throws(Errno) -> [VersionEntry] {
-        guard state.withLock({ $0.bases[item] }) != nil else { return [] }
-        let versions = try bounded { try await self.client.versions(self.container, item) }
-        return versions.filter { $0.role != .current && !$0.state.deleted }.map {
-            VersionEntry(version: $0.version, device: $0.deviceName, modified: $0.state.modified, size: $0.state.size,
-                         conflict: $0.role == .conflict)
+    public func versionEntries(_ item: ItemID, done: @escaping @Sendable (Result<[VersionEntry], Errno>) -> Void) {
+        guard state.withLock({ $0.base(item) }) != nil else { return done(.success([])) }
+        serverCall(done: done) {
+            try await self.client.versions(self.container, item).filter { $0.role != .current && !$0.state.deleted }.map {
+                VersionEntry(version: $0.version, device: $0.deviceName, modified: $0.state.modified, size: $0.state.size,
+                             conflict: $0.role == .conflict)
+            }
         }
     }
 
-    /// The bytes of one version, fetched chunk by chunk (at most 256 MiB: it is served from
-    /// memory), waiting at most the read timeout plus a second per 8 MB.
-    public func versionContent(_ item: ItemID, version: Int64) throws(Errno) -> [UInt8] {
-        let versions = try bounded { try await self.client.versions(self.container, item) }
-        guard let v = versions.first(where: { $0.version == version }) else { throw .ENOENT }
-        guard v.state.size <= 256 << 20 else { throw .EFBIG }
-        let chunks = v.state.chunks
-        return try bounded(extra: Int(v.state.size / 8_000_000)) {
-            var out: [UInt8] = []
-            out.reserveCapacity(Int(v.state.size))
-            for c in chunks { out += try await self.fetchClient.getChunk(c.hash) }
-            return out
+    /// One version of `item` for reading: its chunk list now, its bytes as they are read.
+    public func openVersion(_ item: ItemID, version: Int64, done: @escaping @Sendable (Result<any VersionReader, Errno>) -> Void) {
+        serverCall(done: done) {
+            let versions = try await self.client.versions(self.container, item)
+            guard let v = versions.first(where: { $0.version == version }), !v.state.deleted else { throw Errno.ENOENT }
+            return VersionChunks(engine: self, chunks: v.state.chunks) as any VersionReader
         }
     }
 
-    /// `user.nimbus.resolve` (`current`, or a version number to keep) and `user.nimbus.restore`
-    /// (a previous version to make current again), and `user.nimbus.discard` (a conflict version
-    /// to drop). The server's answer is shown at once; the journal tells the other devices.
-    func resolveAttribute(_ name: String, value: String, item: ItemID) throws(Errno) {
+    /// `user.nimbus.resolve` (`current`, or a version number to keep), `user.nimbus.restore` (a
+    /// previous version to make current again) and `user.nimbus.discard` (a conflict version to
+    /// drop). The server's answer is shown at once; the journal tells the other devices.
+    public func resolve(_ name: String, value: String, item: ItemID, done: @escaping @Sendable (Errno?) -> Void) {
         let request: ResolveRequest
         switch (name, value) {
         case ("resolve", "current"): request = ResolveRequest(action: .keepCurrent)
         case ("resolve", _):
-            guard let v = Int64(value) else { throw .EINVAL }
+            guard let v = Int64(value) else { return done(.EINVAL) }
             request = ResolveRequest(action: .keepVersion, version: v)
         case ("restore", _):
-            guard let v = Int64(value) else { throw .EINVAL }
+            guard let v = Int64(value) else { return done(.EINVAL) }
             request = ResolveRequest(action: .restore, version: v)
         case ("discard", _):
-            guard let v = Int64(value) else { throw .EINVAL }
+            guard let v = Int64(value) else { return done(.EINVAL) }
             request = ResolveRequest(action: .discard, versions: [v])
-        default: throw .EPERM
+        default: return done(.EPERM)
         }
-        guard state.withLock({ $0.bases[item] }) != nil else { throw .ENOENT }
-        let r = try bounded { try await self.client.resolve(self.container, item, request) }
-        do { try apply([r.item]) } catch { log("showing the resolved \(item) failed: \(error)") }
+        guard state.withLock({ $0.base(item) }) != nil else { return done(.ENOENT) }
+        serverCall(done: { (r: Result<Void, Errno>) in
+            if case .failure(let e) = r { done(e) } else { done(nil) }
+        }) {
+            let r = try await self.client.resolve(self.container, item, request)
+            do { try self.apply([r.item]) } catch { self.log("showing the resolved \(item) failed: \(error)") }
+        }
     }
 
-    /// Runs a server call from a FUSE thread, waiting at most the read timeout: EIO when the
-    /// server cannot answer in time or sync is paused, EINVAL/ENOENT for requests it refuses.
-    func bounded<T: Sendable>(extra: Int = 0, _ call: @escaping @Sendable () async throws -> T) throws(Errno) -> T {
-        if isPaused { throw .EIO }
-        let box = ResultBox<T>()
-        let done = DispatchSemaphore(value: 0)
-        let task = Task {
-            do { box.set(.success(try await call())) } catch { box.set(.failure(error)) }
-            done.signal()
-        }
-        if done.wait(timeout: .now() + .seconds(Int(options.hydrationSeconds) + extra)) == .timedOut {
-            task.cancel()
-            throw .EIO
-        }
-        switch box.get() {
-        case .success(let v)?: return v
-        case .failure(let e)?:
-            log("server call failed: \(e)")
-            switch (e as? RemoteError)?.code {
-            case .notFound, .itemNotFound: throw .ENOENT
-            case .badRequest, .invalidJSON, .notAConflict, .versionNotFound: throw .EINVAL
-            default: throw .EIO
+    /// Runs a server call as an engine job and answers `done` exactly once: with its result, or
+    /// EIO when sync is paused, the engine is stopping or the call outlasts the read timeout;
+    /// ENOENT/EINVAL for requests the server refuses.
+    func serverCall<T: Sendable>(done: @escaping @Sendable (Result<T, Errno>) -> Void,
+                                 _ call: @escaping @Sendable () async throws -> T) {
+        if isPaused { return done(.failure(.EIO)) }
+        let answer = Once(done)
+        let seconds = options.hydrationSeconds
+        let started = jobs.spawn {
+            let result: Result<T, any Error> = await withTaskGroup(of: Result<T, any Error>?.self) { group in
+                group.addTask {
+                    do { return .success(try await call()) } catch { return .failure(error) }
+                }
+                group.addTask {
+                    try? await Task.sleep(for: .seconds(seconds))
+                    return nil
+                }
+                let first = await group.next() ?? nil
+                group.cancelAll()
+                return first ?? .failure(Deadline(seconds: seconds))
             }
-        case nil: throw .EIO
+            switch result {
+            case .success(let v): answer(.success(v))
+            case .failure(let e as Errno): answer(.failure(e))
+            case .failure(let d as Deadline):
+                self.log("server call: no answer within \(d.seconds) s (the read timeout); answered EIO")
+                answer(.failure(.EIO))
+            case .failure(let e):
+                self.log("server call failed: \(e)")
+                switch (e as? RemoteError)?.code {
+                case .notFound, .itemNotFound: answer(.failure(.ENOENT))
+                case .badRequest, .invalidJSON, .notAConflict, .versionNotFound: answer(.failure(.EINVAL))
+                default: answer(.failure(.EIO))
+                }
+            }
         }
+        if !started { answer(.failure(.EIO)) }
     }
 
     static func utc(_ ns: Int64) -> String {
@@ -112,10 +127,110 @@ extension SyncEngine {
     }
 }
 
-final class ResultBox<T: Sendable>: @unchecked Sendable {
-    // @unchecked: guarded by `lock`.
-    private let lock = NSLock()
-    private var value: Result<T, any Error>?
-    func set(_ v: Result<T, any Error>) { lock.lock(); value = v; lock.unlock() }
-    func get() -> Result<T, any Error>? { lock.lock(); defer { lock.unlock() }; return value }
+/// A server call outlasted the read timeout.
+struct Deadline: Error { let seconds: Int64 }
+
+/// Calls its function the first time only (answers that may race a deadline).
+final class Once<T: Sendable>: Sendable {
+    private let f: Mutex<(@Sendable (T) -> Void)?>
+    init(_ f: @escaping @Sendable (T) -> Void) { self.f = Mutex(f) }
+    func callAsFunction(_ v: T) { f.withLock { g in defer { g = nil }; return g }?(v) }
+}
+
+/// The bytes of one version, fetched a chunk at a time as they are read and checked against
+/// their hash. The reader keeps the last few chunks it fetched (at most `kept`, 4 MiB each) and
+/// fetches the next one while the current one is read, so `cat` of a large version streams in
+/// bounded memory.
+final class VersionChunks: VersionReader {
+    static let kept = 3
+    let engine: SyncEngine
+    let chunks: [ChunkRef]
+    let offsets: [Int64]
+    public var size: Int64 { offsets[offsets.count - 1] }
+
+    private struct State {
+        var held: [(index: Int, bytes: [UInt8])] = []
+        /// Fetches under way: who waits for each chunk.
+        var fetching: [Int: [@Sendable (Result<[UInt8], Errno>) -> Void]] = [:]
+    }
+    private let state = Mutex(State())
+
+    init(engine: SyncEngine, chunks: [ChunkRef]) {
+        self.engine = engine
+        self.chunks = chunks
+        var o: [Int64] = [0]
+        for c in chunks { o.append(o[o.count - 1] + c.size) }
+        offsets = o
+    }
+
+    func read(_ range: Range<Int64>, done: @escaping @Sendable (Result<[UInt8], Errno>) -> Void) {
+        let lo = max(0, range.lowerBound), hi = min(size, range.upperBound)
+        guard lo < hi else { return done(.success([])) }
+        let first = index(of: lo), last = index(of: hi - 1)
+        if last + 1 < chunks.count { fetch(last + 1) { _ in } }  // read ahead
+        gather(Array(first...last), range: lo..<hi, into: [], done: done)
+    }
+
+    /// The chunk holding byte `x` (0 ≤ x < size).
+    private func index(of x: Int64) -> Int {
+        var a = 0, b = chunks.count - 1
+        while a < b {
+            let m = (a + b + 1) / 2
+            if offsets[m] <= x { a = m } else { b = m - 1 }
+        }
+        return a
+    }
+
+    private func gather(_ left: [Int], range: Range<Int64>, into out: [UInt8], done: @escaping @Sendable (Result<[UInt8], Errno>) -> Void) {
+        guard let i = left.first else { return done(.success(out)) }
+        fetch(i) { [self] r in
+            switch r {
+            case .failure(let e): done(.failure(e))
+            case .success(let bytes):
+                let from = Int(max(range.lowerBound, offsets[i]) - offsets[i])
+                let to = Int(min(range.upperBound, offsets[i + 1]) - offsets[i])
+                gather(Array(left.dropFirst()), range: range, into: out + bytes[from..<to], done: done)
+            }
+        }
+    }
+
+    /// Calls `done` with chunk `i`'s bytes: held, joining a fetch under way, or fetched now.
+    private func fetch(_ i: Int, done: @escaping @Sendable (Result<[UInt8], Errno>) -> Void) {
+        enum Step { case held([UInt8]), joined, start }
+        let step: Step = state.withLock { s in
+            if let h = s.held.firstIndex(where: { $0.index == i }) {
+                let e = s.held.remove(at: h)
+                s.held.append(e)  // most recently used last
+                return .held(e.bytes)
+            }
+            if s.fetching[i] != nil {
+                s.fetching[i]!.append(done)
+                return .joined
+            }
+            s.fetching[i] = [done]
+            return .start
+        }
+        switch step {
+        case .held(let b): return done(.success(b))
+        case .joined: return
+        case .start: break
+        }
+        let chunk = chunks[i]
+        engine.serverCall(done: { [self] (r: Result<[UInt8], Errno>) in
+            let waiters: [@Sendable (Result<[UInt8], Errno>) -> Void] = state.withLock { s in
+                if case .success(let b) = r {
+                    s.held.append((i, b))
+                    if s.held.count > Self.kept { s.held.removeFirst() }
+                }
+                return s.fetching.removeValue(forKey: i) ?? []
+            }
+            for w in waiters { w(r) }
+        }) { [engine] in
+            let bytes = try await engine.fetchClient.getChunk(chunk.hash)
+            guard bytes.count == chunk.size, ContentHash(digest: Array(SHA256.hash(data: bytes))) == chunk.hash else {
+                throw SyncError("chunk \(chunk.hash) of a version arrived with other bytes")
+            }
+            return bytes
+        }
+    }
 }

@@ -74,7 +74,10 @@ public final class SyncEngine: Sendable {
     struct State {
         var fs: ContainerFS?
         var kernel: (any KernelCache)?
-        var bases: [ItemID: Base] = [:]
+        /// One record per item shown here or with work under way (SyncCore `SyncItem`): its base,
+        /// its cache file's use, its local changes on their way up and the server states held
+        /// back here (for a lock, a writer, a taken name or a missing folder).
+        var items = ItemTable()
         /// Items waiting to be pushed, in order, without repeats.
         var queue = UploadQueue<ItemID>()
         var inFlight: ItemID?
@@ -100,19 +103,14 @@ public final class SyncEngine: Sendable {
         /// After a download could not reach the server, reads fail at once until then (so a
         /// read answers EIO within one deadline, not one per kernel retry or read-ahead).
         var offlineUntil: ContinuousClock.Instant?
-        /// Bumped when an item's cache file is reset or swapped for new content: a download
-        /// that started before writes into the old file and must not count.
-        var fileGen: [ItemID: UInt64] = [:]
         /// The download scheduler (SyncEngine+Hydrate.swift): chunk fetches waiting for one of
         /// `parallelDownloads` slots, one FIFO per priority (read, wanted, prefetch).
         var fetchQueues: [[ChunkFetch]] = [[], [], []]
         var fetchStarted: Set<ChunkKey> = []
         var activeFetches = 0
-        /// Sequential reading per item (end of the last read, bytes read in a row): prefetch.
-        var readRuns: [ItemID: (end: Int64, run: Int64)] = [:]
-        /// Cache (SyncEngine+Cache.swift): explicit pins, last use (a logical clock) per item.
+        /// Cache (SyncEngine+Cache.swift): explicit pins, and the logical clock of
+        /// `CacheUse.lastUse`.
         var pinned: Set<ItemID> = []
-        var lastUse: [ItemID: UInt64] = [:]
         var useClock: UInt64 = 0
         var cacheUsed: Int64 = 0
         var evicted: Int = 0
@@ -122,21 +120,22 @@ public final class SyncEngine: Sendable {
         var upload: (item: ItemID, sent: Int64, total: Int64)?
         var bytesDownloaded: Int64 = 0
         var bytesUploaded: Int64 = 0
-        /// Per item (SyncCore `SyncItem`): local changes on their way up — failures and
-        /// back-offs, being written or locked, snapshots of files kept open, pacing — and server
-        /// states held back here (for a lock, a writer, a taken name or a missing folder). Items
-        /// without a record have none of these.
-        var items: [ItemID: SyncItem<ContinuousClock.Instant>] = [:]
+
+        /// The base of an item: the server state shown here (nil: not committed yet).
+        func base(_ id: ItemID) -> Base? { items[id]?.base }
+        mutating func setBase(_ id: ItemID, _ base: Base?) {
+            if let base { items[id, default: ItemTable.Item()].base = base } else { items[id]?.base = nil }
+        }
 
         /// Written since its last close or fsync (the upload waits for the writer).
         func isWriting(_ id: ItemID) -> Bool { items[id]?.upload.writing == true }
         /// Whether any queued upload failed and waits for its retry.
-        var anyFailure: Bool { items.values.contains { $0.upload.failure != nil } }
+        var anyFailure: Bool { items.busyItems.contains { $0.item.upload.failure != nil } }
         func refused(_ id: ItemID) -> Bool { items[id]?.upload.refused == true }
         /// Remote states not shown here yet for a taken name, a missing folder or local work,
         /// oldest first (tried again after pushes and pulls).
         func skippedRemote() -> [ServerItem] {
-            items.values.compactMap(\.remote.skipped).sorted { $0.version < $1.version }
+            items.busyItems.compactMap(\.item.remote.skipped).sorted { $0.version < $1.version }
         }
     }
 
@@ -168,7 +167,7 @@ public final class SyncEngine: Sendable {
         (cacheWakes, cacheWake) = AsyncStream.makeStream(of: Void.self, bufferingPolicy: .bufferingNewest(1))
         var s = State()
         for (id, b) in try store.syncBases() {
-            s.bases[id] = Base(record: try BaseCoding.decode(b.record), present: BaseCoding.bools(b.present))
+            s.setBase(id, Base(record: try BaseCoding.decode(b.record), present: BaseCoding.bools(b.present)))
         }
         if let c = try store.meta("sync.cursor").flatMap({ Int64($0) }) {
             s.cursor = c
@@ -243,12 +242,12 @@ public final class SyncEngine: Sendable {
     /// Lines for `.nimbus/status` (SyncStatusSource).
     public func statusLines() -> [(String, String)] {
         state.withLock { s in
-            let partial = s.bases.values.filter { !$0.complete }.count
+            let partial = s.items.bases.filter { !$0.value.complete }.count
             var lines = [("connection", s.connection.description), ("server", client.baseURL), ("container", container),
                          ("cursor", "\(s.cursor)"), ("upload-queue", "\(s.queue.count + (s.inFlight == nil ? 0 : 1))"),
                          ("download-queue", "\(s.downloads.count)"), ("downloads-active", "\(s.activeFetches)"),
                          ("placeholders", "\(partial)"),
-                         ("conflicts", "\(s.bases.values.filter { $0.record.conflicts > 0 && !$0.record.deleted }.count)")]
+                         ("conflicts", "\(s.items.bases.filter { $0.value.record.conflicts > 0 && !$0.value.record.deleted }.count)")]
             if let u = s.upload { lines.append(("uploading", "\(u.item) \(u.sent)/\(u.total)")) }
             lines += [("bytes-downloaded", "\(s.bytesDownloaded)"), ("bytes-uploaded", "\(s.bytesUploaded)"),
                       ("cache-used", "\(s.cacheUsed)"), ("cache-limit", options.cacheLimit.map { "\($0)" } ?? "none"),
@@ -299,14 +298,14 @@ public final class SyncEngine: Sendable {
     /// so the last write carries the newest presence when two chunks of one file finish at once.
     func persistPresence(_ id: ItemID) throws {
         try baseDiskLock.withLock { _ in
-            guard let b = state.withLock({ $0.bases[id] }) else { return }
+            guard let b = state.withLock({ $0.base(id) }) else { return }
             try store.saveSyncPresence(id, version: b.version, present: BaseCoding.bytes(b.present))
         }
     }
 
     /// Saves many bases (nil: removed), in memory and in one transaction on disk.
     func saveBases(_ bases: [ItemID: Base?]) throws {
-        state.withLock { s in for (id, b) in bases { s.bases[id] = b } }
+        state.withLock { s in for (id, b) in bases { s.setBase(id, b) } }
         try persistBases(bases)
     }
 
@@ -326,7 +325,7 @@ public final class SyncEngine: Sendable {
             let now: [ItemID: Base] = state.withLock { s in
                 var now: [ItemID: Base] = [:]
                 now.reserveCapacity(bases.count)
-                for (id, b) in bases { if let b, let m = s.bases[id], m.version == b.version { now[id] = m } }
+                for (id, b) in bases { if let b, let m = s.base(id), m.version == b.version { now[id] = m } }
                 return now
             }
             var rows: [SyncBase] = []
@@ -359,7 +358,7 @@ public final class SyncEngine: Sendable {
 extension SyncEngine: SyncStatusSource {
     public func itemStatus(_ item: ItemID) -> String {
         state.withLock { s in
-            let base = s.bases[item].map { b in
+            let base = s.base(item).map { b in
                 StatusFacts.Base(version: b.version, conflicts: b.record.conflicts, complete: b.present == nil,
                                  anyPresent: b.present?.contains(true) ?? true)
             }
@@ -373,12 +372,12 @@ extension SyncEngine: SyncStatusSource {
     public func itemAttribute(_ name: String, item: ItemID, ancestors: [ItemID]) -> String? {
         state.withLock { s in
             switch name {
-            case "version": return s.bases[item].map { "\($0.version)" } ?? "none"
-            case "conflicts": return "\(s.bases[item]?.record.conflicts ?? 0)"
+            case "version": return s.base(item).map { "\($0.version)" } ?? "none"
+            case "conflicts": return "\(s.base(item)?.record.conflicts ?? 0)"
             case "pinned": return s.pinned.contains(item) || ancestors.contains(where: s.pinned.contains) ? "1" : "0"
             case "error":
                 if s.refused(item) { return s.items[item]?.upload.error ?? "the server refused the upload (see the mount log)" }
-                if s.unauthorized != nil, s.queue.contains(item) || s.isWriting(item) || s.bases[item] == nil {
+                if s.unauthorized != nil, s.queue.contains(item) || s.isWriting(item) || s.base(item) == nil {
                     return "not uploaded: the server refused this device's token (revoked or wrong); the change is kept — mount again with a valid --token-file"
                 }
                 return s.items[item]?.upload.error ?? ""
@@ -386,7 +385,7 @@ extension SyncEngine: SyncStatusSource {
                 if let u = s.upload, u.item == item {
                     return "\(u.total == 0 ? 100 : Int(u.sent * 100 / u.total))% \(u.sent)/\(u.total) uploaded"
                 }
-                guard let b = s.bases[item], b.record.kind == .file else { return "100% 0/0" }
+                guard let b = s.base(item), b.record.kind == .file else { return "100% 0/0" }
                 let size = b.offsets[b.offsets.count - 1]
                 let have = b.presentBytes
                 return "\(size == 0 ? 100 : Int(have * 100 / size))% \(have)/\(size)"

@@ -48,7 +48,7 @@ struct MountDaemon {
             }
         }
         let fs = try ContainerFS(store: store, options: options, content: engine ?? LocalContent(), observer: engine,
-                                 syncStatus: engine)
+                                 syncStatus: engine, versions: engine)
         if let engine, engine.isPaused {
             try engine.attach(fs)
             log("sync is paused (nimbus resume \(mountpoint) goes online)")

@@ -121,11 +121,11 @@ import Testing
         let (secret, h) = try f.fs.create(parent: root, name: "secret", mode: 0o600, flags: O_RDWR, caller: alice)
         f.fs.release(node: secret.node, handle: h.handle)
         func id(_ n: UInt64) throws -> ItemID { try f.fs.lock.withLock { () throws(Errno) in try f.fs.node(n).rec.id } }
-        let mirror = try f.fs.versionsAttr(f.fs.versionsTree.node(.mirror(try id(t.priv.node))))
+        let mirror = try f.fs.versions.attr(f.fs.versions.node(.mirror(try id(t.priv.node))))
         #expect(mirror.st_uid == 1000 && mirror.st_mode == S_IFDIR | 0o500, "a 0700 folder's mirror: \(String(mirror.st_mode, radix: 8))")
-        let secretVersions = try f.fs.versionsAttr(f.fs.versionsTree.node(.versions(try id(secret.node))))
+        let secretVersions = try f.fs.versions.attr(f.fs.versions.node(.versions(try id(secret.node))))
         #expect(secretVersions.st_uid == 1000 && secretVersions.st_mode == S_IFDIR | 0o700, "\(String(secretVersions.st_mode, radix: 8))")
-        let pubVersions = try f.fs.versionsAttr(f.fs.versionsTree.node(.versions(try id(t.pub.node))))
+        let pubVersions = try f.fs.versions.attr(f.fs.versions.node(.versions(try id(t.pub.node))))
         #expect(pubVersions.st_mode == S_IFDIR | 0o755, "\(String(pubVersions.st_mode, radix: 8))")
     }
 

@@ -1,4 +1,5 @@
 import Foundation
+import SyncCore
 import LocalStore
 import NimbusCore
 import NimbusProtocol
@@ -39,11 +40,11 @@ import Testing
             let item = record(version: 5, sizes: [100, 200])
             let placeholder = Base.placeholder(item)
             #expect(!placeholder.complete)
-            e.state.withLock { $0.bases[item.id] = placeholder }  // the pull's tree change
+            e.state.withLock { $0.setBase(item.id, placeholder) }  // the pull's tree change
             e.localChange(.contentChanged(item.id))                // O_TRUNC + write, then close
             try e.persistBases([item.id: placeholder])             // the pull's copy, written late
             let restarted = try engine(store)
-            let base = restarted.state.withLock { $0.bases[item.id] }
+            let base = restarted.state.withLock { $0.base(item.id) }
             #expect(base?.version == 5)
             #expect(base?.complete == true, "the restarted engine must know the file was written here")
         }
@@ -56,7 +57,7 @@ import Testing
             let e = try engine(store)
             let v5 = record(version: 5, sizes: [100])
             let v6 = ServerItem(id: v5.id, version: 6, state: v5.state, conflicts: 0)
-            e.state.withLock { $0.bases[v5.id] = Base.placeholder(v6) }
+            e.state.withLock { $0.setBase(v5.id, Base.placeholder(v6)) }
             try e.persistBases([v5.id: Base.placeholder(v5)])
             #expect(try store.syncBases()[v5.id]?.version == 5)
         }
@@ -69,11 +70,11 @@ import Testing
             let item = record(version: 2, sizes: [10, 10, 10])
             let stale = Base.placeholder(item)
             try e.saveBase(item.id, stale)
-            e.state.withLock { $0.bases[item.id] = Base(record: item, present: [true, true, false]) }
+            e.state.withLock { $0.setBase(item.id, Base(record: item, present: [true, true, false])) }
             try e.persistPresence(item.id)
             try e.persistBases([item.id: stale])
             let restarted = try engine(store)
-            #expect(restarted.state.withLock { $0.bases[item.id]?.present } == [true, true, false])
+            #expect(restarted.state.withLock { $0.base(item.id)?.present } == [true, true, false])
         }
     }
 

@@ -1,17 +1,15 @@
-import Foundation
-import NimbusCore
 import NimbusProtocol
 
 /// What this device knows of an item on the server, in memory: the state it last synced (the
 /// base of its next commit) and which chunks of it are in the cache file.
-struct Base: Sendable {
-    var record: ServerItem
+public struct Base: Sendable, Equatable {
+    public var record: ServerItem
     /// Start offset of each chunk of `record`, plus the total size at the end.
-    var offsets: [Int64]
+    public private(set) var offsets: [Int64]
     /// Per chunk: in the cache file. `nil`: the whole file is present.
-    var present: [Bool]?
+    public var present: [Bool]?
 
-    init(record: ServerItem, present: [Bool]?) {
+    public init(record: ServerItem, present: [Bool]?) {
         self.record = record
         var o: [Int64] = [0]
         o.reserveCapacity(record.chunks.count + 1)
@@ -21,23 +19,23 @@ struct Base: Sendable {
     }
 
     /// A fresh placeholder: nothing present (an empty file is trivially complete).
-    static func placeholder(_ r: ServerItem) -> Base {
+    public static func placeholder(_ r: ServerItem) -> Base {
         Base(record: r, present: r.chunks.isEmpty ? nil : [Bool](repeating: false, count: r.chunks.count))
     }
 
-    var version: Int64 { record.version }
+    public var version: Int64 { record.version }
 
     /// Bytes of the content in the cache file.
-    var presentBytes: Int64 {
+    public var presentBytes: Int64 {
         guard let present else { return offsets[offsets.count - 1] }
         var n: Int64 = 0
         for i in present.indices where present[i] { n += offsets[i + 1] - offsets[i] }
         return n
     }
-    var complete: Bool { present == nil }
+    public var complete: Bool { present == nil }
 
     /// Indices of the chunks overlapping `range` (clamped to the file).
-    func chunks(covering range: Range<Int64>) -> Range<Int> {
+    public func chunks(covering range: Range<Int64>) -> Range<Int> {
         let size = offsets[offsets.count - 1]
         let lo = max(0, range.lowerBound), hi = min(size, range.upperBound)
         guard lo < hi else { return 0..<0 }
@@ -57,7 +55,7 @@ struct Base: Sendable {
         return a
     }
 
-    func missing(in range: Range<Int64>) -> [Int] {
+    public func missing(in range: Range<Int64>) -> [Int] {
         guard let present else { return [] }
         return chunks(covering: range).filter { !present[$0] }
     }

@@ -1,7 +1,7 @@
 import Foundation
 import NimbusCore
 import NimbusProtocol
-@testable import SyncEngine
+import SyncCore
 import Testing
 
 @Suite struct BaseTests {

@@ -1,0 +1,63 @@
+import Foundation
+import NimbusCore
+import NimbusProtocol
+@testable import SyncEngine
+import SyncCore
+import Testing
+
+/// The engine's one record per item: kept while the item is shown or busy, and the busy index
+/// the checks after each push and pull walk.
+@Suite struct ItemTableTests {
+    static func record(_ id: ItemID, version: Int64 = 1) -> ServerItem {
+        let state = ItemState(kind: .file, location: ItemLocation(parent: .root, name: ItemName(trusted: "f")),
+                              mode: 0o644, modified: 1, modifiedBy: DeviceID(UUID()))
+        return ServerItem(id: id, version: version, state: state, conflicts: 0)
+    }
+
+    @Test func aRecordLivesWhileShownOrBusy() {
+        var t = ItemTable()
+        let a = ItemID(UUID())
+        t[a, default: ItemTable.Item()].upload.writing = true  // a new file being written: no base
+        #expect(t.count == 1 && t.busy == [a])
+        t[a]?.base = Base.placeholder(Self.record(a))
+        t[a]?.upload.writing = false
+        #expect(t.count == 1 && t.busy.isEmpty)
+        t[a]?.base = nil  // deleted, nothing under way: forgotten
+        #expect(t.count == 0 && t[a] == nil)
+        t[a]?.upload.writing = true  // optional chaining on a missing record creates nothing
+        #expect(t.count == 0)
+    }
+
+    @Test func generationsAreNeverReused() {
+        var t = ItemTable()
+        let a = ItemID(UUID())
+        t[a, default: ItemTable.Item()].base = Base.placeholder(Self.record(a))
+        let first = t[a]!.cache.generation
+        t.newGeneration(a)
+        let second = t[a]!.cache.generation
+        #expect(second != first)
+        t[a] = nil
+        t[a, default: ItemTable.Item()].base = Base.placeholder(Self.record(a, version: 2))
+        #expect(![first, second].contains(t[a]!.cache.generation), "a download started before the removal must not count")
+        // Replacing the base keeps the generation: the cache file is the same until a reset.
+        let third = t[a]!.cache.generation
+        t[a]?.base = Base.placeholder(Self.record(a, version: 3))
+        #expect(t[a]!.cache.generation == third)
+    }
+
+    @Test func settlingDropsIdleRecordsWithoutABase() {
+        var t = ItemTable()
+        let rules = UploadPacing<ContinuousClock.Instant>.Rules(quietPeriod: .seconds(1))
+        let now = ContinuousClock.now
+        let shown = ItemID(UUID()), fresh = ItemID(UUID()), held = ItemID(UUID())
+        t[shown, default: ItemTable.Item()].base = Base.placeholder(Self.record(shown))
+        t[shown]?.upload.pacing.changed(at: now, rules: rules)
+        t[fresh, default: ItemTable.Item()].upload.pacing.changed(at: now, rules: rules)
+        t[held, default: ItemTable.Item()].remote.skipped = Self.record(held)
+        #expect(t.busy == [shown, fresh, held])
+        t.settle(at: now + .seconds(7200), rules: rules)
+        #expect(t.busy == [held])
+        #expect(t[shown]?.base != nil && t[fresh] == nil && t.count == 2)
+        #expect(t.bases.map(\.key) == [shown])
+    }
+}
