@@ -57,6 +57,10 @@ let package = Package(
         // For programs: FileCoordinator / FilePresenter over a mount's presenter socket
         // (docs/presenters.md). Foundation only, so any Swift program can take it.
         .target(name: "NimbusKit", swiftSettings: strict),
+        // The presenter socket's messages (docs/presenters.md), shared by NimbusKit and the mount
+        // daemon. Foundation only.
+        .target(name: "PresenterProtocol", swiftSettings: strict),
+        .testTarget(name: "PresenterProtocolTests", dependencies: ["PresenterProtocol"], swiftSettings: strict),
         // The HTTP client of the protocol.
         .target(
             name: "NimbusRemote",
