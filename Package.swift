@@ -123,7 +123,7 @@ let package = Package(
         // The filesystem over LocalStore; declares the ports the sync engine will implement.
         .target(
             name: "ContainerFS",
-            dependencies: ["NimbusCore", "LocalStore", "FuseKit", "Coordination", .product(name: "Logging", package: "swift-log")],
+            dependencies: ["NimbusCore", "LocalStore", "FuseKit", "Coordination", "PresenterProtocol", .product(name: "Logging", package: "swift-log")],
             swiftSettings: strict
         ),
         // The sync core: the engine's decisions as pure state machines (no I/O, no clock, no locks).
