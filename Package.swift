@@ -56,7 +56,7 @@ let package = Package(
         .testTarget(name: "CoordinationTests", dependencies: ["Coordination"], swiftSettings: strict),
         // For programs: FileCoordinator / FilePresenter over a mount's presenter socket
         // (docs/presenters.md). Foundation only, so any Swift program can take it.
-        .target(name: "NimbusKit", swiftSettings: strict),
+        .target(name: "NimbusKit", dependencies: ["PresenterProtocol"], swiftSettings: strict),
         // The presenter socket's messages (docs/presenters.md), shared by NimbusKit and the mount
         // daemon. Foundation only.
         .target(name: "PresenterProtocol", swiftSettings: strict),
