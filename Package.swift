@@ -56,7 +56,11 @@ let package = Package(
         .testTarget(name: "CoordinationTests", dependencies: ["Coordination"], swiftSettings: strict),
         // For programs: FileCoordinator / FilePresenter over a mount's presenter socket
         // (docs/presenters.md). Foundation only, so any Swift program can take it.
-        .target(name: "NimbusKit", swiftSettings: strict),
+        .target(name: "NimbusKit", dependencies: ["PresenterProtocol"], swiftSettings: strict),
+        // The presenter socket's messages (docs/presenters.md), shared by NimbusKit and the mount
+        // daemon. Foundation only.
+        .target(name: "PresenterProtocol", swiftSettings: strict),
+        .testTarget(name: "PresenterProtocolTests", dependencies: ["PresenterProtocol"], swiftSettings: strict),
         // The HTTP client of the protocol.
         .target(
             name: "NimbusRemote",
@@ -119,7 +123,7 @@ let package = Package(
         // The filesystem over LocalStore; declares the ports the sync engine will implement.
         .target(
             name: "ContainerFS",
-            dependencies: ["NimbusCore", "LocalStore", "FuseKit", "Coordination", .product(name: "Logging", package: "swift-log")],
+            dependencies: ["NimbusCore", "LocalStore", "FuseKit", "Coordination", "PresenterProtocol", .product(name: "Logging", package: "swift-log")],
             swiftSettings: strict
         ),
         // The sync core: the engine's decisions as pure state machines (no I/O, no clock, no locks).

@@ -1,5 +1,6 @@
 import Foundation
 import Glibc
+import PresenterProtocol
 import Synchronization
 
 /// Presenters over the daemon's local socket (docs/presenters.md): programs register paths they
@@ -11,13 +12,17 @@ import Synchronization
 /// `timeout` whatever they answered; answers are handled on the connection's reader thread,
 /// which never waits for anything but its socket; events go out on one serial queue and a
 /// connection that does not take its bytes within a second (`SO_SNDTIMEO`) is dropped.
+///
+/// Every line a client sends gets read as a `Request` (PresenterProtocol); a line that is not
+/// one is answered with an error reply naming what is wrong, and the connection stays open. Only
+/// a line longer than `PresenterLine.maxLength` closes it.
 public final class PresenterHub: Sendable {
-    public enum AskKind: String, Sendable { case save, relinquish }
+    public typealias AskKind = PresenterProtocol.AskKind
 
     /// One presentation: a connection and the client's token for it.
     public struct Key: Hashable, Sendable {
         let conn: Int
-        let token: Int
+        let token: Token
     }
 
     /// The end of an ask: who was asked, how many did not answer in time.
@@ -33,10 +38,9 @@ public final class PresenterHub: Sendable {
         private let writeLock = NSLock()
         init(id: Int, fd: Int32) { self.id = id; self.fd = fd }
 
-        /// One JSON line; false when the peer is gone or does not read.
-        func send(_ object: [String: Any]) -> Bool {
-            guard var bytes = try? [UInt8](JSONSerialization.data(withJSONObject: object, options: [.sortedKeys, .withoutEscapingSlashes])) else { return false }
-            bytes.append(UInt8(ascii: "\n"))
+        /// One line; false when the peer is gone or does not read.
+        func send(_ message: DaemonMessage) -> Bool {
+            guard let bytes = PresenterLine.encode(message) else { return false }
             writeLock.lock()
             defer { writeLock.unlock() }
             var off = 0
@@ -53,7 +57,7 @@ public final class PresenterHub: Sendable {
     }
 
     struct Batch {
-        var waiting: Set<Int>  // ask ids not answered yet
+        var waiting: Set<AskID>  // not answered yet
         var asked: [Key]
         var done: (@Sendable (Outcome) -> Void)?
     }
@@ -62,7 +66,7 @@ public final class PresenterHub: Sendable {
         var conns: [Int: Conn] = [:]
         var clients: [Int: String] = [:]  // conn → "pid 42 (editor)"
         var presentations: [Key: String] = [:]
-        var asks: [Int: (batch: Int, conn: Int)] = [:]
+        var asks: [AskID: (batch: Int, conn: Int)] = [:]
         var batches: [Int: Batch] = [:]
         var writes: [String: [Key]] = [:]  // "conn path" of a coordinated write → presenters asked
         var nextID = 1
@@ -178,8 +182,8 @@ public final class PresenterHub: Sendable {
                 pending.removeSubrange(...nl)
                 if !handle(line, conn) { break reading }
             }
-            if pending.count > 1 << 20 {
-                _ = conn.send(["re": "error", "ok": false, "error": "a line longer than 1 MiB; closing"])
+            if pending.count > PresenterLine.maxLength {
+                _ = conn.send(.reply(.failed(Reply.noOp, "a line longer than 1 MiB; closing")))
                 break
             }
         }
@@ -204,7 +208,7 @@ public final class PresenterHub: Sendable {
     }
 
     /// Marks `ask` answered; returns the batch when it was the last one.
-    private func answered(_ ask: Int, batch: Int, _ s: inout State) -> (Batch, Int)? {
+    private func answered(_ ask: AskID, batch: Int, _ s: inout State) -> (Batch, Int)? {
         guard var b = s.batches[batch] else { return nil }
         b.waiting.remove(ask)
         if b.waiting.isEmpty {
@@ -215,64 +219,74 @@ public final class PresenterHub: Sendable {
         return nil
     }
 
-    /// One client line; false closes the connection.
+    /// One client line; false closes the connection (only when the reply cannot be sent).
     private func handle(_ line: [UInt8], _ conn: Conn) -> Bool {
-        guard let obj = (try? JSONSerialization.jsonObject(with: Data(line))) as? [String: Any] else {
-            return conn.send(["re": "error", "ok": false, "error": "not a JSON object on one line (docs/presenters.md)"])
+        let decoded = Request.decode(line: line)
+        let op: String? = switch decoded {
+        case .success(let r): r.op.rawValue
+        case .failure(let e): e.op
         }
-        let op = obj["op"] as? String ?? ""
-        let token = (obj["token"] as? NSNumber)?.intValue ?? 0
-        let hello = state.withLock { $0.clients[conn.id] != nil }
-        if op != "hello" && !hello {
-            return conn.send(["re": op, "ok": false, "error": "send hello first"])
+        if let op, op != Op.hello.rawValue, state.withLock({ $0.clients[conn.id] == nil }) {
+            return conn.send(.reply(.failed(op, "send hello first")))
         }
-        switch op {
-        case "hello":
-            let pid = (obj["pid"] as? NSNumber)?.intValue ?? 0
-            let name = obj["name"] as? String ?? "?"
-            state.withLock { $0.clients[conn.id] = "pid \(pid) (\(name))" }
-            return conn.send(["re": "hello", "ok": true, "version": 1])
-        case "present":
-            guard let path = Self.normalize(obj["path"] as? String) else {
-                return conn.send(["re": op, "token": token, "ok": false, "error": "path must be a container path like /docs/a.txt"])
+        let request: Request
+        switch decoded {
+        case .success(let r): request = r
+        case .failure(let e): return conn.send(.reply(e.reply))
+        }
+        switch request {
+        case .hello(_, let pid, let name):
+            let label = "pid \(pid.map { "\($0)" } ?? "?") (\(Self.label(name ?? "?")))"
+            state.withLock { $0.clients[conn.id] = label }
+            return conn.send(.reply(.hello()))
+        case .present(let token, let path):
+            guard let path = Self.normalize(path) else {
+                return conn.send(.reply(.failed(Op.present.rawValue, token: token, Self.notAContainerPath)))
             }
             state.withLock { $0.presentations[Key(conn: conn.id, token: token)] = path }
-            return conn.send(["re": op, "token": token, "ok": true])
-        case "unpresent":
+            return conn.send(.reply(.ok(.present, token: token)))
+        case .unpresent(let token):
             state.withLock { _ = $0.presentations.removeValue(forKey: Key(conn: conn.id, token: token)) }
-            return conn.send(["re": op, "token": token, "ok": true])
-        case "ack":
-            let ask = (obj["ask"] as? NSNumber)?.intValue ?? 0
+            return conn.send(.reply(.ok(.unpresent, token: token)))
+        case .ack(let ask, _):
             let finished: (Batch, Int)? = state.withLock { s in
-                guard let a = s.asks.removeValue(forKey: ask), a.conn == conn.id else { return nil }
+                guard let a = s.asks[ask], a.conn == conn.id else { return nil }
+                s.asks[ask] = nil
                 return answered(ask, batch: a.batch, &s)
             }
             if let (b, late) = finished { b.done?(Outcome(asked: b.asked, late: late)) }
             return true
-        case "will-write":
-            guard let path = Self.normalize(obj["path"] as? String) else {
-                return conn.send(["re": op, "ok": false, "error": "path must be a container path like /docs/a.txt"])
+        case .willWrite(let token, let path):
+            guard let path = Self.normalize(path) else {
+                return conn.send(.reply(.failed(Op.willWrite.rawValue, Self.notAContainerPath)))
             }
             // Answered when the others relinquished (or the bound passed); this thread goes on
             // reading, so acks on this same connection are never stuck behind the wait.
-            ask(.relinquish, paths: [path], reason: "write", excluding: Key(conn: conn.id, token: token)) { [self] outcome in
+            ask(.relinquish(.write), paths: [path], excluding: Key(conn: conn.id, token: token)) { [self] outcome in
                 state.withLock { $0.writes["\(conn.id) \(path)", default: []] += outcome.asked }
-                _ = conn.send(["re": op, "path": path, "ok": true, "late": outcome.late])
+                _ = conn.send(.reply(.willWrite(path: path, late: outcome.late)))
             }
             return true
-        case "did-write":
-            let path = Self.normalize(obj["path"] as? String) ?? ""
+        case .didWrite(_, let path):
+            guard let path = Self.normalize(path) else {
+                return conn.send(.reply(.failed(Op.didWrite.rawValue, Self.notAContainerPath)))
+            }
             let asked = state.withLock { $0.writes.removeValue(forKey: "\(conn.id) \(path)") } ?? []
             reacquire(asked, path: path)
-            return conn.send(["re": op, "path": path, "ok": true])
-        default:
-            return conn.send(["re": op, "ok": false, "error": "unknown op \(op) (docs/presenters.md)"])
+            return conn.send(.reply(.ok(.didWrite, path: path)))
         }
     }
 
+    static let notAContainerPath = "path must be a container path like /docs/a.txt"
+
+    /// A client's name as `.nimbus/claims` shows it: one line, at most 100 characters.
+    static func label(_ name: String) -> String {
+        String(String.UnicodeScalarView(name.unicodeScalars.prefix(100).map { $0.properties.generalCategory == .control ? "?" : $0 }))
+    }
+
     /// "/a//b/" → "/a/b"; nil for relative paths and `.`/`..` components.
-    static func normalize(_ p: String?) -> String? {
-        guard let p, p.hasPrefix("/") else { return nil }
+    static func normalize(_ p: String) -> String? {
+        guard p.hasPrefix("/") else { return nil }
         let parts = p.split(separator: "/")
         guard !parts.contains(where: { $0 == "." || $0 == ".." }) else { return nil }
         return "/" + parts.joined(separator: "/")
@@ -288,31 +302,29 @@ public final class PresenterHub: Sendable {
 
     /// Asks every presenter of `paths` (or of a folder above them) at once; `done` runs when all
     /// answered, or after `timeout` with the number that did not.
-    public func ask(_ kind: AskKind, paths: [String], reason: String? = nil, excluding: Key? = nil,
+    public func ask(_ what: Ask.What, paths: [String], excluding: Key? = nil,
                     done: @escaping @Sendable (Outcome) -> Void) {
-        var sends: [(Conn, [String: Any])] = []
+        var sends: [(Conn, Ask)] = []
         let batchID: Int? = state.withLock { s in
-            var waiting = Set<Int>()
+            var waiting = Set<AskID>()
             var asked: [Key] = []
             for (key, presented) in s.presentations where key != excluding {
                 guard let path = paths.first(where: { Self.covers(presented, $0) }), let conn = s.conns[key.conn] else { continue }
-                let id = s.nextID
+                let id = AskID(s.nextID)
                 s.nextID += 1
                 waiting.insert(id)
                 asked.append(key)
-                var msg: [String: Any] = ["ask": id, "kind": kind.rawValue, "token": key.token, "path": path]
-                if let reason { msg["reason"] = reason }
-                sends.append((conn, msg))
+                sends.append((conn, Ask(id: id, token: key.token, path: path, what: what)))
             }
             guard !waiting.isEmpty else { return nil }
             let batch = s.nextID
             s.nextID += 1
-            for (conn, msg) in sends { s.asks[msg["ask"] as! Int] = (batch, conn.id) }
+            for (conn, ask) in sends { s.asks[ask.id] = (batch, conn.id) }
             s.batches[batch] = Batch(waiting: waiting, asked: asked, done: done)
             return batch
         }
         guard let batchID else { return done(Outcome(asked: [], late: 0)) }
-        for (conn, msg) in sends where !conn.send(msg) {
+        for (conn, ask) in sends where !conn.send(.ask(ask)) {
             shutdown(conn.fd, Int32(SHUT_RDWR))  // its reader drops it, which answers for it
         }
         let ns = timeout.components.seconds * 1_000_000_000 + timeout.components.attoseconds / 1_000_000_000
@@ -327,9 +339,14 @@ public final class PresenterHub: Sendable {
         }
     }
 
+    /// `reason` of a relinquish ask: `replace` or `delete` (RelinquishReason).
     public func ask(_ kind: AskKind, paths: [String], reason: String? = nil) async -> Outcome {
         if isEmpty { return Outcome(asked: [], late: 0) }
-        return await withCheckedContinuation { c in ask(kind, paths: paths, reason: reason) { c.resume(returning: $0) } }
+        let what: Ask.What = switch kind {
+        case .save: .save
+        case .relinquish: .relinquish(reason.flatMap(RelinquishReason.init(rawValue:)))
+        }
+        return await withCheckedContinuation { c in ask(what, paths: paths) { c.resume(returning: $0) } }
     }
 
     /// Tells presenters that relinquished that they may take the file back.
@@ -340,7 +357,7 @@ public final class PresenterHub: Sendable {
                 return (c, k, Self.covers(p, path) ? path : p)
             }
         }
-        for (c, k, p) in targets { _ = c.send(["event": "reacquire", "token": k.token, "path": p]) }
+        for (c, k, p) in targets { _ = c.send(.event(Event(token: k.token, path: p, change: .reacquire))) }
     }
 
     // MARK: events
@@ -352,14 +369,13 @@ public final class PresenterHub: Sendable {
     }
 
     private func deliver(_ r: EventLog.Record) {
-        var sends: [(Conn, [String: Any])] = []
+        var sends: [(Conn, Event)] = []
+        let origin = Origin(r.origin)
         state.withLock { s in
             for (key, presented) in s.presentations {
                 guard let conn = s.conns[key.conn] else { continue }
-                var base: [String: Any] = ["token": key.token, "seq": r.seq]
-                func send(_ event: String, _ extra: [String: Any]) {
-                    base["event"] = event
-                    sends.append((conn, base.merging(extra) { $1 }))
+                func send(_ path: String, _ change: Event.Change) {
+                    sends.append((conn, Event(token: key.token, path: path, change: change)))
                 }
                 switch r.kind {
                 case .moved:
@@ -368,36 +384,46 @@ public final class PresenterHub: Sendable {
                         // The presented item (or a folder above it) moved: the presentation follows.
                         let now = to + presented.dropFirst(r.path.count)
                         s.presentations[key] = now
-                        send("moved", ["path": presented, "to": now])
+                        send(presented, .moved(to: now, seq: r.seq))
                     } else if Self.covers(presented, r.path) || Self.covers(presented, to) {
-                        send("changed", ["path": r.path, "to": to, "origin": r.origin.rawValue])
+                        send(r.path, .changed(origin: origin, to: to, seq: r.seq))
                     }
                 case .deleted:
                     if Self.covers(r.path, presented) {
                         s.presentations[key] = nil
-                        send("deleted", ["path": presented])
+                        send(presented, .deleted(seq: r.seq))
                     } else if Self.covers(presented, r.path) {
-                        send("changed", ["path": r.path, "origin": r.origin.rawValue])
+                        send(r.path, .changed(origin: origin, to: nil, seq: r.seq))
                     }
                 case .created, .changed, .attributes, .exchanged:
                     if Self.covers(presented, r.path) || r.to.map({ Self.covers(presented, $0) }) == true {
-                        send("changed", ["path": r.path, "origin": r.origin.rawValue])
+                        send(r.path, .changed(origin: origin, to: nil, seq: r.seq))
                     }
                 case .version:
                     if Self.covers(presented, r.path) {
                         let v = Int(r.detail?.dropFirst() ?? "") ?? 0
-                        send("version", ["path": r.path, "version": v])
-                        send("changed", ["path": r.path, "origin": r.origin.rawValue])
+                        send(r.path, .version(v, seq: r.seq))
+                        send(r.path, .changed(origin: origin, to: nil, seq: r.seq))
                     }
                 case .conflict:
-                    if Self.covers(presented, r.path) { send("conflict", ["path": r.path]) }
+                    if Self.covers(presented, r.path) { send(r.path, .conflict(seq: r.seq)) }
                 default:
                     continue
                 }
             }
         }
-        for (conn, msg) in sends where !conn.send(msg) {
+        for (conn, event) in sends where !conn.send(.event(event)) {
             shutdown(conn.fd, Int32(SHUT_RDWR))
+        }
+    }
+}
+
+extension Origin {
+    init(_ origin: EventOrigin) {
+        switch origin {
+        case .local: self = .local
+        case .remote: self = .remote
+        case .sync: self = .sync
         }
     }
 }

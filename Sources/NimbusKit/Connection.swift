@@ -1,6 +1,7 @@
 // NimbusKit: the client side of a mount's presenter socket (docs/presenters.md).
 import Dispatch
 import Foundation
+import PresenterProtocol
 import Synchronization
 #if canImport(Glibc)
 import Glibc
@@ -71,22 +72,25 @@ final class MountConnection: Sendable {
         /// their `changed` events are dropped.
         var ownWrites: [String: (running: Int, quietUntil: ContinuousClock.Instant)] = [:]
     }
-    struct Reply: Sendable {
-        let ok: Bool
-        let error: String?
-    }
-    /// A request waiting for its reply: matched by kind, then token and path when both have one.
+    /// A request waiting for its reply: matched by op, then token and path when both have one.
     final class Pending: Sendable {
-        let kind: String, token: Int?, path: String?
+        let op: Op, token: Token?, path: String?
         let done = DispatchSemaphore(value: 0)
         let reply = Mutex<Reply?>(nil)  // set before `done` is signalled; nil: the connection dropped
-        init(_ kind: String, _ token: Int?, _ path: String?) { (self.kind, self.token, self.path) = (kind, token, path) }
+        init(_ request: Request) {
+            op = request.op
+            switch request {
+            case .present(let t, _), .unpresent(let t): (token, path) = (t, nil)
+            case .willWrite(_, let p), .didWrite(_, let p): (token, path) = (nil, p)
+            case .hello, .ack: (token, path) = (nil, nil)
+            }
+        }
     }
     struct State {
         var fd: Int32 = -1
         var ready = false  // hello answered on `fd`
         var pending: [Pending] = []
-        var entries: [Int: Entry] = [:]  // by token
+        var entries: [Token: Entry] = [:]
     }
 
     let root: String
@@ -111,26 +115,26 @@ final class MountConnection: Sendable {
             reader.name = "nimbuskit \(root)"
             reader.start()
             do {
-                let r = try request(["op": "hello", "version": 1, "pid": Int(getpid()), "name": ProcessInfo.processInfo.processName], "hello")
+                let r = try request(.hello(pid: Int(getpid()), name: ProcessInfo.processInfo.processName))
                 guard r.ok else { throw CoordinationError.refused(r.error ?? "hello was not accepted") }
             } catch {
                 drop(s)
                 throw error
             }
-            let again = state.withLock { st -> [(Int, String)] in
+            let again = state.withLock { st -> [(Token, String)] in
                 guard st.fd == s else { return [] }
                 st.ready = true
                 return st.entries.compactMap { $0.value.presenter == nil ? nil : ($0.key, $0.value.path) }
             }
-            for (token, path) in again { _ = try? request(["op": "present", "token": token, "path": path], "present", token: token) }
+            for (token, path) in again { _ = try? request(.present(token: token, path: path)) }
         }
     }
 
-    func register(_ token: Int, _ p: any FilePresenter, path: String) throws {
+    func register(_ token: Token, _ p: any FilePresenter, path: String) throws {
         try ensureConnected()
         state.withLock { $0.entries[token] = Entry(presenter: p, path: path) }
         do {
-            let r = try request(["op": "present", "token": token, "path": path], "present", token: token)
+            let r = try request(.present(token: token, path: path))
             guard r.ok else { throw CoordinationError.refused(r.error ?? "present was not accepted") }
         } catch {
             state.withLock { _ = $0.entries.removeValue(forKey: token) }
@@ -138,17 +142,17 @@ final class MountConnection: Sendable {
         }
     }
 
-    func unregister(_ token: Int) {
+    func unregister(_ token: Token) {
         let live = state.withLock { $0.entries.removeValue(forKey: token) != nil && $0.ready }
-        if live { _ = try? request(["op": "unpresent", "token": token], "unpresent", token: token) }
+        if live { _ = try? request(.unpresent(token: token)) }
     }
 
     /// `will-write`: returns when the other presenters answered or the daemon's bound passed.
-    func willWrite(token: Int, path: String, file: String, deadline: ContinuousClock.Instant, timeout: Duration) throws {
+    func willWrite(token: Token, path: String, file: String, deadline: ContinuousClock.Instant, timeout: Duration) throws {
         try ensureConnected()
         ownWrite(token, path, starts: true)
         do {
-            let r = try request(["op": "will-write", "token": token, "path": path], "will-write", path: path,
+            let r = try request(.willWrite(token: token, path: path),
                                 within: max(deadline - .now, .milliseconds(1)), late: .timedOut(path: file, seconds: timeout.seconds))
             guard r.ok else { throw CoordinationError.refused(r.error ?? "will-write was not accepted") }
         } catch {
@@ -159,12 +163,12 @@ final class MountConnection: Sendable {
 
     /// `did-write`: the other presenters reacquire; the writer's own `changed` events of the
     /// next 2 s are dropped.
-    func didWrite(token: Int, path: String) {
-        _ = try? request(["op": "did-write", "token": token, "path": path], "did-write", path: path)
+    func didWrite(token: Token, path: String) {
+        _ = try? request(.didWrite(token: token, path: path))
         ownWrite(token, path, starts: false, quiet: .seconds(2))
     }
 
-    private func ownWrite(_ token: Int, _ path: String, starts: Bool, quiet: Duration = .zero) {
+    private func ownWrite(_ token: Token, _ path: String, starts: Bool, quiet: Duration = .zero) {
         guard token != 0 else { return }
         state.withLock { st in
             guard var e = st.entries[token] else { return }
@@ -208,9 +212,8 @@ final class MountConnection: Sendable {
     }
 
     /// Sends one message and waits (at most `within`) for its reply; `late` is thrown on timeout.
-    private func request(_ message: [String: Any], _ kind: String, token: Int? = nil, path: String? = nil,
-                         within: Duration = .seconds(5), late: CoordinationError? = nil) throws -> Reply {
-        let p = Pending(kind, token, path)
+    private func request(_ message: Request, within: Duration = .seconds(5), late: CoordinationError? = nil) throws -> Reply {
+        let p = Pending(message)
         let s = state.withLock { st in
             if st.fd >= 0 { st.pending.append(p) }
             return st.fd
@@ -223,7 +226,7 @@ final class MountConnection: Sendable {
         }
         if p.done.wait(timeout: .now() + within.seconds) == .timedOut {
             forget(p)
-            throw late ?? .unreachable(socket: socket, reason: "no answer to \(kind) within \(CoordinationError.text(within.seconds)) s")
+            throw late ?? .unreachable(socket: socket, reason: "no answer to \(message.op.rawValue) within \(CoordinationError.text(within.seconds)) s")
         }
         guard let reply = p.reply.withLock({ $0 }) else { throw closed }
         return reply
@@ -232,15 +235,13 @@ final class MountConnection: Sendable {
     private func forget(_ p: Pending) { state.withLock { $0.pending.removeAll { $0 === p } } }
 
     /// Sends without waiting (acks, unpresenting a presenter that is gone).
-    private func send(_ message: [String: Any]) {
+    private func send(_ message: Request) {
         let s = state.withLock { $0.fd }
         if s >= 0, !write(message, on: s) { drop(s) }
     }
 
-    private func write(_ message: [String: Any], on s: Int32) -> Bool {
-        // JSONSerialization escapes newlines in strings and adds none without .prettyPrinted.
-        guard var bytes = try? [UInt8](JSONSerialization.data(withJSONObject: message, options: [.withoutEscapingSlashes])) else { return false }
-        bytes.append(UInt8(ascii: "\n"))
+    private func write(_ message: Request, on s: Int32) -> Bool {
+        guard let bytes = PresenterLine.encode(message) else { return false }
         return sendLock.withLock { _ in
             var off = 0
             while off < bytes.count {
@@ -289,10 +290,12 @@ final class MountConnection: Sendable {
             if n <= 0 { break }
             buffer += chunk[0..<n]
             while let nl = buffer.firstIndex(of: UInt8(ascii: "\n")) {
-                let line = Data(buffer[..<nl])
+                let line = buffer[..<nl]
+                // A line that is not a JSON object is skipped, like one this client does not know.
+                if let m = DaemonMessage.decode(line: line) { dispatch(m) }
                 buffer.removeSubrange(...nl)
-                if let m = (try? JSONSerialization.jsonObject(with: line)) as? [String: Any] { dispatch(m) }
             }
+            if buffer.count > PresenterLine.maxLength { break }  // not a daemon speaking this protocol
         }
         drop(s)
         close(s)
@@ -300,73 +303,84 @@ final class MountConnection: Sendable {
 
     // MARK: the daemon's lines
 
-    private func dispatch(_ m: [String: Any]) {
-        let token = (m["token"] as? NSNumber)?.intValue
-        let path = m["path"] as? String
-        if let re = m["re"] as? String {
-            let reply = Reply(ok: m["ok"] as? Bool == true, error: m["error"] as? String)
-            func fits(_ p: Pending) -> Bool {
-                p.kind == re && (token == nil || p.token == nil || p.token == token) && (path == nil || p.path == nil || p.path == path)
-            }
-            let p = state.withLock { st -> Pending? in
-                guard let i = st.pending.firstIndex(where: fits) ?? st.pending.firstIndex(where: { $0.kind == re }) else { return nil }
-                return st.pending.remove(at: i)
-            }
-            p?.reply.withLock { $0 = reply }
-            p?.done.signal()
-            return
+    private func dispatch(_ m: DaemonMessage) {
+        switch m {
+        case .reply(let reply): answer(reply)
+        case .ask(let ask): handle(ask)
+        case .event(let event): handle(event)
+        case .other(let ask?): send(.ack(ask, error: nil))  // an ask this client does not know: go ahead
+        case .other(nil): break  // a newer daemon's news
         }
-        let ask = (m["ask"] as? NSNumber)?.intValue
+    }
+
+    private func answer(_ reply: Reply) {
+        func fits(_ p: Pending) -> Bool {
+            p.op.rawValue == reply.re && (reply.token == nil || p.token == nil || p.token == reply.token)
+                && (reply.path == nil || p.path == nil || p.path == reply.path)
+        }
+        let p = state.withLock { st -> Pending? in
+            guard let i = st.pending.firstIndex(where: fits) ?? st.pending.firstIndex(where: { $0.op.rawValue == reply.re }) else { return nil }
+            return st.pending.remove(at: i)
+        }
+        p?.reply.withLock { $0 = reply }
+        p?.done.signal()
+    }
+
+    /// The live presenter of `token`; a token whose presenter is gone is unpresented.
+    private func presenter(_ token: Token) -> (any FilePresenter)? {
         let (presenter, stale) = state.withLock { st -> ((any FilePresenter)?, Bool) in
-            guard let token, let e = st.entries[token] else { return (nil, false) }
+            guard let e = st.entries[token] else { return (nil, false) }
             if e.presenter == nil { st.entries[token] = nil }
             return (e.presenter, e.presenter == nil)
         }
-        guard let presenter, let token else {
-            if let ask { send(["op": "ack", "ask": ask]) }  // nobody to ask any more
-            if stale, let token { send(["op": "unpresent", "token": token]) }
-            return
-        }
+        if stale { send(.unpresent(token: token)) }
+        return presenter
+    }
+
+    private func handle(_ ask: Ask) {
+        guard let presenter = presenter(ask.token) else { return send(.ack(ask.id, error: nil)) }  // nobody to ask any more
         let queue = presenter.presentedItemOperationQueue
-        if let ask {
-            switch m["kind"] as? String {
-            case "save":
-                queue.async { [self] in
-                    do {
-                        try presenter.savePresentedItemChanges()
-                        send(["op": "ack", "ask": ask])
-                    } catch {
-                        send(["op": "ack", "ask": ask, "error": "\(error)"])
-                    }
+        let token = ask.token
+        switch ask.what {
+        case .save:
+            queue.async { [self] in
+                do {
+                    try presenter.savePresentedItemChanges()
+                    send(.ack(ask.id, error: nil))
+                } catch {
+                    send(.ack(ask.id, error: "\(error)"))
                 }
-            case "relinquish":
-                state.withLock { $0.entries[token]?.relinquishing += 1 }
-                queue.async { [self] in
-                    let once = Once()
-                    presenter.relinquishPresentedItem { [self] reacquirer in
-                        guard once.first() else { return }
-                        let now = state.withLock { st -> Bool in
-                            guard var e = st.entries[token] else { return false }
-                            defer { st.entries[token] = e }
-                            e.relinquishing = max(0, e.relinquishing - 1)
-                            if e.earlyReacquires > 0 {
-                                e.earlyReacquires -= 1
-                                return true
-                            }
-                            if let reacquirer { e.reacquirers.append(reacquirer) }
-                            return false
-                        }
-                        send(["op": "ack", "ask": ask])
-                        if now, let reacquirer { queue.async(execute: reacquirer) }
-                    }
-                }
-            default:
-                send(["op": "ack", "ask": ask])  // an ask this client does not know: go ahead
             }
-            return
+        case .relinquish:
+            state.withLock { $0.entries[token]?.relinquishing += 1 }
+            queue.async { [self] in
+                let once = Once()
+                presenter.relinquishPresentedItem { [self] reacquirer in
+                    guard once.first() else { return }
+                    let now = state.withLock { st -> Bool in
+                        guard var e = st.entries[token] else { return false }
+                        defer { st.entries[token] = e }
+                        e.relinquishing = max(0, e.relinquishing - 1)
+                        if e.earlyReacquires > 0 {
+                            e.earlyReacquires -= 1
+                            return true
+                        }
+                        if let reacquirer { e.reacquirers.append(reacquirer) }
+                        return false
+                    }
+                    send(.ack(ask.id, error: nil))
+                    if now, let reacquirer { queue.async(execute: reacquirer) }
+                }
+            }
         }
-        switch m["event"] as? String {
-        case "reacquire":
+    }
+
+    private func handle(_ event: Event) {
+        guard let presenter = presenter(event.token) else { return }
+        let queue = presenter.presentedItemOperationQueue
+        let token = event.token
+        switch event.change {
+        case .reacquire:
             let r = state.withLock { st -> (@Sendable () -> Void)? in
                 guard var e = st.entries[token] else { return nil }
                 defer { st.entries[token] = e }
@@ -375,32 +389,27 @@ final class MountConnection: Sendable {
                 return nil
             }
             if let r { queue.async(execute: r) }
-        case "changed":
-            let to = m["to"] as? String
+        case .changed(_, let to, _):
             let own = state.withLock { st -> Bool in
                 guard let e = st.entries[token] else { return true }
                 let now = ContinuousClock.now
                 return e.ownWrites.contains { written, w in
-                    (w.running > 0 || now < w.quietUntil) && (written == e.path || written == path || written == to)
+                    (w.running > 0 || now < w.quietUntil) && (written == e.path || written == event.path || written == to)
                 }
             }
             if !own { queue.async { presenter.presentedItemDidChange() } }
-        case "moved":
-            guard let to = m["to"] as? String else { return }
+        case .moved(let to, _):
             state.withLock { $0.entries[token]?.path = to }
             let url = URL(fileURLWithPath: to == "/" ? root : (root == "/" ? "" : root) + to)
             queue.async { presenter.presentedItemDidMove(to: url) }
-        case "deleted":
+        case .deleted:
             state.withLock { _ = $0.entries.removeValue(forKey: token) }
             FileCoordinator.forget(token: token, on: self)
             queue.async { presenter.accommodatePresentedItemDeletion() }
-        case "version":
-            let v = (m["version"] as? NSNumber)?.intValue ?? 0
+        case .version(let v, _):
             queue.async { presenter.presentedItemDidGain(version: v) }
-        case "conflict":
+        case .conflict:
             queue.async { presenter.presentedItemDidConflict() }
-        default:
-            break
         }
     }
 }

@@ -1,6 +1,7 @@
 // NimbusKit: coordinated reads and writes, and the process's presenters (docs/presenters.md).
 import Dispatch
 import Foundation
+import PresenterProtocol
 import Synchronization
 #if canImport(Glibc)
 import Glibc
@@ -24,7 +25,7 @@ public final class FileCoordinator: Sendable {
 
     struct Registration {
         weak var presenter: (any FilePresenter)?
-        let token: Int
+        let token: Token
         let connection: MountConnection
     }
     struct Registry {
@@ -49,7 +50,7 @@ public final class FileCoordinator: Sendable {
     }
 
     /// The daemon ended a presentation (the item was deleted).
-    static func forget(token: Int, on c: MountConnection) {
+    static func forget(token: Token, on c: MountConnection) {
         registry.withLock { r in r.registrations = r.registrations.filter { $0.value.token != token || $0.value.connection !== c } }
     }
 
@@ -65,7 +66,7 @@ public final class FileCoordinator: Sendable {
         let conn = connection(root: loc.root, socket: socket)
         let token = registry.withLock { r in
             defer { r.nextToken += 1 }
-            return r.nextToken
+            return Token(r.nextToken)
         }
         try conn.register(token, p, path: loc.containerPath)
         registry.withLock { $0.registrations[ObjectIdentifier(p)] = Registration(presenter: p, token: token, connection: conn) }
@@ -109,7 +110,7 @@ public final class FileCoordinator: Sendable {
     public func coordinate<T>(writingItemAt url: URL, timeout: Duration = .seconds(30),
                               byAccessor accessor: (URL) throws -> T) throws -> T {
         let deadline = ContinuousClock.now + timeout
-        var write: (conn: MountConnection, token: Int, path: String)?
+        var write: (conn: MountConnection, token: Token, path: String)?
         if let loc = MountLocation.find(url.path), let socket = loc.socket {
             let c = Self.connection(root: loc.root, socket: socket)
             let token = presenter.flatMap { Self.registration(of: $0) }.flatMap { $0.connection === c ? $0.token : nil } ?? 0

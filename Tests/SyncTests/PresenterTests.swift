@@ -167,4 +167,56 @@ struct PresenterTests {
             #expect(heard.contains("\"event\":\"version\"") && heard.contains("\"event\":\"changed\""), "\(heard)")
         }
     }
+
+    @Test func aHostileClientGetsErrorRepliesAndKeepsItsConnection() async throws {
+        try await SyncWorld.run("presenter-hostile") { w in
+            let a = try await w.mount("a")
+            try sh("printf v1 > \(q(a))/doc.txt")
+            let socket = try sh("sed -n 's/^presenter-socket: //p' \(q(a))/.nimbus/status").trimmingCharacters(in: .whitespacesAndNewlines)
+            // A raw client: one line at a time, each answered before the next; then it prints
+            // whatever else the daemon says.
+            let script = w.base + "/hostile.py"
+            try #"""
+            import socket, sys
+            s = socket.socket(socket.AF_UNIX); s.connect(sys.argv[1]); s.settimeout(30)
+            f = s.makefile("rwb", buffering=0)
+            deep = "[" * 500 + "]" * 500
+            for line in [
+                '{"op":"present","token":7,"path":"/doc.txt"}',
+                '{"op":"hello","version":1,"pid":1,"name":"hostile"}',
+                'not json',
+                '{"op":"present","token":"x","path":"/doc.txt"}',
+                '{"op":"present","token":1e300,"path":"/doc.txt"}',
+                '{"op":"unpresent","token":9223372036854775807,"x":' + deep + '}',
+                '{"op":"rename","token":7}',
+                '{"op":"ack","ask":"x"}',
+                '{"op":"present","token":7,"path":"/doc.txt"}',
+            ]:
+                f.write((line + "\n").encode()); print(f.readline().decode().strip())
+            for line in f: print(line.decode().strip())
+            """#.write(toFile: script, atomically: true, encoding: .utf8)
+            let client = try Background("exec python3 -u \(q(script)) \(q(socket))")
+            defer { client.stop() }
+            let replies = [
+                #"{"error":"send hello first","ok":false,"re":"present"}"#,
+                #"{"ok":true,"re":"hello","version":1}"#,
+                #"{"error":"not a JSON object on one line (docs/presenters.md)","ok":false,"re":"error"}"#,
+                #"{"error":"token must be an integer","ok":false,"re":"present"}"#,
+                #"{"error":"token must be an integer","ok":false,"re":"present"}"#,
+                #"{"ok":true,"re":"unpresent","token":9223372036854775807}"#,
+                #"{"error":"unknown op rename (docs/presenters.md)","ok":false,"re":"rename"}"#,
+                #"{"error":"ask must be an integer","ok":false,"re":"ack"}"#,
+                #"{"ok":true,"re":"present","token":7}"#,
+            ]
+            try await Self.until("every line answered", { client.output }) { client.output.split(separator: "\n").count >= replies.count }
+            #expect(client.output.split(separator: "\n").prefix(replies.count).map(String.init) == replies, "\(client.output)")
+            try await eventually("presenting", "grep -q '^presenters: 1' \(q(a))/.nimbus/status")
+            #expect(try sh("cat \(q(a))/.nimbus/claims").contains("presenting /doc.txt by pid 1 (hostile)"))
+            // The connection still carries events.
+            try sh("printf v2 > \(q(a))/doc.txt")
+            try await Self.until("the hostile client heard of the change", { client.output }) {
+                client.output.contains(#""event":"changed""#) && client.output.contains(#""origin":"local""#)
+            }
+        }
+    }
 }
