@@ -1,10 +1,19 @@
 import FuseKit
 import Glibc
 
+/// One entry of a folder listing, as `ContainerFS.readdir` returns it; the FUSE adapter copies
+/// it into the kernel's buffer. "." and ".." carry node 0: the kernel takes no reference.
+public struct DirEntry: Sendable {
+    public var name: String
+    public var entry: FuseEntry
+    /// The offset of the entry after this one (where the next readdir goes on).
+    public var nextOffset: Int64
+}
+
 extension ContainerFS {
     public func opendir(node: UInt64) throws(Errno) -> UInt64 {
         // `.nimbus/versions` listings may ask the server: VersionsFS.opendir (deferred).
-        if Self.isVersionsNode(node) { throw .ENOENT }
+        if case .versions = Self.kind(of: node) { throw .ENOENT }
         return try lock.withLock { () throws(Errno) -> UInt64 in
             let snap = try snapshot(node)
             let h = t.nextDirHandle
@@ -29,38 +38,43 @@ extension ContainerFS {
         return DirSnapshot(node: node, entries: entries)
     }
 
-    /// Fills `buffer` from entry `offset` of the listing. With `plus`, every entry other than
-    /// "." and ".." carries attributes and counts as a lookup (only if it fit in the buffer).
-    public func readdir(node: UInt64, handle: UInt64, offset: Int64, into buffer: inout DirectoryBuffer, plus: Bool) throws(Errno) {
-        try lock.withLock { () throws(Errno) in
-            if offset == 0 && !Self.isVersionsNode(node) {
+    /// The entries of the listing from entry `offset` on that fit in `room` bytes of the
+    /// kernel's buffer (`DirectoryBuffer.entrySize`). With `plus`, every entry other than "."
+    /// and ".." counts as a lookup: the caller hands all of them to the kernel.
+    public func readdir(node: UInt64, handle: UInt64, offset: Int64, plus: Bool, room: Int) throws(Errno) -> [DirEntry] {
+        guard offset >= 0 else { throw .EINVAL }
+        return try lock.withLock { () throws(Errno) -> [DirEntry] in
+            if offset == 0, !Self.isVersionsNode(node) {
                 // rewinddir (or the first read): take a fresh listing.
                 t.dirs[handle] = try snapshot(node)
             }
             guard let snap = t.dirs[handle] else { throw .EBADF }
-            var i = Int(offset)
+            var out: [DirEntry] = []
+            var left = room
+            var i = Int(clamping: offset)
             while i < snap.entries.count {
                 let (name, child) = snap.entries[i]
-                var e: FuseEntry
                 let isDot = i < 2
-                if child < 16, child != Self.rootNode {
-                    e = controlEntry(child)
-                    if isDot { e.node = 0 }
-                } else if child >= Self.virtualBase {
+                let kind = Self.kind(of: child)
+                var e: FuseEntry
+                switch kind {
+                case .control: e = controlEntry(child)
+                case .versions:
                     guard let v = try? versions.entryLocked(child) else { i += 1; continue }
                     e = v
-                    if isDot { e.node = 0 }
-                } else if let c = t.nodes[child], (c.linked || isDot) {
+                case .item:
+                    guard let c = t.nodes[child], c.linked || isDot else { i += 1; continue }  // removed since the listing was taken
                     e = entry(c)
-                    if isDot { e.node = 0 }  // the kernel takes no reference for dot entries
-                } else {
-                    i += 1
-                    continue  // removed since the listing was taken
                 }
-                guard buffer.add(name: name, entry: e, nextOffset: Int64(i + 1)) else { break }
-                if plus && !isDot && child >= 16 { t.nodes[child]?.lookups += 1 }
+                if isDot { e.node = 0 }  // the kernel takes no reference for dot entries
+                let size = DirectoryBuffer.entrySize(nameBytes: name.utf8.count, plus: plus)
+                guard size <= left else { break }
+                left -= size
+                out.append(DirEntry(name: name, entry: e, nextOffset: Int64(i + 1)))
+                if plus, !isDot, case .item = kind { t.nodes[child]?.lookups += 1 }
                 i += 1
             }
+            return out
         }
     }
 

@@ -11,14 +11,18 @@ extension ContainerFS {
     /// `caller` decides what a control file shows (ContainerFS+Access.swift); the kernel has
     /// checked the access mode against the item's owner and mode.
     public func open(node: UInt64, flags: Int32, caller: Caller = .process) throws(Errno) -> FuseOpen {
-        if Self.isControlFile(node) {
+        switch Self.kind(of: node) {
+        case .control:
+            guard Self.isControlFile(node) else { throw .EISDIR }
             // Read-only whoever asks (root passes the kernel's mode check): EPERM, as for every
             // change inside `.nimbus/`, not a handle that fails each write with EBADF.
             if flags & O_ACCMODE != O_RDONLY || flags & O_TRUNC != 0 { throw .EPERM }
             return openControl(node, caller: caller)
+        case .versions:
+            if node == Self.controlVersionsNode { throw .EISDIR }
+            throw .ENOENT  // VersionsFS.open answers those (deferred)
+        case .item: break
         }
-        if node == Self.controlDirNode || node == Self.controlVersionsNode { throw .EISDIR }
-        if node >= Self.virtualBase { throw .ENOENT }  // VersionsFS.open answers those (deferred)
         // The cache file is opened under the lock: a remote version swapping the file (and the
         // node) cannot slip between choosing the node and opening its file.
         var stalePages = false
@@ -71,8 +75,8 @@ extension ContainerFS {
 
     /// Writes through the handle's descriptor, then records the new size and times.
     public func write(node: UInt64, handle: UInt64, offset: Int64, data: UnsafeRawBufferPointer) throws(Errno) -> Int {
-        guard handle < Self.controlHandleBase else { throw .EBADF }
-        let n = pwrite(Int32(handle), data.baseAddress, data.count, off_t(offset))
+        guard let fd = Self.descriptor(handle) else { throw .EBADF }
+        let n = pwrite(fd, data.baseAddress, data.count, off_t(offset))
         if n < 0 { throw Errno.current }
         let now = WallClock.nowNanoseconds()
         let mono = Self.monotonicNow()
@@ -166,15 +170,15 @@ extension ContainerFS {
     }
 
     public func flush(node: UInt64, handle: UInt64) {
-        if handle < Self.controlHandleBase { settle(node: node) }
+        if Self.descriptor(handle) != nil { settle(node: node) }
     }
 
     public func release(node: UInt64, handle: UInt64) {
-        if handle >= Self.controlHandleBase { return releaseControl(handle) }
+        guard let fd = Self.descriptor(handle) else { return releaseControl(handle) }
         settle(node: node)
         // The descriptor is closed after its bookkeeping is gone: its number may be reused by
         // the next open at once, and must not inherit this handle's writer or stale marks.
-        defer { close(Int32(handle)) }
+        defer { close(fd) }
         let closedWriter = lock.withLock { () -> ItemID? in
             t.openFiles -= 1
             let wasWriter = t.writerHandles.remove(handle) != nil
@@ -202,8 +206,8 @@ extension ContainerFS {
 
     /// Data to disk, then the item's metadata committed with a full fsync of the database.
     public func fsync(node: UInt64, handle: UInt64, dataOnly: Bool) throws(Errno) {
-        guard handle < Self.controlHandleBase else { return }
-        if (dataOnly ? fdatasync(Int32(handle)) : Glibc.fsync(Int32(handle))) != 0 { throw Errno.current }
+        guard let fd = Self.descriptor(handle) else { return }
+        if (dataOnly ? fdatasync(fd) : Glibc.fsync(fd)) != 0 { throw Errno.current }
         lock.withLock { t.nodes[node]?.fsyncedSinceWrite = true }
         settle(node: node)
         try syncMetadata()
@@ -220,9 +224,9 @@ extension ContainerFS {
     }
 
     public func fallocate(node: UInt64, handle: UInt64, mode: Int32, offset: Int64, length: Int64) throws(Errno) {
-        guard handle < Self.controlHandleBase else { throw .EBADF }
+        guard let fd = Self.descriptor(handle) else { throw .EBADF }
         guard mode == 0 else { throw .EOPNOTSUPP }
-        let rc = posix_fallocate(Int32(handle), off_t(offset), off_t(length))
+        let rc = posix_fallocate(fd, off_t(offset), off_t(length))
         if rc != 0 { throw Errno(rc) }
         let now = WallClock.nowNanoseconds()
         lock.withLock {
@@ -238,7 +242,7 @@ extension ContainerFS {
     /// chmod, chown, truncate, utimes. The kernel (default_permissions) has checked who may do
     /// what and already folded "clear set-id bits" into `mode`.
     public func setattr(node: UInt64, _ c: FuseSetAttr, handle: UInt64?) throws(Errno) -> stat {
-        if node < 16 && node != Self.rootNode { throw .EPERM }
+        guard Self.isItem(node) else { throw .EPERM }
         if let size = c.size {
             if size < 0 { throw .EINVAL }
             let id = try lock.withLock { () throws(Errno) -> ItemID in
@@ -248,8 +252,8 @@ extension ContainerFS {
                 return n.rec.id
             }
             content.willTruncate(id)
-            if let h = handle, h < Self.controlHandleBase {
-                if ftruncate(Int32(h), off_t(size)) != 0 { throw Errno.current }
+            if let fd = handle.flatMap(Self.descriptor) {
+                if ftruncate(fd, off_t(size)) != 0 { throw Errno.current }
             } else {
                 let fd = store.cache.open(id, create: true)
                 if fd < 0 { throw Errno(-fd) }

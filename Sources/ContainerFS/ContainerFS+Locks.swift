@@ -11,7 +11,7 @@ import NimbusCore
 extension ContainerFS {
     /// The item of a regular file that locks may be taken on.
     func lockableItem(_ node: UInt64) throws(Errno) -> ItemID {
-        if node < 16 { throw .EINVAL }
+        guard Self.isItem(node), node != Self.rootNode else { throw .EINVAL }
         return try lock.withLock { () throws(Errno) -> ItemID in
             let n = try self.node(node)
             guard n.rec.kind == .file else { throw .EINVAL }

@@ -188,7 +188,7 @@ extension ContainerFS {
     /// How to serve a read through `handle`: a handle whose file was replaced by a remote version
     /// reads the old bytes it has (EIO for the rest); otherwise as `placeholder(node:range:)`.
     public func readPlan(node: UInt64, handle: UInt64, range: Range<Int64>) -> ReadPlan {
-        guard lazyContent, node >= 16 else { return .direct }
+        guard lazyContent, Self.isItem(node) else { return .direct }
         let (stale, id) = lock.withLock { () -> (StaleHandle?, ItemID?) in
             if let s = t.stale[handle] { return (s, nil) }
             guard let n = t.nodes[node], n.rec.kind == .file else { return (nil, nil) }
@@ -212,7 +212,7 @@ extension ContainerFS {
     /// Whether a read of `range` must wait for the content provider; the item id if so.
     /// Local-only mounts never ask (no lock on the read path).
     func placeholder(node: UInt64, range: Range<Int64>) -> ItemID? {
-        guard lazyContent, node >= 16 else { return nil }
+        guard lazyContent, Self.isItem(node) else { return nil }
         let id = lock.withLock { () -> ItemID? in
             guard let n = t.nodes[node], n.rec.kind == .file else { return nil }
             return n.rec.id

@@ -24,7 +24,7 @@ extension ContainerFS {
     }
 
     public func unlink(parent: UInt64, name: String) throws(Errno) {
-        if Self.isVersionsNode(parent) { throw .EPERM }  // VersionsFS.unlink answers those (deferred)
+        if case .versions = Self.kind(of: parent) { throw .EPERM }  // VersionsFS.unlink answers those (deferred)
         if isControl(parent: parent, name: name) { throw .EPERM }
         var keptIdentity: ItemID?
         let id = try lock.withLock { () throws(Errno) -> ItemID in

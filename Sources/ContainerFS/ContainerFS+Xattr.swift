@@ -21,7 +21,7 @@ extension ContainerFS {
 
     public func getxattr(node: UInt64, name: String) throws(Errno) -> [UInt8] {
         guard name.hasPrefix("user.") else { throw .ENODATA }
-        if (node < 16 && node != Self.rootNode) || node >= Self.virtualBase { throw .ENODATA }
+        guard Self.isItem(node) else { throw .ENODATA }
         if name == "user.nimbus.versions", versions.source != nil { throw .ENODATA }  // `versionsText` answers it (deferred)
         return try lock.withLock { () throws(Errno) -> [UInt8] in
             let n = try self.node(node)
@@ -46,7 +46,7 @@ extension ContainerFS {
 
     /// The names, each NUL-terminated (the listxattr(2) format).
     public func listxattr(node: UInt64) throws(Errno) -> [UInt8] {
-        if (node < 16 && node != Self.rootNode) || node >= Self.virtualBase { return [] }
+        guard Self.isItem(node) else { return [] }
         return try lock.withLock { () throws(Errno) -> [UInt8] in
             let n = try self.node(node)
             var out: [UInt8] = []
@@ -62,7 +62,7 @@ extension ContainerFS {
     /// `flags`: XATTR_CREATE fails with EEXIST if present, XATTR_REPLACE with ENODATA if absent.
     public func setxattr(node: UInt64, name: String, value: [UInt8], flags: Int32) throws(Errno) {
         guard name.hasPrefix("user.") else { throw .EOPNOTSUPP }
-        if node < 16 && node != Self.rootNode { throw .EPERM }
+        guard Self.isItem(node) else { throw .EPERM }
         if name.hasPrefix("user.nimbus.") { return try setControlXattr(node: node, name: name, value: value) }
         if name.utf8.count > 255 { throw .ERANGE }
         if value.count > Self.maxXattrValue { throw .E2BIG }
@@ -109,7 +109,7 @@ extension ContainerFS {
 
     /// `getfattr -n user.nimbus.versions FILE`: every version of the file, from the server.
     public func versionsText(node: UInt64, done: @escaping @Sendable (Result<[UInt8], Errno>) -> Void) {
-        guard let source = versions.source, (node >= 16 || node == Self.rootNode), node < Self.virtualBase else { return done(.failure(.ENODATA)) }
+        guard let source = versions.source, Self.isItem(node) else { return done(.failure(.ENODATA)) }
         let id: ItemID
         do { id = try lock.withLock { () throws(Errno) -> ItemID in try self.node(node).rec.id } } catch { return done(.failure(error)) }
         source.versionsText(id) { done($0.map { Array($0.utf8) }) }
@@ -118,7 +118,7 @@ extension ContainerFS {
     /// `setfattr -n user.nimbus.resolve|restore|discard -v VALUE FILE`: asks the server.
     public func resolve(node: UInt64, name: String, value: [UInt8], done: @escaping @Sendable (Errno?) -> Void) {
         guard let source = versions.source, Self.serverXattrs.contains(name), name != "user.nimbus.versions",
-              (node >= 16 || node == Self.rootNode), node < Self.virtualBase else { return done(.EPERM) }
+              Self.isItem(node) else { return done(.EPERM) }
         let target: (ItemID, Bool, String)
         do { target = try controlXattrTarget(node: node, value: value) } catch { return done(error) }
         guard !target.1 else { return done(.EISDIR) }
@@ -127,7 +127,7 @@ extension ContainerFS {
 
     public func removexattr(node: UInt64, name: String) throws(Errno) {
         guard name.hasPrefix("user.") else { throw .EOPNOTSUPP }
-        if node < 16 && node != Self.rootNode { throw .EPERM }
+        guard Self.isItem(node) else { throw .EPERM }
         if name.hasPrefix("user.nimbus.") { throw .EPERM }
         let id = try lock.withLock { () throws(Errno) -> ItemID in
             let n = try self.node(node)

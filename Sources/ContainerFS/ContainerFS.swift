@@ -52,12 +52,24 @@ public final class ContainerFS: @unchecked Sendable {
         return node < 16 && node != rootNode ? .control : .item
     }
 
+    /// An item of the tree (the root too), not a node of `.nimbus/`.
+    static func isItem(_ node: UInt64) -> Bool {
+        if case .item = kind(of: node) { return true }
+        return false
+    }
+
     /// What a handle names: an open file's descriptor, a control file, or a version being read.
     enum HandleKind { case file(Int32), control, version }
     static func kind(ofHandle h: UInt64) -> HandleKind {
         if h >= versionHandleBase { return .version }
         if h >= controlHandleBase { return .control }
         return .file(Int32(truncatingIfNeeded: h))
+    }
+
+    /// The descriptor of a file handle; nil for the handles of `.nimbus/`.
+    static func descriptor(_ h: UInt64) -> Int32? {
+        if case .file(let fd) = kind(ofHandle: h) { return fd }
+        return nil
     }
 
     public let store: LocalStore
@@ -72,7 +84,7 @@ public final class ContainerFS: @unchecked Sendable {
     let mountTime = WallClock.nowNanoseconds()
     let owner: (uid: UInt32, gid: UInt32)
     /// Program locks (fcntl, flock) and the sync engine's claims (ContainerFS+Locks.swift).
-    public let coordinator = Coordinator()
+    public let coordinator: Coordinator
     /// `.nimbus/events` (EventLog.swift).
     public let events: EventLog
     /// Presenters over the local socket (PresenterHub.swift, docs/presenters.md).
@@ -82,7 +94,7 @@ public final class ContainerFS: @unchecked Sendable {
 
     public init(store: LocalStore, options: Options = Options(), content: any ContentProvider = LocalContent(),
                 observer: (any ChangeObserver)? = nil, syncStatus: (any SyncStatusSource)? = nil,
-                versions: (any VersionSource)? = nil) throws {
+                versions: (any VersionSource)? = nil, services: MountServices? = nil) throws {
         self.store = store
         self.options = options
         self.content = content
@@ -90,24 +102,17 @@ public final class ContainerFS: @unchecked Sendable {
         self.observer = observer
         self.syncStatus = syncStatus
         self.owner = (getuid(), getgid())
-        // Sequence numbers keep increasing across restarts, also after kill -9: this run's first
-        // numbers are promised on disk before the first line (EventLog.reserve).
-        let first = (try? store.meta("events.seq")).flatMap { $0.flatMap { UInt64($0) } } ?? 1
-        try store.setMeta("events.seq", "\(first + EventLog.reservation)")
-        events = EventLog(firstSequence: first, reserve: { [store] next in try? store.setMeta("events.seq", "\(next)") })
-        presenters = PresenterHub(timeout: options.presenterTimeout)
-        events.setListener { [presenters] in presenters.event($0) }
+        let services = try services ?? MountServices.open(store: store, presenterTimeout: options.presenterTimeout)
+        coordinator = services.coordinator
+        events = services.events
+        presenters = services.presenters
         try loadTree()
         self.versions = VersionsFS(fs: self, source: versions)
     }
 
-    /// Asks the presenters of `items` (docs/presenters.md); returns when all answered or the
-    /// bound passed. Never called with `lock` held.
-    public func askPresenters(_ kind: PresenterHub.AskKind, items: [ItemID], reason: String? = nil) async -> (PresenterHub.Outcome, [String]) {
-        if presenters.isEmpty { return (PresenterHub.Outcome(asked: [], late: 0), []) }
-        let paths = items.map { path(of: $0) }
-        return (await presenters.ask(kind, paths: paths, reason: reason), paths)
-    }
+    /// The services this filesystem shares with its sync engine.
+    public var services: MountServices { MountServices(coordinator: coordinator, events: events, presenters: presenters) }
+
 
     /// Builds the in-memory tree from the database and reconciles file sizes with the cache
     /// (after `kill -9` the cache file is the truth for bytes written but not yet recorded).
@@ -260,7 +265,7 @@ public final class ContainerFS: @unchecked Sendable {
             if name == "versions" { return controlEntry(Self.controlVersionsNode) }
             throw .ENOENT
         }
-        if Self.isVersionsNode(parent) { throw .ENOENT }  // VersionsFS.lookup answers those (deferred)
+        if !Self.isItem(parent) { throw .ENOENT }  // VersionsFS.lookup answers `.nimbus/versions` (deferred)
         return try lock.withLock { () throws(Errno) -> FuseEntry in
             let p = try folder(parent)
             // ENOENT becomes a cached negative entry in FuseAdapter (negativeTimeout).
@@ -270,7 +275,7 @@ public final class ContainerFS: @unchecked Sendable {
     }
 
     public func forget(node: UInt64, count: UInt64) {
-        if node < 16 || node >= Self.virtualBase { return }
+        guard Self.isItem(node), node != Self.rootNode else { return }
         lock.withLock {
             guard let n = t.nodes[node] else { return }
             n.lookups -= min(count, n.lookups)
@@ -279,8 +284,11 @@ public final class ContainerFS: @unchecked Sendable {
     }
 
     public func getattr(node: UInt64) throws(Errno) -> stat {
-        if node == Self.controlDirNode || node == Self.controlVersionsNode || Self.isControlFile(node) { return controlAttr(node) }
-        if node >= Self.virtualBase { return try versions.attr(node) }
+        switch Self.kind(of: node) {
+        case .control: return controlAttr(node)
+        case .versions: return try versions.attr(node)
+        case .item: break
+        }
         return try lock.withLock { () throws(Errno) -> stat in attr(try self.node(node)) }
     }
 

@@ -140,8 +140,9 @@ public final class FuseAdapter: FuseFilesystem {
 
     /// File reads splice from the cache file: no lock, no Swift allocation.
     public func read(node: UInt64, handle: UInt64, offset: Int64, size: Int, reply: consuming FuseReply) {
+        let fd: Int32
         switch ContainerFS.kind(ofHandle: handle) {
-        case .file: break
+        case .file(let d): fd = d
         case .control:
             do { reply.bytes(try fs.readControl(handle: handle, offset: offset, size: size)) } catch { reply.error(error) }
             return
@@ -158,7 +159,6 @@ public final class FuseAdapter: FuseFilesystem {
         }
         // (The kernel sends no negative or overflowing range; a bad one is EINVAL, not a trap.)
         guard offset >= 0, size >= 0, offset <= Int64.max - Int64(size) else { return reply.error(.EINVAL) }
-        let fd = Int32(truncatingIfNeeded: handle)
         // A placeholder: the reply waits (deferred, off this thread) until the provider has put
         // the covering bytes into the cache file, or fails with its errno — never hangs.
         switch fs.readPlan(node: node, handle: handle, range: offset..<(offset + Int64(size))) {
@@ -218,7 +218,12 @@ public final class FuseAdapter: FuseFilesystem {
     }
 
     public func readdir(node: UInt64, handle: UInt64, offset: Int64, into buffer: inout DirectoryBuffer, plus: Bool) -> Errno? {
-        do { try fs.readdir(node: node, handle: handle, offset: offset, into: &buffer, plus: plus); return nil } catch { return error }
+        do {
+            for e in try fs.readdir(node: node, handle: handle, offset: offset, plus: plus, room: buffer.room) {
+                guard buffer.add(name: e.name, entry: e.entry, nextOffset: e.nextOffset) else { break }
+            }
+            return nil
+        } catch { return error }
     }
 
     public func releasedir(node: UInt64, handle: UInt64, reply: consuming FuseReply) {

@@ -57,6 +57,16 @@ public struct DirectoryBuffer: ~Copyable {
     }
     deinit { base.deallocate() }
 
+    /// Bytes left for entries.
+    public var room: Int { capacity - used }
+
+    /// The bytes an entry named `nameBytes` long takes in a listing (the kernel's `fuse_dirent`
+    /// or, with `plus`, `fuse_direntplus`: a fixed header, the name, padding to 8 bytes).
+    public static func entrySize(nameBytes: Int, plus: Bool) -> Int {
+        let header = plus ? 24 + 128 : 24  // FUSE_NAME_OFFSET (+ struct fuse_entry_out)
+        return (header + nameBytes + 7) & ~7
+    }
+
     /// - Parameters: `nextOffset` is the offset of the entry *after* this one.
     public mutating func add(name: String, entry: FuseEntry, nextOffset: Int64) -> Bool {
         let room = capacity - used
@@ -70,6 +80,7 @@ public struct DirectoryBuffer: ~Copyable {
             }
         }
         if n > room { return false }
+        assert(n == Self.entrySize(nameBytes: name.utf8.count, plus: plus), "FUSE dirent size changed")
         used += n
         return true
     }

@@ -56,7 +56,7 @@ extension SyncEngine {
     }
 
     /// Whether `item` is pinned, itself or through a folder above it.
-    func isPinned(_ item: ItemID, fs: ContainerFS) -> Bool {
+    func isPinned(_ item: ItemID, fs: any MountedTree) -> Bool {
         let pins = state.withLock { $0.pinned }
         if pins.isEmpty { return false }
         return pins.contains(item) || fs.ancestors(of: item).contains(where: pins.contains)
@@ -112,7 +112,7 @@ extension SyncEngine {
 
     /// Evicts one file; the cache-limit pass and `evict` use it.
     @discardableResult
-    func evictOne(_ id: ItemID, fs: ContainerFS) throws(Errno) -> Int64 {
+    func evictOne(_ id: ItemID, fs: any MountedTree) throws(Errno) -> Int64 {
         var freed: Int64 = 0
         var newBase: Base?
         let node = try fs.evictContent(id) {

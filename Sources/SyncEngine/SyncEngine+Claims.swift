@@ -16,8 +16,8 @@ import SyncCore
 extension SyncEngine {
     /// The write claim for applying `item`'s new content, or nil when a program holds the file:
     /// then the version waits in `pendingRemote` until `locksReleased`.
-    func applyClaim(_ item: ServerItem, fs: ContainerFS) -> Claim? {
-        if let c = fs.coordinator.tryClaim(item.id, .exclusive, label: "sync: apply version \(item.version)") {
+    func applyClaim(_ item: ServerItem, fs: any MountedTree) -> Claim? {
+        if let c = services?.coordinator.tryClaim(item.id, .exclusive, label: "sync: apply version \(item.version)") {
             state.withLock { $0.items[item.id]?.remote.forLock = nil }
             return c
         }

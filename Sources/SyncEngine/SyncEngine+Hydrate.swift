@@ -189,7 +189,7 @@ extension SyncEngine: ContentProvider {
             if let updated {
                 try persistPresence(key.item)
                 if updated.complete, let fs = state.withLock({ $0.fs }) {
-                    fs.events.append(.downloaded, origin: .sync, path: fs.path(of: key.item), detail: "v\(updated.version)")
+                    services?.events.append(.downloaded, origin: .sync, path: fs.path(of: key.item), detail: "v\(updated.version)")
                 }
             }
             if replaced { failure = .EIO }  // never answer a read with bytes of another version

@@ -145,7 +145,7 @@ extension SyncEngine {
     /// come before any claim is taken, so a presenter that reacts by coordinating never waits
     /// for us.
     func applyAskingPresenters(_ items: [ServerItem]) async throws {
-        guard let fs = state.withLock({ $0.fs }), !fs.presenters.isEmpty else { return try apply(items) }
+        guard let fs = state.withLock({ $0.fs }), let presenters = services?.presenters, !presenters.isEmpty else { return try apply(items) }
         let touched: [(ItemID, String)] = state.withLock { s in
             items.compactMap { item in
                 guard let old = s.base(item.id), old.version < item.version, item.kind == .file else { return nil }
@@ -156,13 +156,13 @@ extension SyncEngine {
         let asked = await withTaskGroup(of: (PresenterHub.Outcome, String).self) { group in
             for (id, reason) in touched {
                 group.addTask {
-                    let (outcome, paths) = await fs.askPresenters(.relinquish, items: [id], reason: reason)
-                    return (outcome, paths.first ?? "/")
+                    let path = fs.path(of: id)
+                    return (await presenters.ask(.relinquish, paths: [path], reason: reason), path)
                 }
             }
             return await group.reduce(into: []) { $0.append($1) }
         }
-        defer { for (outcome, path) in asked { fs.presenters.reacquire(outcome.asked, path: path) } }
+        defer { for (outcome, path) in asked { presenters.reacquire(outcome.asked, path: path) } }
         try apply(items)
     }
 

@@ -255,8 +255,8 @@ extension SyncEngine: ChangeObserver {
         // Presenters of the file write what they have not saved yet (bounded; docs/presenters.md),
         // then the facts are read again: a presenter that saves makes it a file being written,
         // and its close queues it again.
-        if local?.kind == .file, !fs.presenters.isEmpty, step.concernsContent {
-            _ = await fs.askPresenters(.save, items: [id])
+        if local?.kind == .file, let presenters = services?.presenters, !presenters.isEmpty, step.concernsContent {
+            _ = await presenters.ask(.save, paths: [fs.path(of: id)])
             step = state.withLock { $0.items[id] ?? SyncItem() }.pushStep(pushFacts(id, local: local, base: base, fs: fs), rules: rules)
         }
         if local?.kind == .file, base == nil, step != .keepLocal {
@@ -359,7 +359,7 @@ extension SyncEngine: ChangeObserver {
             }
             try apply([held])
         }
-        fs.events.append(r.outcome == .conflict ? .conflict : .uploaded, origin: .sync, path: fs.path(of: id),
+        services?.events.append(r.outcome == .conflict ? .conflict : .uploaded, origin: .sync, path: fs.path(of: id),
                          detail: "v\(r.item.version)" + (r.outcome == .conflict ? " yours=\(r.yours ?? "?")" : ""))
         if let snapshot {
             // Uploaded while still open: the close (or a later quiet period) sends what follows;
@@ -541,7 +541,7 @@ extension SyncEngine: ChangeObserver {
     }
 
     /// The tree's facts about `id` for `SyncItem.pushStep`.
-    func pushFacts(_ id: ItemID, local: LocalItem?, base: Base?, fs: ContainerFS) -> PushFacts<ContinuousClock.Instant> {
+    func pushFacts(_ id: ItemID, local: LocalItem?, base: Base?, fs: any MountedTree) -> PushFacts<ContinuousClock.Instant> {
         let isFile = local?.kind == .file
         let ws = isFile ? fs.writeState(id) : nil
         return PushFacts(
@@ -549,7 +549,7 @@ extension SyncEngine: ChangeObserver {
             deviceLocalName: isFile && base == nil && local.map { DeviceLocalNames.matches($0.name) } == true,
             pendingSafeSave: isFile && base == nil && fs.isPendingSafeSave(id),
             midSaveGeneration: ws?.unsynced == true ? ws?.generation : nil,
-            lockedExclusively: isFile && fs.coordinator.programLock(on: id) == .exclusive,
+            lockedExclusively: isFile && services?.coordinator.programLock(on: id) == .exclusive,
             written: ws?.written ?? 0, now: options.clock.now)
     }
 
@@ -577,7 +577,7 @@ extension SyncEngine: ChangeObserver {
     /// Chunks the cache file and uploads the chunks the server lacks. Every uploaded chunk is
     /// re-hashed as read, so a file changing underneath never uploads bytes under a wrong hash
     /// (the change queues the item again and the next push sends the new content).
-    private func uploadContent(_ id: ItemID, known: [ChunkRef]?, fs: ContainerFS, snapshot: UInt64?) async throws -> [ChunkRef]? {
+    private func uploadContent(_ id: ItemID, known: [ChunkRef]?, fs: any MountedTree, snapshot: UInt64?) async throws -> [ChunkRef]? {
         var fd = Glibc.open(store.cache.path(for: id), O_RDONLY | O_CLOEXEC)
         // An empty file from elsewhere (complete, never opened here) has no cache file yet.
         if fd < 0 && errno == ENOENT { fd = fs.openCacheFile(id) } else if fd < 0 { fd = -errno }
@@ -585,7 +585,7 @@ extension SyncEngine: ChangeObserver {
         defer { close(fd) }
         // Chunked under a read claim: the chunk list is the file's content at one instant, not
         // a mix of before and after a program's locked save. (Uploads re-hash what they send.)
-        guard let claim = fs.coordinator.tryClaim(id, .shared, label: "sync: upload") else {
+        guard let claim = services?.coordinator.tryClaim(id, .shared, label: "sync: upload") else {
             state.withLock { $0.items[id, default: SyncItem()].upload.waitingForLock = true }
             return nil
         }

@@ -45,9 +45,9 @@ public final class SyncEngine: Sendable {
     }
 
     let store: LocalStore
-    let client: NimbusClient
+    let client: any RemoteAPI
     /// Same server, short deadline: a read never waits longer than `hydrationTimeout`.
-    let fetchClient: NimbusClient
+    let fetchClient: any RemoteAPI
     let container: String
     let options: Options
     let chunker = Chunker.standard
@@ -72,7 +72,9 @@ public final class SyncEngine: Sendable {
     let jobs = EngineJobs()
 
     struct State {
-        var fs: ContainerFS?
+        /// The mounted tree and what it shares with the engine (`attach`).
+        var fs: (any MountedTree)?
+        var services: MountServices?
         var kernel: (any KernelCache)?
         /// One record per item shown here or with work under way (SyncCore `SyncItem`): its base,
         /// its cache file's use, its local changes on their way up and the server states held
@@ -155,12 +157,19 @@ public final class SyncEngine: Sendable {
         var hash: ContentHash
     }
 
-    public init(store: LocalStore, client: NimbusClient, container: String, options: Options = Options()) throws {
+    /// An engine talking to a Nimbus server over HTTP: reads of content use a copy of `client`
+    /// whose deadline is the read timeout.
+    public convenience init(store: LocalStore, client: NimbusClient, container: String, options: Options = Options()) throws {
+        var fetch = client
+        fetch.timeout = .seconds(options.hydrationSeconds)
+        try self.init(store: store, remote: client, fetch: fetch, container: container, options: options)
+    }
+
+    /// `remote` for everything but content downloads, `fetch` for those (its own deadline).
+    public init(store: LocalStore, remote: any RemoteAPI, fetch: any RemoteAPI, container: String, options: Options = Options()) throws {
         self.store = store
-        self.client = client
-        var fc = client
-        fc.timeout = .seconds(options.hydrationSeconds)
-        self.fetchClient = fc
+        self.client = remote
+        self.fetchClient = fetch
         self.container = container
         self.options = options
         (wakes, wake) = AsyncStream.makeStream(of: Void.self, bufferingPolicy: .bufferingNewest(1))
@@ -193,18 +202,23 @@ public final class SyncEngine: Sendable {
         }
     }
 
-    /// Connects the filesystem and re-queues what was not pushed before the last stop.
-    public func attach(_ fs: ContainerFS) throws {
+    /// Connects the mounted tree and the services it shares with the engine, and re-queues
+    /// what was not pushed before the last stop.
+    public func attach(_ fs: any MountedTree, services: MountServices) throws {
         _ = store.sync()
         var ids: [ItemID] = []
         for op in try store.syncOps() where !ids.contains(op.item) { ids.append(op.item) }
         for id in try store.unsyncedItems() where !ids.contains(id) { ids.append(id) }
         state.withLock { s in
             s.fs = fs
+            s.services = services
             for id in ids { s.queue.append(id) }
         }
-        fs.coordinator.setReleaseHandler { [weak self] id in self?.locksReleased(id) }
+        services.coordinator.setReleaseHandler { [weak self] id in self?.locksReleased(id) }
     }
+
+    /// The services shared with the mounted tree (set by `attach`).
+    var services: MountServices? { state.withLock { $0.services } }
 
     public func setKernel(_ k: any KernelCache) { state.withLock { $0.kernel = k } }
 

@@ -47,13 +47,16 @@ struct MountDaemon {
                 throw CLIFailure(.usage, "\(error)")
             }
         }
+        // The coordinator, the event log and the presenter hub: one of each, shared by the
+        // filesystem and the engine.
+        let services = try MountServices.open(store: store, presenterTimeout: options.presenterTimeout)
         let fs = try ContainerFS(store: store, options: options, content: engine ?? LocalContent(), observer: engine,
-                                 syncStatus: engine, versions: engine)
+                                 syncStatus: engine, versions: engine, services: services)
         if let engine, engine.isPaused {
-            try engine.attach(fs)
+            try engine.attach(fs, services: services)
             log("sync is paused (nimbus resume \(mountpoint) goes online)")
         } else if let engine {
-            try engine.attach(fs)
+            try engine.attach(fs, services: services)
             // The first sync before mounting, so the mount shows the container at once. An
             // unreachable server is not fatal: the mount serves what it has and retries.
             let done = DispatchSemaphore(value: 0)
@@ -85,10 +88,10 @@ struct MountDaemon {
             throw CLIFailure(.storage, "\(error)")
         }
         let signals = session.exitOnSignals()
-        do { try fs.presenters.listen(at: state + "/presenters.sock") } catch {
+        do { try services.presenters.listen(at: state + "/presenters.sock") } catch {
             log("presenters are not available: \(error)")
         }
-        defer { fs.presenters.stop() }
+        defer { services.presenters.stop() }
         if let engine {
             engine.setKernel(SessionKernelCache(session))
             engine.start()
