@@ -175,22 +175,19 @@ extension SyncEngine {
 
     /// Takes the mount offline on purpose (no request to the server) or back online.
     public func setPaused(_ on: Bool) {
-        let (changed, pull) = state.withLock { s -> (Bool, Task<Void, Never>?) in
-            guard s.paused != on else { return (false, nil) }
+        let changed = state.withLock { s -> Bool in
+            guard s.paused != on else { return false }
             s.paused = on
             s.connection = on ? .paused : .connecting
-            let p = s.pullTask
-            if on { s.pullTask = nil }
-            return (true, p)
+            return true
         }
         guard changed else { return }
         try? store.setMeta("sync.paused", on ? "1" : "0")
         log(on ? "paused: no network until resumed" : "resumed")
+        pauseWake.yield()  // the pull supervisor ends the long poll now, or starts the pull again
         if on {
-            pull?.cancel()  // ends the long poll now
-            pump()          // queued downloads fail at once
+            pump()  // queued downloads fail at once
         } else {
-            startPull()
             wake.yield()
             fetchPinned()
         }
@@ -201,19 +198,21 @@ extension SyncEngine {
     /// Once a second (and after downloads when the cache has a limit): quiet-period uploads
     /// and the cache limit.
     func tickLoop() async {
-        let timer = Task {
-            while !Task.isCancelled {
-                await options.clock.sleep(for: .seconds(1))
-                cacheWake.yield()
+        await withDiscardingTaskGroup { group in
+            group.addTask {
+                while !Task.isCancelled {
+                    await self.options.clock.sleep(for: .seconds(1))
+                    self.cacheWake.yield()
+                }
             }
-        }
-        defer { timer.cancel() }
-        for await _ in cacheWakes {
-            if Task.isCancelled { return }
-            startQuietUploads()
-            releasePaced()
-            enforceCacheLimit()
-            wakeForRetries()
+            for await _ in cacheWakes {
+                if Task.isCancelled { break }
+                startQuietUploads()
+                releasePaced()
+                enforceCacheLimit()
+                wakeForRetries()
+            }
+            group.cancelAll()
         }
     }
 

@@ -444,21 +444,32 @@ extension SyncEngine: ChangeObserver {
     /// conflict replaced a write made while the commit was on its way, and that write was lost).
     private func settle(_ id: ItemID, sent: ItemDraft, response r: CommitResponse, previous: Base?, generation: UInt64?) throws {
         let item = r.item
-        let relocate = state.withLock { s in
+        guard let fs = state.withLock({ $0.fs }) else { return }
+        let (relocate, record) = state.withLock { s in
             defer { s.items[id]?.upload.relocate = false }
-            return s.items[id]?.upload.relocate == true
+            return (s.items[id]?.upload.relocate == true, s.items[id] ?? SyncItem())
         }
-        if item.deleted && !sent.deleted {
-            // The answer is a delete made elsewhere: our state changed nothing the delete had not
-            // seen (a create whose first answer was lost, sent again after another device deleted
-            // the item). It is shown like a pulled delete (a folder with local work stays). Saving
-            // it as the base while the item stayed here kept it for good: the journal's delete
-            // was then old news (EngineSimTests seed 4).
+        let sameContent = item.chunks == sent.chunks
+        let shown = ItemDraft(item).withModified(sent.modified)
+        let facts = SettleFacts(
+            deletedElsewhere: item.deleted && !sent.deleted,
+            writtenSince: generation.map { fs.writeState(id)?.generation != $0 } ?? false,
+            sameContent: sameContent,
+            samePlace: shown.parent == sent.parent && shown.name == sent.name && shown.mode == sent.mode,
+            existsHere: fs.localState(id) != nil, hadBase: previous != nil)
+        // A file written (O_TRUNC) while the commit was on its way is whole here now, even if it
+        // was a placeholder when the push began: marking it "not downloaded" again made the next
+        // push send the old chunks ("nothing to send") and lost the write (EngineSimTests seed 15).
+        let completeNow = state.withLock { s in s.base(id).map(\.complete) ?? false }
+        let present: [Bool]? = sameContent && !completeNow ? (previous.flatMap { $0.record.chunks == sent.chunks ? $0.present : nil }) : nil
+        let base = sameContent ? Base(record: item, present: present) : Base.placeholder(item)
+        let resetContent: Bool
+        switch record.planSettle(facts, isFile: item.kind == .file) {
+        case .deletedElsewhere(let keptForWrite):
+            // Saving the delete as the base while the item stayed here kept it for good: the
+            // journal's delete was then old news (EngineSimTests seed 4).
             try saveBase(id, previous)
-            // Written since its content was read for this commit: the write's close or fsync
-            // pushes it on the old base, and as an edit against a delete it wins.
-            if item.kind == .file, let generation, let fs = state.withLock({ $0.fs }),
-               fs.writeState(id)?.generation != generation {
+            if keptForWrite {
                 trace("settle \(id) v\(item.version): deleted elsewhere, but written here since; kept")
                 return
             }
@@ -466,35 +477,22 @@ extension SyncEngine: ChangeObserver {
             trace("settle \(id) v\(item.version): deleted elsewhere, shown as a delete")
             try apply([item])
             return
-        }
-        let sameContent = item.chunks == sent.chunks
-        // A file written (O_TRUNC) while the commit was on its way is whole here now, even if it
-        // was a placeholder when the push began: marking it "not downloaded" again made the next
-        // push send the old chunks ("nothing to send") and lost the write (EngineSimTests seed 15).
-        let completeNow = state.withLock { s in s.base(id).map(\.complete) ?? false }
-        let present: [Bool]? = sameContent && !completeNow ? (previous.flatMap { $0.record.chunks == sent.chunks ? $0.present : nil }) : nil
-        let base = sameContent ? Base(record: item, present: present) : Base.placeholder(item)
-        let shown = ItemDraft(item).withModified(sent.modified)
-        guard !sameContent || shown.parent != sent.parent || shown.name != sent.name || shown.mode != sent.mode,
-              let fs = state.withLock({ $0.fs }) else {
+        case .record:
             try saveBase(id, base)
             if r.outcome == .conflict { log("conflict on \(item.name.value): the server kept both (yours: \(r.yours ?? "?"))") }
             return
-        }
-        if fs.localState(id) == nil {
-            // Deleted here while the commit was on its way (an `rm`, or the id an identity
-            // transfer gave up): showing the answer would bring the file back. The queued delete
-            // goes next, on the answer when it holds what was sent, else on the previous base,
-            // so content from elsewhere wins over the delete as an edit does.
-            try saveBase(id, sameContent || previous == nil ? base : previous)
+        case .deletedHere(let onAnswer):
+            try saveBase(id, onAnswer ? base : previous)
             trace("settle \(id) v\(item.version): deleted here since; not shown")
             return
+        case .show(let reset):
+            resetContent = reset
         }
         // The server's state is shown here. In memory the base goes first (a read that sees the
         // new size sees its presence); on disk it goes after the tree change is committed, so a
         // crash never leaves a base that says the server's state is shown while the row is not.
         state.withLock { $0.setBase(id, base) }
-        var shownState = Self.remoteState(item, resetContent: item.kind == .file && !sameContent)
+        var shownState = Self.remoteState(item, resetContent: resetContent)
         shownState.unlessWrittenSince = generation
         // A rename, move or chmod made here since the draft stays (pushed next, on this answer).
         // After a commit on a base older than our own move (below), the local place stays too.

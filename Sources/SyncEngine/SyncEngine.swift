@@ -66,6 +66,9 @@ public final class SyncEngine: Sendable {
     /// Wakes the tick loop (SyncEngine+Cache.swift): every second, and after each download.
     let cacheWake: AsyncStream<Void>.Continuation
     let cacheWakes: AsyncStream<Void>
+    /// Wakes the pull's supervisor when sync is paused or resumed (`setPaused`).
+    let pauseWake: AsyncStream<Void>.Continuation
+    let pauseWakes: AsyncStream<Void>
     /// Kernel cache notifications (see `sendKernel`).
     let kernelQueue = DispatchQueue(label: "nimbus.kernel-notify")
     /// Downloads and other short jobs, all children of the engine's task tree (EngineJobs.swift).
@@ -93,8 +96,8 @@ public final class SyncEngine: Sendable {
         var listed = false
         var connection = ConnectionState.connecting
         var lastError: String?
-        var tasks: [Task<Void, Never>] = []
-        var pullTask: Task<Void, Never>?
+        /// The task running the engine's task tree (`start`, `run`).
+        var running: Task<Void, Never>?
         /// Why the server refused this device's token (401); uploads wait while set.
         var unauthorized: String?
         /// The pull lists the container before its next page: the last run left remote states not
@@ -174,6 +177,7 @@ public final class SyncEngine: Sendable {
         self.options = options
         (wakes, wake) = AsyncStream.makeStream(of: Void.self, bufferingPolicy: .bufferingNewest(1))
         (cacheWakes, cacheWake) = AsyncStream.makeStream(of: Void.self, bufferingPolicy: .bufferingNewest(1))
+        (pauseWakes, pauseWake) = AsyncStream.makeStream(of: Void.self, bufferingPolicy: .bufferingNewest(1))
         var s = State()
         for (id, b) in try store.syncBases() {
             s.setBase(id, Base(record: try BaseCoding.decode(b.record), present: BaseCoding.bools(b.present)))
@@ -222,32 +226,64 @@ public final class SyncEngine: Sendable {
 
     public func setKernel(_ k: any KernelCache) { state.withLock { $0.kernel = k } }
 
-    /// Starts the pull and push loops. `stop()` ends them.
-    public func start() {
-        let push = Task { await self.pushLoop() }
-        let tick = Task { await self.tickLoop() }
-        let work = Task { await self.jobs.run() }
-        state.withLock { $0.tasks += [push, tick, work] }
-        if !isPaused { startPull() }
+    /// Runs the engine — the pull (while not paused), the push loop, the tick loop and the jobs
+    /// (downloads, server calls of the mount) — as one task tree, until the task running it is
+    /// cancelled. Nothing the engine starts lives outside it.
+    public func run() async {
         wake.yield()
         fetchPinned()
+        await withDiscardingTaskGroup { group in
+            group.addTask { await self.pushLoop() }
+            group.addTask { await self.tickLoop() }
+            group.addTask { await self.jobs.run() }
+            group.addTask { await self.pullSupervisor() }
+        }
     }
 
-    func startPull() {
-        let pull = Task { await self.pullLoop() }
-        state.withLock { s in s.pullTask = pull; s.tasks.append(pull) }
+    /// Runs the engine in a task of its own; `stop()` ends it.
+    public func start() {
+        let t = Task { await self.run() }
+        state.withLock { $0.running = t }
+    }
+
+    /// Runs the pull loop while sync is not paused: pausing cancels it at once (the long poll
+    /// ends), resuming starts it again.
+    func pullSupervisor() async {
+        var changes = pauseWakes.makeAsyncIterator()
+        while !Task.isCancelled {
+            if isPaused {
+                guard await changes.next() != nil else { return }
+                continue
+            }
+            let ended = Flag()
+            await withTaskGroup(of: Void.self) { group in
+                group.addTask {
+                    await self.pullLoop()
+                    ended.set()
+                    self.pauseWake.yield()
+                }
+                while !isPaused, !ended.isSet {
+                    guard await changes.next() != nil else { break }  // cancelled: the pull is too
+                }
+                group.cancelAll()
+            }
+            // The pull ended by itself while not paused (it only does when cancelled): start it
+            // again, not at once.
+            if ended.isSet, !isPaused, !Task.isCancelled { await options.clock.sleep(for: .seconds(1)) }
+        }
     }
 
     public var isPaused: Bool { state.withLock { $0.paused } }
 
     /// Cancels the loops and downloads and waits for them (bounded by their own deadlines).
     public func stop() async {
-        let tasks = state.withLock { s in let t = s.tasks; s.tasks = []; return t }
-        for t in tasks { t.cancel() }
+        let running = state.withLock { s in defer { s.running = nil }; return s.running }
+        running?.cancel()
         wake.finish()
         cacheWake.finish()
+        pauseWake.finish()
         jobs.finish()
-        for t in tasks { await t.value }
+        await running?.value
         // Let queued invalidations finish before the session goes (they are harmless after it:
         // FuseSession answers ENOTCONN once unmounted).
         await withCheckedContinuation { (c: CheckedContinuation<Void, Never>) in kernelQueue.async { c.resume() } }
@@ -425,4 +461,11 @@ public enum DeviceLocalNames {
 public struct SyncError: Error, CustomStringConvertible {
     public let description: String
     public init(_ d: String) { description = d }
+}
+
+/// A flag set once, read from any task.
+final class Flag: Sendable {
+    private let value = Mutex(false)
+    func set() { value.withLock { $0 = true } }
+    var isSet: Bool { value.withLock { $0 } }
 }

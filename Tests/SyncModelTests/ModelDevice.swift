@@ -330,24 +330,32 @@ struct ModelDevice {
         guard let sent = f.sent else { return }
         let relocate = items[id]?.upload.relocate == true
         items[id]?.upload.relocate = false
-        if item.deleted && !sent.deleted {
-            disk.bases[id] = f.previous
-            if item.kind == .file, let n = disk.tree[id], n.writeGen != f.writeGen { return }
-            apply([item])
-            return
-        }
         let sameContent = item.chunks == sent.chunks
-        guard !sameContent || item.parent != sent.parent || item.name != sent.name || item.mode != sent.mode else {
+        let facts = SettleFacts(
+            deletedElsewhere: item.deleted && !sent.deleted,
+            writtenSince: disk.tree[id].map { $0.writeGen != f.writeGen } ?? false,
+            sameContent: sameContent,
+            samePlace: item.parent == sent.parent && item.name == sent.name && item.mode == sent.mode,
+            existsHere: disk.tree[id] != nil, hadBase: f.previous != nil)
+        let resetContent: Bool
+        switch (items[id] ?? SyncItem()).planSettle(facts, isFile: item.kind == .file) {
+        case .deletedElsewhere(let keptForWrite):
+            disk.bases[id] = f.previous
+            if !keptForWrite { apply([item]) }
+            return
+        case .record:
             disk.bases[id] = item
             return
-        }
-        guard let here = disk.tree[id] else {
-            disk.bases[id] = sameContent || f.previous == nil ? item : f.previous
+        case .deletedHere(let onAnswer):
+            disk.bases[id] = onAnswer ? item : f.previous
             return
+        case .show(let reset):
+            resetContent = reset
         }
+        guard let here = disk.tree[id] else { return }
         disk.bases[id] = item
         let sentPlace = relocate ? (item.parent, item.name.value) : (sent.parent, sent.name.value)
-        if !show(item, resetContent: item.kind == .file && !sameContent, unlessWrittenSince: f.writeGen, sentPlace: sentPlace) {
+        if !show(item, resetContent: resetContent, unlessWrittenSince: f.writeGen, sentPlace: sentPlace) {
             log.append("settle \(id) v\(item.version): not shown yet")
             disk.bases[id] = f.previous ?? item
             // Without a previous base the engine keeps the answer as a placeholder base: reads
