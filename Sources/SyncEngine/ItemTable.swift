@@ -11,6 +11,10 @@ struct ItemTable {
     private(set) var all: [ItemID: Item] = [:]
     /// The ids of the records with an upload or remote phase (`SyncItem.busy`).
     private(set) var busy: Set<ItemID> = []
+    /// Shown items whose content is not all here, and live items with unresolved conflict
+    /// versions (`.nimbus/status` reads these counts at every `cat`).
+    private(set) var placeholders = 0
+    private(set) var conflicted = 0
     /// Generations handed out so far (`CacheUse.generation`): never reused, so a download that
     /// started on a record that has since been removed and created again does not count either.
     private var generations: UInt64 = 0
@@ -18,11 +22,17 @@ struct ItemTable {
     subscript(id: ItemID) -> Item? {
         get { all[id] }
         set {
+            let old = all[id]
+            count(old?.base, -1)
             guard var item = newValue, item.base != nil || item.busy else {
-                if all.removeValue(forKey: id) != nil { busy.remove(id) }
+                if old != nil {
+                    all[id] = nil
+                    busy.remove(id)
+                }
                 return
             }
-            if all[id] == nil {
+            count(item.base, 1)
+            if old == nil {
                 generations &+= 1
                 item.cache.generation = generations
             }
@@ -34,6 +44,12 @@ struct ItemTable {
     subscript(id: ItemID, default item: @autoclosure () -> Item) -> Item {
         get { all[id] ?? item() }
         set { self[id] = newValue }
+    }
+
+    private mutating func count(_ base: Base?, _ sign: Int) {
+        guard let base else { return }
+        if !base.complete { placeholders += sign }
+        if base.record.conflicts > 0 && !base.record.deleted { conflicted += sign }
     }
 
     /// The item's cache file was reset or swapped: downloads started before count for nothing.

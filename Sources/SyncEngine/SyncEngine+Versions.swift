@@ -16,7 +16,10 @@ import Synchronization
 extension SyncEngine: VersionSource {
     /// Items with unresolved conflict versions, and how many each has.
     public func conflictedItems() -> [(ItemID, Int)] {
-        state.withLock { s in s.items.bases.compactMap { id, b in b.record.conflicts > 0 && !b.record.deleted ? (id, b.record.conflicts) : nil } }
+        state.withLock { s in
+            guard s.items.conflicted > 0 else { return [] }
+            return s.items.bases.compactMap { id, b in b.record.conflicts > 0 && !b.record.deleted ? (id, b.record.conflicts) : nil }
+        }
     }
 
     public func hasConflictVersions(_ item: ItemID) -> Bool {

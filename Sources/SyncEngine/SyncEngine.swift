@@ -292,12 +292,10 @@ public final class SyncEngine: Sendable {
     /// Lines for `.nimbus/status` (SyncStatusSource).
     public func statusLines() -> [(String, String)] {
         state.withLock { s in
-            let partial = s.items.bases.filter { !$0.value.complete }.count
             var lines = [("connection", s.connection.description), ("server", client.baseURL), ("container", container),
                          ("cursor", "\(s.cursor)"), ("upload-queue", "\(s.queue.count + (s.inFlight == nil ? 0 : 1))"),
                          ("download-queue", "\(s.downloads.count)"), ("downloads-active", "\(s.activeFetches)"),
-                         ("placeholders", "\(partial)"),
-                         ("conflicts", "\(s.items.bases.filter { $0.value.record.conflicts > 0 && !$0.value.record.deleted }.count)")]
+                         ("placeholders", "\(s.items.placeholders)"), ("conflicts", "\(s.items.conflicted)")]
             if let u = s.upload { lines.append(("uploading", "\(u.item) \(u.sent)/\(u.total)")) }
             lines += [("bytes-downloaded", "\(s.bytesDownloaded)"), ("bytes-uploaded", "\(s.bytesUploaded)"),
                       ("cache-used", "\(s.cacheUsed)"), ("cache-limit", options.cacheLimit.map { "\($0)" } ?? "none"),

@@ -45,6 +45,26 @@ import Testing
         #expect(t[a]!.cache.generation == third)
     }
 
+    @Test func itKeepsCountsOfPlaceholdersAndConflicts() {
+        var t = ItemTable()
+        let a = ItemID(UUID()), b = ItemID(UUID())
+        var conflicted = Self.record(b, version: 2)
+        conflicted.conflicts = 1
+        t[a, default: ItemTable.Item()].base = Base(record: Self.record(a), present: [false])
+        t[b, default: ItemTable.Item()].base = Base(record: conflicted, present: nil)
+        #expect(t.placeholders == 0 && t.conflicted == 1, "a file without chunks is complete")
+        var withChunk = Self.record(a, version: 2)
+        withChunk.chunks = [ChunkRef(hash: ContentHash(digest: [UInt8](repeating: 1, count: 32)), size: 5)]
+        t[a]?.base = Base.placeholder(withChunk)
+        #expect(t.placeholders == 1)
+        t[a]?.base?.present = nil
+        #expect(t.placeholders == 0)
+        t[a]?.base = Base.placeholder(withChunk)
+        t[a] = nil
+        t[b]?.base = nil
+        #expect(t.placeholders == 0 && t.conflicted == 0 && t.count == 0)
+    }
+
     @Test func settlingDropsIdleRecordsWithoutABase() {
         var t = ItemTable()
         let rules = UploadPacing<ContinuousClock.Instant>.Rules(quietPeriod: .seconds(1))
