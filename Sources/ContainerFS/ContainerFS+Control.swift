@@ -1,21 +1,37 @@
 import FuseKit
 import Glibc
 import LocalStore
+import Synchronization
 
 // The hidden control folder `.nimbus/` at the mount root (docs/mount.md). It lives on reserved
-// node ids (2, 3), is found by lookup but never listed in the root, and cannot be removed,
+// node ids (2–7), is found by lookup but never listed in the root, and cannot be removed,
 // renamed, written into or chmod-ed. Its files are generated at open (direct I/O, size 0 in
-// stat, like /proc) so `cat` always sees a consistent snapshot.
+// stat, like /proc) so `cat` always sees a consistent snapshot; `.nimbus/events` is read live.
 
-extension ContainerFS {
-    func controlAttr(_ node: UInt64) -> stat {
+/// The files of `.nimbus/` and their open handles. What they show is the tree's
+/// (`statusText`, `claimsText`, `conflictsText` of its `ContainerFS`), filtered for who reads.
+final class ControlFS: Sendable {
+    private struct State {
+        /// Open control files: handle → the bytes fixed at open.
+        var snapshots: [UInt64: [UInt8]] = [:]
+        /// Open handles of `.nimbus/events` (read live from the EventLog).
+        var eventReaders: [UInt64: EventReader] = [:]
+        var next: UInt64 = 1
+    }
+    private let state = Mutex(State())
+    /// The filesystem whose control folder this is (it owns this).
+    unowned let fs: ContainerFS
+
+    init(fs: ContainerFS) { self.fs = fs }
+
+    func attr(_ node: UInt64) -> stat {
         var st = stat()
         st.st_ino = UInt(node)
-        st.st_uid = owner.uid
-        st.st_gid = owner.gid
-        let ts = Self.ts(mountTime)
+        st.st_uid = fs.owner.uid
+        st.st_gid = fs.owner.gid
+        let ts = ContainerFS.ts(fs.mountTime)
         st.st_atim = ts; st.st_mtim = ts; st.st_ctim = ts
-        if node == Self.controlDirNode || node == Self.controlVersionsNode {
+        if node == ContainerFS.controlDirNode || node == ContainerFS.controlVersionsNode {
             st.st_mode = S_IFDIR | 0o555
             st.st_nlink = 2
             st.st_size = 4096
@@ -23,67 +39,90 @@ extension ContainerFS {
             st.st_mode = S_IFREG | 0o444
             st.st_nlink = 1
             // The events file grows like a log, so `tail -f` (which polls the size) follows it.
-            st.st_size = node == Self.controlEventsNode ? Int(events.size) : 0
+            st.st_size = node == ContainerFS.controlEventsNode ? Int(fs.events.size) : 0
         }
         st.st_blksize = 4096
         return st
     }
 
-    func controlEntry(_ node: UInt64) -> FuseEntry {
-        FuseEntry(node: node, attr: controlAttr(node), attrTimeout: options.attrTimeout, entryTimeout: options.entryTimeout)
+    func entry(_ node: UInt64) -> FuseEntry {
+        FuseEntry(node: node, attr: attr(node), attrTimeout: fs.options.attrTimeout, entryTimeout: fs.options.entryTimeout)
+    }
+
+    /// A name in `.nimbus/`.
+    func lookup(_ name: String) throws(Errno) -> FuseEntry {
+        if let f = ContainerFS.controlFiles.first(where: { $0.name == name }) { return entry(f.node) }
+        if name == "versions" { return entry(ContainerFS.controlVersionsNode) }
+        throw .ENOENT
+    }
+
+    /// The listing of `.nimbus/`.
+    var listing: DirSnapshot {
+        DirSnapshot(node: ContainerFS.controlDirNode,
+                    entries: [(".", ContainerFS.controlDirNode), ("..", ContainerFS.rootNode)] + ContainerFS.controlFiles.map { ($0.name, $0.node) }
+                        + [("versions", ContainerFS.controlVersionsNode)])
     }
 
     /// Opens a control file for `caller`: what it shows names only items the caller can reach
-    /// in the tree (ContainerFS+Access.swift).
-    func openControl(_ node: UInt64, caller: Caller) -> FuseOpen {
-        if node == Self.controlEventsNode {
+    /// in the tree (ContainerFS+Access.swift). Read-only whoever asks (root passes the kernel's
+    /// mode check): EPERM, as for every change inside `.nimbus/`.
+    func open(_ node: UInt64, flags: Int32, caller: Caller) throws(Errno) -> FuseOpen {
+        guard ContainerFS.isControlFile(node) else { throw .EISDIR }
+        if flags & O_ACCMODE != O_RDONLY || flags & O_TRUNC != 0 { throw .EPERM }
+        if node == ContainerFS.controlEventsNode {
             // Read live from the log (no snapshot); a caller who may not see everything reads
             // through a cursor of its own that skips the lines it may not see.
-            let reader = EventReader(caller: seesAll(caller) ? nil : caller)
-            let h = lock.withLock { () -> UInt64 in
-                let h = Self.controlHandleBase + t.nextControlHandle
-                t.nextControlHandle += 1
-                t.eventHandles[h] = reader
-                return h
-            }
-            return FuseOpen(handle: h, keepCache: false, directIO: true)
+            let reader = EventReader(caller: fs.seesAll(caller) ? nil : caller)
+            return FuseOpen(handle: add { $0.eventReaders[$1] = reader }, keepCache: false, directIO: true)
         }
         let text = switch node {
-        case Self.controlClaimsNode: claimsText(for: caller)
-        case Self.controlConflictsNode: conflictsText(for: caller)
-        default: statusText()
+        case ContainerFS.controlClaimsNode: fs.claimsText(for: caller)
+        case ContainerFS.controlConflictsNode: fs.conflictsText(for: caller)
+        default: fs.statusText()
         }
         let bytes = Array(text.utf8)
-        let h = lock.withLock { () -> UInt64 in
-            let h = Self.controlHandleBase + t.nextControlHandle
-            t.nextControlHandle += 1
-            t.controls[h] = bytes
-            return h
-        }
-        return FuseOpen(handle: h, keepCache: false, directIO: true)
+        return FuseOpen(handle: add { $0.snapshots[$1] = bytes }, keepCache: false, directIO: true)
     }
 
-    public func readControl(handle: UInt64, offset: Int64, size: Int) throws(Errno) -> [UInt8] {
+    private func add(_ put: (inout State, UInt64) -> Void) -> UInt64 {
+        state.withLock { s in
+            let h = ContainerFS.controlHandleBase + s.next
+            s.next += 1
+            put(&s, h)
+            return h
+        }
+    }
+
+    func read(handle: UInt64, offset: Int64, size: Int) throws(Errno) -> [UInt8] {
         guard offset >= 0, size >= 0 else { throw .EINVAL }
-        if let reader = lock.withLock({ t.eventHandles[handle] }) {
-            guard let caller = reader.caller else { return events.read(offset: offset, size: size) }
+        if let reader = state.withLock({ $0.eventReaders[handle] }) {
+            guard let caller = reader.caller else { return fs.events.read(offset: offset, size: size) }
             var cursor = reader.cursor
-            let bytes = events.readFiltered(&cursor, offset: offset, size: size) { paths in
-                paths.allSatisfy { reachable(path: $0, by: caller) }
+            let bytes = fs.events.readFiltered(&cursor, offset: offset, size: size) { paths in
+                paths.allSatisfy { fs.reachable(path: $0, by: caller) }
             }
-            lock.withLock { t.eventHandles[handle]?.cursor = cursor }
+            state.withLock { $0.eventReaders[handle]?.cursor = cursor }
             return bytes
         }
-        return try lock.withLock { () throws(Errno) -> [UInt8] in
-            guard let b = t.controls[handle] else { throw .EBADF }
+        return try state.withLock { (s: inout State) throws(Errno) -> [UInt8] in
+            guard let b = s.snapshots[handle] else { throw .EBADF }
             let start = Int(min(offset, Int64(b.count)))
             return Array(b[start..<(start + min(size, b.count - start))])
         }
     }
 
-    func releaseControl(_ handle: UInt64) {
-        if case .version = Self.kind(ofHandle: handle) { return versions.release(handle: handle) }
-        lock.withLock { t.controls[handle] = nil; t.eventHandles[handle] = nil }
+    func release(handle: UInt64) {
+        state.withLock { s in
+            s.snapshots[handle] = nil
+            s.eventReaders[handle] = nil
+        }
+    }
+}
+
+extension ContainerFS {
+    /// Reads an open control file (the FUSE adapter's read of a control handle).
+    public func readControl(handle: UInt64, offset: Int64, size: Int) throws(Errno) -> [UInt8] {
+        try control.read(handle: handle, offset: offset, size: size)
     }
 
     /// The text of `.nimbus/conflicts`: `COUNT PATH` per item with unresolved conflict versions

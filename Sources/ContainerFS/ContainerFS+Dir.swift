@@ -26,10 +26,7 @@ extension ContainerFS {
     /// The listing of a folder (lock held): ".", "..", then the children. The control folder is
     /// never listed in the root; it lists its own files.
     func snapshot(_ node: UInt64) throws(Errno) -> DirSnapshot {
-        if node == Self.controlDirNode {
-            return DirSnapshot(node: node, entries: [(".", node), ("..", Self.rootNode)] + Self.controlFiles.map { ($0.name, $0.node) }
-                               + [("versions", Self.controlVersionsNode)])
-        }
+        if node == Self.controlDirNode { return control.listing }
         let n = try self.node(node)
         guard n.isDir else { throw .ENOTDIR }
         var entries: [(name: String, node: UInt64)] = [(".", node), ("..", n.parentNode)]
@@ -58,7 +55,7 @@ extension ContainerFS {
                 let kind = Self.kind(of: child)
                 var e: FuseEntry
                 switch kind {
-                case .control: e = controlEntry(child)
+                case .control: e = control.entry(child)
                 case .versions:
                     guard let v = try? versions.entryLocked(child) else { i += 1; continue }
                     e = v

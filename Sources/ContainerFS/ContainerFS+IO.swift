@@ -13,11 +13,7 @@ extension ContainerFS {
     public func open(node: UInt64, flags: Int32, caller: Caller = .process) throws(Errno) -> FuseOpen {
         switch Self.kind(of: node) {
         case .control:
-            guard Self.isControlFile(node) else { throw .EISDIR }
-            // Read-only whoever asks (root passes the kernel's mode check): EPERM, as for every
-            // change inside `.nimbus/`, not a handle that fails each write with EBADF.
-            if flags & O_ACCMODE != O_RDONLY || flags & O_TRUNC != 0 { throw .EPERM }
-            return openControl(node, caller: caller)
+            return try control.open(node, flags: flags, caller: caller)
         case .versions:
             if node == Self.controlVersionsNode { throw .EISDIR }
             throw .ENOENT  // VersionsFS.open answers those (deferred)
@@ -174,7 +170,12 @@ extension ContainerFS {
     }
 
     public func release(node: UInt64, handle: UInt64) {
-        guard let fd = Self.descriptor(handle) else { return releaseControl(handle) }
+        switch Self.kind(ofHandle: handle) {
+        case .file: break
+        case .control: return control.release(handle: handle)
+        case .version: return versions.release(handle: handle)
+        }
+        guard let fd = Self.descriptor(handle) else { return }
         settle(node: node)
         // The descriptor is closed after its bookkeeping is gone: its number may be reused by
         // the next open at once, and must not inherit this handle's writer or stale marks.

@@ -88,7 +88,7 @@ extension ContainerFS {
 
     /// `setfattr -n user.nimbus.pinned -v 1 FILE` and friends: handed to the sync engine.
     private func setControlXattr(node: UInt64, name: String, value: [UInt8]) throws(Errno) {
-        guard let sync = syncStatus, ["user.nimbus.pinned", "user.nimbus.evict", "user.nimbus.download", "user.nimbus.paused"].contains(name)
+        guard let sync = syncControl, ["user.nimbus.pinned", "user.nimbus.evict", "user.nimbus.download", "user.nimbus.paused"].contains(name)
         else { throw .EPERM }
         let (id, isFolder, text) = try controlXattrTarget(node: node, value: value)
         try sync.setItemAttribute(String(name.dropFirst(12)), value: text, item: id, isFolder: isFolder)

@@ -79,6 +79,7 @@ public final class ContainerFS: @unchecked Sendable {
     let lazyContent: Bool
     let observer: (any ChangeObserver)?
     let syncStatus: (any SyncStatusSource)?
+    let syncControl: (any SyncControl)?
     let lock = FSLock()
     let t = Tables()
     let mountTime = WallClock.nowNanoseconds()
@@ -89,18 +90,21 @@ public final class ContainerFS: @unchecked Sendable {
     public let events: EventLog
     /// Presenters over the local socket (PresenterHub.swift, docs/presenters.md).
     public let presenters: PresenterHub
-    /// `.nimbus/versions/` (VersionsFS.swift); set once at the end of init.
+    /// `.nimbus/versions/` (VersionsFS.swift) and the files of `.nimbus/` (ContainerFS+Control.swift);
+    /// set once at the end of init.
     private(set) var versions: VersionsFS!
+    private(set) var control: ControlFS!
 
     public init(store: LocalStore, options: Options = Options(), content: any ContentProvider = LocalContent(),
                 observer: (any ChangeObserver)? = nil, syncStatus: (any SyncStatusSource)? = nil,
-                versions: (any VersionSource)? = nil, services: MountServices? = nil) throws {
+                control: (any SyncControl)? = nil, versions: (any VersionSource)? = nil, services: MountServices? = nil) throws {
         self.store = store
         self.options = options
         self.content = content
         self.lazyContent = !(content is LocalContent)
         self.observer = observer
         self.syncStatus = syncStatus
+        self.syncControl = control
         self.owner = (getuid(), getgid())
         let services = try services ?? MountServices.open(store: store, presenterTimeout: options.presenterTimeout)
         coordinator = services.coordinator
@@ -108,6 +112,7 @@ public final class ContainerFS: @unchecked Sendable {
         presenters = services.presenters
         try loadTree()
         self.versions = VersionsFS(fs: self, source: versions)
+        self.control = ControlFS(fs: self)
     }
 
     /// The services this filesystem shares with its sync engine.
@@ -259,12 +264,8 @@ public final class ContainerFS: @unchecked Sendable {
 
     public func lookup(parent: UInt64, name: String) throws(Errno) -> FuseEntry {
         if name.utf8.count > ItemName.maxBytes { throw .ENAMETOOLONG }
-        if parent == Self.rootNode && ItemName.same(name, Self.controlName) { return controlEntry(Self.controlDirNode) }
-        if parent == Self.controlDirNode {
-            if let f = Self.controlFiles.first(where: { $0.name == name }) { return controlEntry(f.node) }
-            if name == "versions" { return controlEntry(Self.controlVersionsNode) }
-            throw .ENOENT
-        }
+        if parent == Self.rootNode && ItemName.same(name, Self.controlName) { return control.entry(Self.controlDirNode) }
+        if parent == Self.controlDirNode { return try control.lookup(name) }
         if !Self.isItem(parent) { throw .ENOENT }  // VersionsFS.lookup answers `.nimbus/versions` (deferred)
         return try lock.withLock { () throws(Errno) -> FuseEntry in
             let p = try folder(parent)
@@ -285,7 +286,7 @@ public final class ContainerFS: @unchecked Sendable {
 
     public func getattr(node: UInt64) throws(Errno) -> stat {
         switch Self.kind(of: node) {
-        case .control: return controlAttr(node)
+        case .control: return control.attr(node)
         case .versions: return try versions.attr(node)
         case .item: break
         }

@@ -91,11 +91,6 @@ final class Tables {
     /// Open directory listings: handle → snapshot.
     var dirs: [UInt64: DirSnapshot] = [:]
     var nextDirHandle: UInt64 = 1
-    /// Open control files: handle → the bytes fixed at open.
-    var controls: [UInt64: [UInt8]] = [:]
-    /// Open handles of `.nimbus/events` (read live from the EventLog).
-    var eventHandles: [UInt64: EventReader] = [:]
-    var nextControlHandle: UInt64 = 1
     var openFiles = 0
 }
 

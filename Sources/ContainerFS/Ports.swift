@@ -60,9 +60,6 @@ public protocol SyncStatusSource: Sendable {
     /// `status` or `itemid`); nil = no such attribute (ENODATA). `ancestors`: the ids of the
     /// folders above the item, nearest first (for inherited pins).
     func itemAttribute(_ name: String, item: ItemID, ancestors: [ItemID]) -> String?
-    /// Sets `user.nimbus.NAME` (pinned, evict, download; `paused` on the root). Called without
-    /// the filesystem lock held; may call back into the filesystem.
-    func setItemAttribute(_ name: String, value: String, item: ItemID, isFolder: Bool) throws(Errno)
     /// Items with unresolved conflict versions and their counts (`.nimbus/conflicts`).
     func conflictedItems() -> [(ItemID, Int)]
     /// Whether the server keeps unresolved conflict versions of `item` (from memory, lock held).
@@ -72,6 +69,13 @@ public protocol SyncStatusSource: Sendable {
 extension SyncStatusSource {
     public func conflictedItems() -> [(ItemID, Int)] { [] }
     public func hasConflictVersions(_ item: ItemID) -> Bool { false }
+}
+
+/// What `setfattr -n user.nimbus.NAME` asks of the sync engine: `pinned` (keep the content
+/// here), `evict` (drop it), `download` (fetch it now), and on the root `paused`. Called
+/// without the filesystem lock held; may call back into the filesystem.
+public protocol SyncControl: Sendable {
+    func setItemAttribute(_ name: String, value: String, item: ItemID, isFolder: Bool) throws(Errno)
 }
 
 /// What needs the server: versions of a file, their bytes, resolving conflicts. Every call

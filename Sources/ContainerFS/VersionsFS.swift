@@ -103,7 +103,7 @@ final class VersionsFS: Sendable {
         // file's versions folder for who may write the file (`rm` of an entry resolves).
         let id: ItemID = switch v { case .mirror(let i), .versions(let i), .entry(let i, _): i }
         guard let rec = id == .root ? nil : fs.t.byID[id].flatMap({ fs.t.nodes[$0] }).map(\.rec) else {
-            if id == .root { return fs.controlAttr(ContainerFS.controlVersionsNode) }
+            if id == .root { return fs.control.attr(ContainerFS.controlVersionsNode) }
             throw .ENOENT
         }
         var st = stat()

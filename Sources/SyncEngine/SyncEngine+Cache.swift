@@ -16,7 +16,8 @@ import SyncCore
 // - pause (`user.nimbus.paused` = 1 on the root, `nimbus pause`): no network until resumed.
 // The tick loop also starts quiet-period uploads of files kept open (SyncEngine+Push.swift).
 
-extension SyncEngine {
+extension SyncEngine: SyncControl {
+    /// `user.nimbus.pinned|evict|download|paused` (SyncControl).
     public func setItemAttribute(_ name: String, value: String, item: ItemID, isFolder: Bool) throws(Errno) {
         let on: Bool
         switch value.lowercased() {

@@ -51,7 +51,7 @@ struct MountDaemon {
         // filesystem and the engine.
         let services = try MountServices.open(store: store, presenterTimeout: options.presenterTimeout)
         let fs = try ContainerFS(store: store, options: options, content: engine ?? LocalContent(), observer: engine,
-                                 syncStatus: engine, versions: engine, services: services)
+                                 syncStatus: engine, control: engine, versions: engine, services: services)
         if let engine, engine.isPaused {
             try engine.attach(fs, services: services)
             log("sync is paused (nimbus resume \(mountpoint) goes online)")

@@ -76,7 +76,7 @@ import Testing
 
     func readAll(_ f: Fixture, node: UInt64, as caller: Caller, chunk: Int = 1 << 20) throws -> String {
         let o = try f.fs.open(node: node, flags: O_RDONLY, caller: caller)
-        defer { f.fs.releaseControl(o.handle) }
+        defer { f.fs.release(node: node, handle: o.handle) }
         var out: [UInt8] = []
         while true {
             let b = try f.fs.readControl(handle: o.handle, offset: Int64(out.count), size: chunk)

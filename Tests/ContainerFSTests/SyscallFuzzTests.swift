@@ -82,7 +82,7 @@ import Testing
                     let o = try fs.open(node: node, flags: rng.pick([O_RDONLY, O_WRONLY, O_RDWR | O_TRUNC, O_RDONLY | O_TRUNC]), caller: caller)
                     if o.handle >= ContainerFS.controlHandleBase {
                         _ = try fs.readControl(handle: o.handle, offset: v, size: rng.pick([0, 1, 4096, 1 << 20]))
-                        fs.releaseControl(o.handle)
+                        fs.release(node: node, handle: o.handle)
                     } else {
                         handles.append((node, o.handle))
                     }

@@ -65,7 +65,7 @@ final class SimDevice: @unchecked Sendable {
         do {
             let engine = try SyncEngine(store: store, client: NimbusClient(baseURL: serverURL, token: token),
                                         container: container, options: o)
-            let fs = try ContainerFS(store: store, content: engine, observer: engine, syncStatus: engine, versions: engine)
+            let fs = try ContainerFS(store: store, content: engine, observer: engine, syncStatus: engine, control: engine, versions: engine)
             try engine.attach(fs, services: fs.services)
             engine.setKernel(NoKernel())
             return (store, fs, engine)
