@@ -1,33 +1,30 @@
 // PresenterProtocol: the messages of a mount's presenter socket (docs/presenters.md), shared by
 // the daemon (ContainerFS PresenterHub) and the client (NimbusKit). Foundation only.
 
-/// A presentation's number, chosen by the client, unique on its connection (0 in `will-write`
-/// and `did-write`: the writer presents nothing).
-public struct Token: RawRepresentable, Hashable, Sendable, Codable, ExpressibleByIntegerLiteral, CustomStringConvertible {
-    public let rawValue: Int
-    public init(rawValue: Int) { self.rawValue = rawValue }
-    public init(_ rawValue: Int) { self.rawValue = rawValue }
-    public init(integerLiteral value: Int) { rawValue = value }
-    public init(from decoder: any Decoder) throws { rawValue = try decoder.singleValueContainer().decode(Int.self) }
-    public func encode(to encoder: any Encoder) throws {
-        var c = encoder.singleValueContainer()
-        try c.encode(rawValue)
-    }
+/// A number that is a type of its own on the wire (a token, an ask's id): a plain integer in
+/// JSON (RawRepresentable's Codable), written as one in code and text.
+public protocol WireNumber: RawRepresentable, Hashable, Sendable, Codable, ExpressibleByIntegerLiteral, CustomStringConvertible
+where RawValue == Int, IntegerLiteralType == Int {
+    init(rawValue: Int)
+}
+
+extension WireNumber {
+    public init(_ rawValue: Int) { self.init(rawValue: rawValue) }
+    public init(integerLiteral value: Int) { self.init(rawValue: value) }
     public var description: String { "\(rawValue)" }
 }
 
-/// An ask's number, chosen by the daemon; the client's `ack` names it.
-public struct AskID: RawRepresentable, Hashable, Sendable, Codable, ExpressibleByIntegerLiteral, CustomStringConvertible {
+/// A presentation's number, chosen by the client, unique on its connection (0 in `will-write`
+/// and `did-write`: the writer presents nothing).
+public struct Token: WireNumber {
     public let rawValue: Int
     public init(rawValue: Int) { self.rawValue = rawValue }
-    public init(_ rawValue: Int) { self.rawValue = rawValue }
-    public init(integerLiteral value: Int) { rawValue = value }
-    public init(from decoder: any Decoder) throws { rawValue = try decoder.singleValueContainer().decode(Int.self) }
-    public func encode(to encoder: any Encoder) throws {
-        var c = encoder.singleValueContainer()
-        try c.encode(rawValue)
-    }
-    public var description: String { "\(rawValue)" }
+}
+
+/// An ask's number, chosen by the daemon; the client's `ack` names it.
+public struct AskID: WireNumber {
+    public let rawValue: Int
+    public init(rawValue: Int) { self.rawValue = rawValue }
 }
 
 /// The `op` of a client request.
