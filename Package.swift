@@ -134,7 +134,7 @@ let package = Package(
         .target(
             name: "SyncEngine",
             dependencies: [
-                "NimbusCore", "NimbusProtocol", "NimbusRemote", "LocalStore", "ContainerFS", "FuseKit", "Coordination", "SyncCore",
+                "NimbusCore", "NimbusProtocol", "NimbusRemote", "LocalStore", "ContainerFS", "FuseKit", "Coordination", "SyncCore", "PresenterProtocol",
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "Logging", package: "swift-log"),
             ],

@@ -33,7 +33,6 @@ extension ContainerFS {
         }
     }
 
-    /// The text of `.nimbus/claims`: every held and waiting lock or claim with its owner.
     /// The text of `.nimbus/claims` for `caller`: held and waiting claims on items the caller
     /// can reach (paths escaped as in `.nimbus/events`), and the presentations (all of them are
     /// the mount owner's: only the owner can use the presenter socket) for a caller who sees all.

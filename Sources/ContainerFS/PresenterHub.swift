@@ -138,10 +138,11 @@ public final class PresenterHub: Sendable {
         }
     }
 
-    /// Presented paths with their clients, for `nimbus debug claims`.
+    /// Presented paths (escaped as in `.nimbus/events`: a name with a newline stays on its line)
+    /// with their clients, for `.nimbus/claims`.
     public func presentationLines() -> [String] {
         state.withLock { s in
-            s.presentations.sorted { $0.value < $1.value }.map { k, p in "presenting \(p) by \(s.clients[k.conn] ?? "connection \(k.conn)")" }
+            s.presentations.sorted { $0.value < $1.value }.map { k, p in "presenting \(EventLog.escape(p)) by \(s.clients[k.conn] ?? "connection \(k.conn)")" }
         }
     }
 
@@ -339,12 +340,12 @@ public final class PresenterHub: Sendable {
         }
     }
 
-    /// `reason` of a relinquish ask: `replace` or `delete` (RelinquishReason).
-    public func ask(_ kind: AskKind, paths: [String], reason: String? = nil) async -> Outcome {
+    /// `reason`: why a relinquish ask is made (another version replaces the file, or a delete).
+    public func ask(_ kind: AskKind, paths: [String], reason: RelinquishReason? = nil) async -> Outcome {
         if isEmpty { return Outcome(asked: [], late: 0) }
         let what: Ask.What = switch kind {
         case .save: .save
-        case .relinquish: .relinquish(reason.flatMap(RelinquishReason.init(rawValue:)))
+        case .relinquish: .relinquish(reason)
         }
         return await withCheckedContinuation { c in ask(what, paths: paths) { c.resume(returning: $0) } }
     }

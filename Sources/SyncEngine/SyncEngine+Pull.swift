@@ -4,6 +4,7 @@ import Foundation
 import NimbusCore
 import NimbusProtocol
 import NimbusRemote
+import PresenterProtocol
 import SyncCore
 
 // Pull: first sync (listing) and the long-poll loop. Runs in the engine's pull task only, so
@@ -146,11 +147,11 @@ extension SyncEngine {
     /// for us.
     func applyAskingPresenters(_ items: [ServerItem]) async throws {
         guard let fs = state.withLock({ $0.fs }), let presenters = services?.presenters, !presenters.isEmpty else { return try apply(items) }
-        let touched: [(ItemID, String)] = state.withLock { s in
+        let touched: [(ItemID, RelinquishReason)] = state.withLock { s in
             items.compactMap { item in
                 guard let old = s.base(item.id), old.version < item.version, item.kind == .file else { return nil }
-                if item.deleted { return (item.id, "delete") }
-                return old.record.chunks != item.chunks ? (item.id, "replace") : nil
+                if item.deleted { return (item.id, .delete) }
+                return old.record.chunks != item.chunks ? (item.id, .replace) : nil
             }
         }
         let asked = await withTaskGroup(of: (PresenterHub.Outcome, String).self) { group in

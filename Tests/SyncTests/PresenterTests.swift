@@ -191,6 +191,7 @@ struct PresenterTests {
                 '{"op":"rename","token":7}',
                 '{"op":"ack","ask":"x"}',
                 '{"op":"present","token":7,"path":"/doc.txt"}',
+                '{"op":"present","token":8,"path":"/a\\nfake line"}',
             ]:
                 f.write((line + "\n").encode()); print(f.readline().decode().strip())
             for line in f: print(line.decode().strip())
@@ -207,11 +208,16 @@ struct PresenterTests {
                 #"{"error":"unknown op rename (docs/presenters.md)","ok":false,"re":"rename"}"#,
                 #"{"error":"ask must be an integer","ok":false,"re":"ack"}"#,
                 #"{"ok":true,"re":"present","token":7}"#,
+                #"{"ok":true,"re":"present","token":8}"#,
             ]
             try await Self.until("every line answered", { client.output }) { client.output.split(separator: "\n").count >= replies.count }
             #expect(client.output.split(separator: "\n").prefix(replies.count).map(String.init) == replies, "\(client.output)")
-            try await eventually("presenting", "grep -q '^presenters: 1' \(q(a))/.nimbus/status")
-            #expect(try sh("cat \(q(a))/.nimbus/claims").contains("presenting /doc.txt by pid 1 (hostile)"))
+            try await eventually("presenting", "grep -q '^presenters: 2' \(q(a))/.nimbus/status")
+            let claims = try sh("cat \(q(a))/.nimbus/claims")
+            #expect(claims.contains("presenting /doc.txt by pid 1 (hostile)"))
+            // A presented path with a newline stays on its line (escaped as in .nimbus/events).
+            #expect(claims.contains(#"presenting /a\nfake line by pid 1 (hostile)"#), "\(claims)")
+            #expect(!claims.split(separator: "\n").contains { $0.hasPrefix("fake") }, "\(claims)")
             // The connection still carries events.
             try sh("printf v2 > \(q(a))/doc.txt")
             try await Self.until("the hostile client heard of the change", { client.output }) {
