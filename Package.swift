@@ -26,10 +26,13 @@ let package = Package(
         .package(url: "https://github.com/swift-server/swift-prometheus.git", from: "2.0.0"),
         .package(url: "https://github.com/apple/swift-nio.git", from: "2.90.0"),
         .package(url: "https://github.com/vapor/postgres-nio.git", from: "1.21.0"),
+        .package(url: "https://github.com/swift-server/swift-service-lifecycle.git", from: "2.6.0"),
     ],
     targets: [
         // Pure domain: ids, versions, hashes, names, the concurrency rules. No I/O, no dependencies.
         .target(name: "NimbusCore", swiftSettings: strict),
+        // Daemon log lines on stderr: timestamped, or shaped for the systemd journal.
+        .target(name: "NimbusLog", swiftSettings: strict),
         // Wire types shared by server and clients.
         .target(name: "NimbusProtocol", dependencies: ["NimbusCore"], swiftSettings: strict),
         // The server: HTTP app, ServerStore + SQLite engine, chunk store.
@@ -38,6 +41,7 @@ let package = Package(
             dependencies: [
                 "NimbusCore", "NimbusProtocol",
                 .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "GRDB", package: "GRDB.swift"),
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "Logging", package: "swift-log"),
@@ -82,7 +86,7 @@ let package = Package(
         .executableTarget(
             name: "nimbus",
             dependencies: [
-                "NimbusCore", "NimbusServer",
+                "NimbusCore", "NimbusServer", "NimbusLog",
                 "NimbusProtocol", "NimbusRemote", "FuseKit", "LocalStore", "ContainerFS", "SyncEngine",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
@@ -98,7 +102,7 @@ let package = Package(
             ],
             swiftSettings: strict
         ),
-        .testTarget(name: "NimbusCoreTests", dependencies: ["NimbusCore"], swiftSettings: strict),
+        .testTarget(name: "NimbusCoreTests", dependencies: ["NimbusCore", "NimbusLog"], swiftSettings: strict),
         .testTarget(
             name: "NimbusServerTests",
             dependencies: ["NimbusCore", "NimbusProtocol", "NimbusServer", "NimbusRemote", "NimbusTesting"],
@@ -117,7 +121,7 @@ let package = Package(
         // Client state: SQLite (GRDB, WAL) + the content cache (one file per item).
         .target(
             name: "LocalStore",
-            dependencies: ["NimbusCore", .product(name: "GRDB", package: "GRDB.swift")],
+            dependencies: ["NimbusCore", "NimbusLog", .product(name: "GRDB", package: "GRDB.swift")],
             swiftSettings: strict
         ),
         // The filesystem over LocalStore; declares the ports the sync engine will implement.
@@ -135,7 +139,7 @@ let package = Package(
             name: "SyncEngine",
             dependencies: [
                 "NimbusCore", "NimbusProtocol", "NimbusRemote", "LocalStore", "ContainerFS", "FuseKit", "Coordination", "SyncCore", "PresenterProtocol",
-                .product(name: "Crypto", package: "swift-crypto"),
+                "NimbusLog", .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "Logging", package: "swift-log"),
             ],
             swiftSettings: strict

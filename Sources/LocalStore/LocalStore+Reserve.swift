@@ -1,5 +1,6 @@
 import Foundation
 import Glibc
+import NimbusLog
 
 // The space reserve (LocalStore's header): a preallocated file deleted when the disk is full so
 // the pending commit can go through, made again when there is room. Called with writeOrder held
@@ -12,7 +13,7 @@ extension LocalStore {
         guard reserveHeld else { return false }
         reserveHeld = false
         unlink(reservePath)
-        FileHandle.standardError.write(Data("nimbus: the disk of the local state is full; its space reserve is released\n".utf8))
+        LogLine.write("nimbus store", "the disk of the local state is full; its space reserve is released", level: .warning)
         return true
     }
 

@@ -1,5 +1,6 @@
 import Foundation
 import GRDB
+import NimbusLog
 import NimbusCore
 
 /// The client's durable state under the state directory: `state.sqlite` (GRDB, WAL) and the
@@ -297,7 +298,7 @@ public final class LocalStore: @unchecked Sendable {
                 if !abandoned { pending.removeFirst(batch.count) }
                 committed += UInt64(batch.count)
                 if failure != nil {
-                    FileHandle.standardError.write(Data("nimbus: local state saved again\n".utf8))
+                    LogLine.write("nimbus store", "local state saved again", level: .notice)
                 }
                 failure = nil
                 retryDelay = 0
@@ -316,7 +317,7 @@ public final class LocalStore: @unchecked Sendable {
         while true {
             if abandoned || (stopping && pending.isEmpty) { break }
             if stopping, failure != nil, Date() >= (giveUpAt ?? .distantPast) {
-                FileHandle.standardError.write(Data("nimbus: \(pending.count) change(s) to the local state could not be saved: \(failure!.message)\n".utf8))
+                LogLine.write("nimbus store", "\(pending.count) change(s) to the local state could not be saved: \(failure!.message)", level: .error)
                 pending.removeAll()
                 break
             }
@@ -370,7 +371,7 @@ public final class LocalStore: @unchecked Sendable {
 
     /// Logs the start of a failure (once; retries are not logged).
     private func report(_ f: StoreFailure) {
-        FileHandle.standardError.write(Data("nimbus: local state write failed: \(f.message); kept queued and retried\n".utf8))
+        LogLine.write("nimbus store", "local state write failed: \(f.message); kept queued and retried", level: .warning)
     }
 
     static func apply(_ change: StoreChange, _ db: Database) throws {

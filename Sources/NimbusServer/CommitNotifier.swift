@@ -5,7 +5,8 @@ import Synchronization
 ///
 /// `latest` remembers the newest sequence announced per container, so a poll that registers after
 /// a commit it has not read yet returns at once instead of sleeping through it. Waiters and
-/// `latest` are guarded by one `Mutex`; continuations are resumed outside it.
+/// `latest` are guarded by one `Mutex`; continuations are resumed outside it. `close()` (the
+/// server begins to stop) answers every open poll at once, and every later one without waiting.
 public final class CommitNotifier: Sendable {
     private enum Slot {
         case waiting(CheckedContinuation<Void, Never>)
@@ -14,6 +15,7 @@ public final class CommitNotifier: Sendable {
     private struct State {
         var latest: [Int64: Int64] = [:]
         var waiters: [Int64: [UUID: (after: Int64, slot: Slot)]] = [:]
+        var closed = false
     }
     private let state = Mutex(State())
 
@@ -58,6 +60,18 @@ public final class CommitNotifier: Sendable {
         }
     }
 
+    /// Ends every wait now and every later one at once: the server is stopping, and a long-poll
+    /// answered with what it has lets the device's next request find the new instance (or see the
+    /// server gone) instead of holding the stop for up to the poll's whole wait.
+    public func close() {
+        let all: [CheckedContinuation<Void, Never>] = state.withLock { s in
+            s.closed = true
+            defer { s.waiters = [:] }
+            return s.waiters.values.flatMap { $0.values.compactMap { if case .waiting(let c) = $0.slot { c } else { nil } } }
+        }
+        for c in all { c.resume() }
+    }
+
     /// The containers that long-polls are waiting on (what a catch-up needs to re-read).
     public var waitedContainers: [Int64] {
         state.withLock { Array($0.waiters.keys) }
@@ -72,11 +86,12 @@ public final class CommitNotifier: Sendable {
         await withTaskCancellationHandler {
             await withCheckedContinuation { (c: CheckedContinuation<Void, Never>) in
                 let resumeNow: Bool = state.withLock { s in
-                    if (s.latest[container] ?? 0) > after { return true }
                     if case .cancelled = s.waiters[container]?[id]?.slot {
                         s.waiters[container]?[id] = nil
+                        if s.waiters[container]?.isEmpty == true { s.waiters[container] = nil }
                         return true
                     }
+                    if s.closed || (s.latest[container] ?? 0) > after { return true }
                     s.waiters[container, default: [:]][id] = (after, .waiting(c))
                     return false
                 }

@@ -3,6 +3,7 @@ import Hummingbird
 import Logging
 import NIOCore
 import NimbusProtocol
+import ServiceLifecycle
 
 /// A configured server: store, chunks, notifier, metrics and the HTTP app around them.
 /// `nimbus serve` runs one until SIGINT/SIGTERM; tests run one in process on port 0.
@@ -55,13 +56,28 @@ public struct NimbusServerApp: Sendable {
             configuration: .init(address: .hostname(host, port: port), serverName: "nimbus"),
             onServerRunning: { channel in await onReady(channel.localAddress?.port ?? port) },
             logger: logger)
+        // On SIGTERM/SIGINT the services stop last to first: open long-polls are answered
+        // before the HTTP server waits for the requests in flight, so a stop takes as long as
+        // the slowest ordinary request, not a device's 25 s poll.
+        let group = ServiceGroup(configuration: .init(
+            services: [app, LongPollCloser(notifier: notifier)],
+            gracefulShutdownSignals: [.sigterm, .sigint], logger: logger))
         guard let feed = store as? any CommitFeed else {
-            try await app.runService()
+            try await group.run()
             return
         }
         // A shared store: follow the other instances' commits for as long as we serve.
         let follower = Task { await feed.follow(into: notifier) }
         defer { follower.cancel() }
-        try await app.runService()
+        try await group.run()
+    }
+}
+
+/// Answers every open long-poll as soon as the server begins a graceful stop.
+struct LongPollCloser: Service {
+    let notifier: CommitNotifier
+    func run() async throws {
+        try? await gracefulShutdown()
+        notifier.close()
     }
 }

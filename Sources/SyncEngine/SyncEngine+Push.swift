@@ -119,6 +119,11 @@ extension SyncEngine: ChangeObserver {
             } catch {
                 // The change stays queued (in memory and on disk) whatever the error: it leaves
                 // the queue only when the server has it.
+                if Task.isCancelled {
+                    state.withLock { s in s.inFlight = nil; s.upload = nil; s.queue.prepend(id) }
+                    log("upload of \(id) stopped: the engine is stopping; it stays queued and goes at the next start")
+                    return
+                }
                 let failure = Self.classify(error)
                 let now = options.clock.now
                 let delay: Int = state.withLock { s in

@@ -3,6 +3,7 @@ import Foundation
 import FuseKit
 import LocalStore
 import NimbusCore
+import NimbusLog
 import NimbusProtocol
 import NimbusRemote
 import Synchronization
@@ -332,7 +333,7 @@ public final class SyncEngine: Sendable {
     }
 
     func log(_ s: String) {
-        FileHandle.standardError.write(Data("\(ISO8601DateFormatter().string(from: Date())) nimbus sync\(options.logLabel.isEmpty ? "" : " " + options.logLabel): \(s)\n".utf8))
+        LogLine.write(options.logLabel.isEmpty ? "nimbus sync" : "nimbus sync " + options.logLabel, s)
     }
 
     /// Saves `b` as the item's base, in memory and on disk.

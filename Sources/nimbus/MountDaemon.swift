@@ -4,6 +4,7 @@ import Foundation
 import FuseKit
 import Glibc
 import LocalStore
+import NimbusLog
 import NimbusRemote
 import SyncEngine
 
@@ -118,7 +119,7 @@ struct MountDaemon {
     }
 
     func log(_ s: String) {
-        FileHandle.standardError.write(Data("\(ISO8601DateFormatter().string(from: Date())) nimbus mount: \(s)\n".utf8))
+        LogLine.write("nimbus mount", s)
     }
 
     /// One daemon per state directory: an exclusive lock on STATE/lock, waited for briefly (a

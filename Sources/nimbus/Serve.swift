@@ -8,7 +8,8 @@ struct Serve: AsyncParsableCommand {
         abstract: "Run the sync server (embedded SQLite + chunk directory, or PostgreSQL + S3 for several instances).",
         discussion: """
             Prints "nimbus serve: listening on http://HOST:PORT" once it accepts connections.
-            Stops gracefully on SIGINT or SIGTERM. --listen 127.0.0.1:0 picks a free port.
+            Stops gracefully on SIGINT or SIGTERM, at once: open long-polls are answered first. --listen 127.0.0.1:0 picks a free port.
+            Log lines go to stderr, timestamped; under systemd (stderr is the journal) with a syslog priority and no timestamp.
             Any number of instances may share one --database and one --chunks (see docs/deploy.md).
             s3:// chunks read AWS_ENDPOINT_URL, AWS_REGION, AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY.
             History: an earlier version of an item is pruned when it is both beyond the item's last --keep-versions previous versions and older than --keep-days days, when the item next changes; the current and unresolved conflict versions are always kept (docs/deploy.md).
