@@ -8,16 +8,19 @@ import NimbusCore
 import NimbusProtocol
 
 /// What went wrong talking to a server: either the server answered an error body (`code` is one of
-/// `APIErrorCode`), or the request never got an answer (`transport`).
+/// `APIErrorCode`), or the request never got an answer (`transport`), or the server's certificate
+/// is not one this device trusts for its address (`certificate`: the reason and what to do).
 public enum RemoteError: Error, CustomStringConvertible, Sendable {
     case server(status: Int, code: String, message: String, missing: [ContentHash]?)
     case transport(String)
+    case certificate(String)
     case unexpected(status: Int, String)
 
     public var description: String {
         switch self {
         case .server(let status, let code, let message, _): return "server answered \(status) \(code): \(message)"
         case .transport(let why): return "cannot reach the server: \(why)"
+        case .certificate(let why): return "cannot trust the server: \(why)"
         case .unexpected(let status, let why): return "unexpected answer \(status): \(why)"
         }
     }
@@ -150,7 +153,7 @@ public struct NimbusClient: Sendable {
         } catch {
             if let partError { throw partError }
             if let e = error as? RemoteError { throw e }
-            throw RemoteError.transport(redacted("\(error) (GET \(baseURL)/v1/chunks/\(hash))"))
+            throw await transportError(error, "GET \(baseURL)/v1/chunks/\(hash)")
         }
     }
 
@@ -179,12 +182,10 @@ public struct NimbusClient: Sendable {
             let response = try await http.execute(request, timeout: deadline ?? timeout)
             let bytes = try await response.body.collect(upTo: ProtocolLimits.maxChunkSize + 1024 * 1024)
             return RawResponse(status: Int(response.status.code), headers: response.headers.map { ($0.name, $0.value) }, body: bytes)
-        } catch let e as HTTPClientError {
-            throw RemoteError.transport(redacted("\(e) (\(method) \(baseURL)\(path.prefix(120)))"))
         } catch let e as RemoteError {
             throw e
         } catch {
-            throw RemoteError.transport(redacted("\(error) (\(method) \(baseURL)\(path.prefix(120)))"))
+            throw await transportError(error, "\(method) \(baseURL)\(path.prefix(120))")
         }
     }
 
@@ -216,6 +217,13 @@ public struct NimbusClient: Sendable {
     }
 
     /// `text` without the token: errors end up in logs and `.nimbus/status`.
+    /// What a request that got no answer ran into: a certificate problem in words that say what
+    /// to do (`TLSDiagnosis`), else the error as it came.
+    func transportError(_ error: any Error, _ request: String) async -> RemoteError {
+        if let why = await TLSDiagnosis.explain(error, url: baseURL) { return .certificate(redacted("\(why) (\(request))")) }
+        return .transport(redacted("\(error) (\(request))"))
+    }
+
     func redacted(_ text: String) -> String {
         token.isEmpty ? text : text.replacingOccurrences(of: token, with: "[token]")
     }

@@ -1,5 +1,7 @@
 import Foundation
 import Hummingbird
+import HummingbirdCore
+import HummingbirdTLS
 import Logging
 import NIOCore
 import NimbusProtocol
@@ -47,12 +49,15 @@ public struct NimbusServerApp: Sendable {
 
     /// Serves until cancelled or signalled (SIGINT/SIGTERM shut down gracefully).
     /// `onReady` receives the bound port once the server accepts connections.
-    public func run(host: String, port: Int, logger: Logger, onReady: @escaping @Sendable (Int) async -> Void) async throws {
+    /// With `tls`, HTTPS only (the pair is read again on SIGHUP).
+    public func run(host: String, port: Int, tls: ServerTLS? = nil, logger: Logger,
+                    onReady: @escaping @Sendable (Int) async -> Void) async throws {
+        let http1 = HTTPServerBuilder.http1(configuration: .init(
+            additionalChannelHandlers: [RequestReadDeadline(limit: limits.requestReadTimeout)],
+            idleTimeout: TimeAmount(limits.idleTimeout)))
         let app = Application(
             router: router(),
-            server: .http1(configuration: .init(
-                additionalChannelHandlers: [RequestReadDeadline(limit: limits.requestReadTimeout)],
-                idleTimeout: TimeAmount(limits.idleTimeout))),
+            server: try tls.map { try .tls(http1, tlsConfiguration: $0.configuration) } ?? http1,
             configuration: .init(address: .hostname(host, port: port), serverName: "nimbus"),
             onServerRunning: { channel in await onReady(channel.localAddress?.port ?? port) },
             logger: logger)
@@ -60,7 +65,7 @@ public struct NimbusServerApp: Sendable {
         // before the HTTP server waits for the requests in flight, so a stop takes as long as
         // the slowest ordinary request, not a device's 25 s poll.
         let group = ServiceGroup(configuration: .init(
-            services: [app, LongPollCloser(notifier: notifier)],
+            services: [app, LongPollCloser(notifier: notifier)] + (tls.map { [CertificateReloader(tls: $0, logger: logger)] } ?? []),
             gracefulShutdownSignals: [.sigterm, .sigint], logger: logger))
         guard let feed = store as? any CommitFeed else {
             try await group.run()

@@ -65,8 +65,8 @@ public final class ServerProcess: @unchecked Sendable {
         output = buffer
         let deadline = ContinuousClock.now + timeout
         while ContinuousClock.now < deadline {
-            if let line = buffer.text.split(separator: "\n").first(where: { $0.contains("listening on http://") }),
-               let range = line.range(of: "http://") {
+            if let line = buffer.text.split(separator: "\n").first(where: { $0.contains("listening on http") }),
+               let range = line.range(of: "https://") ?? line.range(of: "http://") {
                 url = String(line[range.lowerBound...].split(separator: " ")[0])
                 return
             }

@@ -227,7 +227,7 @@ extension SyncEngine: ChangeObserver {
     static func classify(_ e: any Error) -> Failure {
         guard let r = e as? RemoteError else { return e is ChunkReadError ? .rejected : .retry }
         switch r {
-        case .transport: return .retry
+        case .transport, .certificate: return .retry
         case .unexpected(let status, _): return status == 401 ? .unauthorized : status >= 500 ? .retry : .rejected
         case .server(let status, _, _, _):
             let code = r.code
@@ -243,7 +243,10 @@ extension SyncEngine: ChangeObserver {
     }
 
     static func isTransport(_ e: any Error) -> Bool {
-        if case .transport = e as? RemoteError { return true }
+        switch e as? RemoteError {
+        case .transport, .certificate: return true
+        default: break
+        }
         return false
     }
 

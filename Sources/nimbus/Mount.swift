@@ -1,6 +1,7 @@
 import ArgumentParser
 import Foundation
 import NimbusProtocol
+import NimbusRemote
 
 /// `nimbus mount MOUNTPOINT --state DIR [--server URL --container NAME [--token-file FILE]]
 /// [--foreground]` (DESIGN §6, docs/mount.md, docs/sync.md).
@@ -18,8 +19,14 @@ struct Mount: ParsableCommand {
     @Option(help: "The client state directory (local database and content cache).")
     var state: String
 
-    @Option(help: "Sync with this server (http://host:port). Without it the mount is local-only.")
+    @Option(help: "Sync with this server (https://host[:port], or http://127.0.0.1:port on this machine). Without it the mount is local-only.")
     var server: String?
+
+    @Option(name: .customLong("ca-file"), help: ArgumentHelp("Also trust the CA certificates in this PEM file for the server's certificate (besides the system's).", valueName: "FILE"))
+    var caFile: String?
+
+    @Flag(help: "Allow http:// to a server on another machine: the token and file contents cross the network in clear text.")
+    var insecure = false
 
     @Option(help: "The server container to sync (created if new); needed with --server.")
     var container: String?
@@ -55,6 +62,13 @@ struct Mount: ParsableCommand {
         if server != nil && container == nil { throw ValidationError("--server needs --container NAME (the container to sync)") }
         if server == nil && (container != nil || tokenFile != nil) { throw ValidationError("--container and --token-file need --server URL") }
         if let c = container, let problem = ContainerName.problem(c) { throw ValidationError("--container: \(problem)") }
+        if server == nil && (caFile != nil || insecure) { throw ValidationError("--ca-file and --insecure need --server URL") }
+        if let server {
+            do { _ = try ServerAddress.check(server, insecure: insecure) } catch { throw ValidationError("--server: \(error)") }
+        }
+        if let caFile {
+            do { _ = try ServerAddress.httpClient(caFile: caFile) } catch { throw ValidationError("--ca-file: \(error)") }
+        }
         if let c = cacheSize, ByteSize.parse(c) == nil { throw ValidationError("--cache-size: '\(c)' is not a size (examples: 800M, 20G, 1T, 1048576)") }
         if !(1...600).contains(readTimeout) { throw ValidationError("--read-timeout: give 1 to 600 seconds") }
         if !(0...86400).contains(quietPeriod) { throw ValidationError("--quiet-period: give 0 to 86400 seconds") }
@@ -75,7 +89,9 @@ struct Mount: ParsableCommand {
         } else {
             throw CLIFailure(.usage, "--server needs a device token: --token-file FILE or NIMBUS_TOKEN (nimbus admin add-device prints one)")
         }
-        return RemoteConfig(server: server, container: container, token: token, tokenFile: tokenFile,
+        return RemoteConfig(server: try ServerAddress.check(server, insecure: insecure),
+                            caFile: caFile.map { URL(fileURLWithPath: $0).standardizedFileURL.path }, insecure: insecure,
+                            container: container, token: token, tokenFile: tokenFile,
                             cacheSize: cacheSize.flatMap(ByteSize.parse), readTimeout: readTimeout, quietPeriod: quietPeriod,
                             presenterTimeout: presenterTimeout)
     }
@@ -121,6 +137,8 @@ struct Unmount: ParsableCommand {
 /// What `--server/--container/--token-file` (or NIMBUS_TOKEN) asked for.
 struct RemoteConfig {
     var server: String
+    var caFile: String?
+    var insecure: Bool
     var container: String
     var token: String
     var tokenFile: String?
@@ -132,6 +150,7 @@ struct RemoteConfig {
     /// Arguments for the daemon child; the token itself travels in the environment, never argv.
     var arguments: [String] {
         ["--server", server, "--container", container] + (tokenFile.map { ["--token-file", $0] } ?? [])
+            + (caFile.map { ["--ca-file", $0] } ?? []) + (insecure ? ["--insecure"] : [])
             + (cacheSize.map { ["--cache-size", "\($0)"] } ?? [])
             + ["--read-timeout", "\(readTimeout)", "--quiet-period", "\(quietPeriod)", "--presenter-timeout", "\(presenterTimeout)"]
     }

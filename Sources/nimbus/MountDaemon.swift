@@ -41,7 +41,8 @@ struct MountDaemon {
                 o.cacheLimit = remote.cacheSize
                 o.hydrationSeconds = Int64(max(1, remote.readTimeout.rounded(.up)))
                 o.quietPeriod = .milliseconds(Int64(remote.quietPeriod * 1000))
-                engine = try SyncEngine(store: store, client: NimbusClient(baseURL: remote.server, token: remote.token),
+                let http = try ServerAddress.httpClient(caFile: remote.caFile)
+                engine = try SyncEngine(store: store, client: NimbusClient(baseURL: remote.server, token: remote.token, http: http),
                                         container: remote.container, options: o)
             } catch {
                 store.close()
@@ -58,6 +59,10 @@ struct MountDaemon {
             log("sync is paused (nimbus resume \(mountpoint) goes online)")
         } else if let engine {
             try engine.attach(fs, services: services)
+            if let why = certificateProblem(remote!) {
+                store.close()
+                throw CLIFailure(.usage, "cannot trust \(remote!.server): \(why)")
+            }
             // The first sync before mounting, so the mount shows the container at once. An
             // unreachable server is not fatal: the mount serves what it has and retries.
             let done = DispatchSemaphore(value: 0)
@@ -116,6 +121,25 @@ struct MountDaemon {
         }
         DaemonStatus.finish(status, saved: nil)
         log("unmounted \(mountpoint) (loop result \(rc))")
+    }
+
+    /// A server whose certificate this device does not trust is a setting to fix, like a bad
+    /// token: the mount fails at once and says why, instead of retrying in the background. One
+    /// request without connection retries, bounded (a server that cannot be reached now is not
+    /// a problem here: the mount starts offline).
+    func certificateProblem(_ remote: RemoteConfig) -> String? {
+        guard remote.server.lowercased().hasPrefix("https:"),
+              let http = try? ServerAddress.httpClient(caFile: remote.caFile, retryConnects: false) else { return nil }
+        var client = NimbusClient(baseURL: remote.server, token: remote.token, http: http)
+        client.timeout = .seconds(10)
+        let done = DispatchSemaphore(value: 0)
+        let outcome = Outcome()
+        Task {
+            do { _ = try await client.whoami() } catch RemoteError.certificate(let why) { outcome.set(why, fatal: true) } catch {}
+            done.signal()
+        }
+        _ = done.wait(timeout: .now() + 12)
+        return outcome.fatal ? outcome.get() : nil
     }
 
     func log(_ s: String) {

@@ -40,6 +40,12 @@ struct Serve: AsyncParsableCommand {
     @Option(help: "Address to listen on, HOST:PORT.")
     var listen: String = "127.0.0.1:7070"
 
+    @Option(name: .customLong("tls-cert"), help: ArgumentHelp("HTTPS: the certificate chain (PEM, server certificate first); read again on SIGHUP.", valueName: "FILE"))
+    var tlsCert: String?
+
+    @Option(name: .customLong("tls-key"), help: ArgumentHelp("HTTPS: the certificate's private key (PEM, no passphrase); read again on SIGHUP.", valueName: "FILE"))
+    var tlsKey: String?
+
     @Option(help: "Log level: trace, debug, info, notice, warning, error, critical.")
     var logLevel: String = "info"
 
@@ -47,6 +53,7 @@ struct Serve: AsyncParsableCommand {
         _ = try HostPort.parse(listen)
         guard Logger.Level(rawValue: logLevel) != nil else { throw ValidationError("unknown log level \(logLevel)") }
         if let problem = storage.problem { throw ValidationError(problem) }
+        if (tlsCert == nil) != (tlsKey == nil) { throw ValidationError("--tls-cert and --tls-key go together (HTTPS needs both)") }
         if let problem = HistoryRetention.problem(keepVersions: keepVersions, keepDays: keepDays) { throw ValidationError(problem) }
     }
 
@@ -56,6 +63,12 @@ struct Serve: AsyncParsableCommand {
         let (host, port) = try HostPort.parse(listen)
         var logger = Logger(label: "nimbus.serve")
         logger.logLevel = Logger.Level(rawValue: logLevel) ?? .info
+        var tls: ServerTLS?
+        if let tlsCert, let tlsKey {
+            do { tls = try ServerTLS(certFile: tlsCert, keyFile: tlsKey) } catch {
+                throw CLIFailure(.usage, "cannot serve HTTPS: \(error)")
+            }
+        }
         let app: NimbusServerApp
         let storage = storage
         do {
@@ -67,9 +80,12 @@ struct Serve: AsyncParsableCommand {
         }
         let dataDir = storage.summary
         logger.info("history: \(storage.history)")
+        if let tls { logger.info("HTTPS with \(tls.summary) (\(tls.certFile)); SIGHUP reads it again") }
+        let scheme = tls == nil ? "http" : "https"
+        let shownHost = host.contains(":") ? "[\(host)]" : host
         do {
-            try await app.run(host: host, port: port, logger: logger) { bound in
-                FileHandle.standardOutput.write(Data("nimbus serve: listening on http://\(host):\(bound) (\(dataDir))\n".utf8))
+            try await app.run(host: host, port: port, tls: tls, logger: logger) { bound in
+                FileHandle.standardOutput.write(Data("nimbus serve: listening on \(scheme)://\(shownHost):\(bound) (\(dataDir))\n".utf8))
             }
         } catch {
             throw CLIFailure(.network, "cannot serve on \(listen): \(error). Is another server using that port? Pick another with --listen.")

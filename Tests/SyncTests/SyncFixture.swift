@@ -33,6 +33,9 @@ enum SyncBackend: String, Sendable, CustomTestStringConvertible {
     /// Two `nimbus serve` instances on one fresh PostgreSQL database and one S3 bucket (moto);
     /// device A talks to instance 1, device B to instance 2 (docs/deploy.md "scaled").
     case postgresS3
+    /// One embedded `nimbus serve` on HTTPS (`--tls-cert/--tls-key`, a CA made for the world
+    /// with openssl); every device mounts with `--ca-file` (docs/deploy.md "HTTPS").
+    case tls
 
     var testDescription: String { rawValue }
 
@@ -57,6 +60,10 @@ final class SyncWorld: @unchecked Sendable {
     private var database: PostgresLocation?
     private var bucket: S3ChunkStore?
     private var storageArgs: [String] = []
+    /// `--tls-cert/--tls-key` of the `.tls` backend.
+    private var tlsArgs: [String] = []
+    /// The CA devices trust on the `.tls` backend.
+    private var caFile: String?
     /// Extra `nimbus mount` options per device.
     private var mountOptions: [String: [String]] = [:]
 
@@ -69,6 +76,18 @@ final class SyncWorld: @unchecked Sendable {
             switch backend {
             case .embedded:
                 servers = [ServerProcess(dataDir: base + "/server")]
+            case .tls:
+                let tls = base + "/tls"
+                try sh("""
+                    mkdir -p \(q(tls)) && cd \(q(tls)) && \
+                    openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -keyout ca.key -out ca.pem -days 2 -subj '/CN=Nimbus Test CA' 2>&1 && \
+                    openssl req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -keyout server.key -out server.csr -subj '/CN=127.0.0.1' 2>&1 && \
+                    printf 'subjectAltName=IP:127.0.0.1\\n' > server.ext && \
+                    openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key -set_serial 2 -days 2 -extfile server.ext -out server.pem 2>&1
+                    """)
+                caFile = tls + "/ca.pem"
+                tlsArgs = ["--tls-cert", tls + "/server.pem", "--tls-key", tls + "/server.key"]
+                servers = [ServerProcess(dataDir: base + "/server", extraArgs: tlsArgs)]
             case .postgresS3:
                 S3Scratch.exportEnvironment()
                 let db = try await PostgresScratch.create()
@@ -113,8 +132,8 @@ final class SyncWorld: @unchecked Sendable {
         for (i, old) in servers.enumerated() {
             old.stop()
             let port = String(old.url.split(separator: ":").last ?? "0")
-            let dir = backend == .embedded ? base + "/server" : base + "/server-\(i)"
-            again.append(ServerProcess(dataDir: dir, extraArgs: storageArgs + ["--listen", "127.0.0.1:\(port)"]))
+            let dir = backend == .postgresS3 ? base + "/server-\(i)" : base + "/server"
+            again.append(ServerProcess(dataDir: dir, extraArgs: storageArgs + tlsArgs + ["--listen", "127.0.0.1:\(port)"]))
         }
         servers = again
         for s in servers { try await s.start() }
@@ -125,12 +144,13 @@ final class SyncWorld: @unchecked Sendable {
 
     /// The `nimbus admin` options naming this world's storage.
     private var adminStorage: [String] {
-        backend == .embedded ? ["--data", base + "/server"] : Array(storageArgs.prefix(2))
+        backend == .postgresS3 ? Array(storageArgs.prefix(2)) : ["--data", base + "/server"]
     }
 
     private func mountCommand(_ device: String) -> String {
         let url = servers[instanceOf[device] ?? 0].url
         return "\(q(NimbusBinary.path)) mount \(q(base + "/\(device)")) --state \(q(base + "/\(device)-state")) --server \(url) --container docs --token-file \(q(base + "/\(device).token"))"
+            + (caFile.map { " --ca-file \(q($0))" } ?? "")
             + (mountOptions[device] ?? []).map { " " + q($0) }.joined()
     }
 
@@ -179,7 +199,7 @@ final class SyncWorld: @unchecked Sendable {
     func metric(_ name: String) throws -> Int64 {
         var total: Int64 = 0
         for s in servers {
-            let text = try sh("curl -s --max-time 5 \(s.url)/metrics")
+            let text = try sh("curl -s --max-time 5 \(caFile.map { "--cacert \(q($0)) " } ?? "")\(s.url)/metrics")
             for line in text.split(separator: "\n") where line.hasPrefix(name) {
                 if let v = line.split(separator: " ").last.flatMap({ Double($0) }) { total += Int64(v) }
             }
