@@ -93,7 +93,7 @@ public final class OutputReader: @unchecked Sendable {
 /// the group if it still runs. Spawned like `shellStatus` (clean signal mask).
 public final class Background: @unchecked Sendable {
     // @unchecked: `exited` is guarded by `lock`; used by one test at a time.
-    private let pid: pid_t
+    public let pid: pid_t
     private let reader: OutputReader
     private let lock = NSLock()
     private var exited = false

@@ -23,7 +23,13 @@ extension Nimbus {
     /// Runs the command tree, mapping `CLIFailure` to its documented exit code.
     static func mainWithExitCodes() async {
         do {
-            var command = try parseAsRoot()
+            let given = Array(CommandLine.arguments.dropFirst())
+            let names = Set(Nimbus.commands.map { $0._commandName })
+            let helper: [String]?
+            do { helper = try MountHelper.arguments(given, commands: names) } catch {
+                throw CLIFailure(.usage, "\(error)")
+            }
+            var command = try parseAsRoot(helper ?? given)
             if var async = command as? any AsyncParsableCommand {
                 try await async.run()
             } else {
