@@ -19,6 +19,10 @@ public enum APIErrorCode: String, Sendable, Codable, CaseIterable {
     case chunkNotFound = "chunk_not_found"
     case versionNotFound = "version_not_found"
     case deviceNotFound = "device_not_found"
+    /// A pairing code that is unknown, already used or expired.
+    case pairingInvalid = "pairing_invalid"
+    /// Too many wrong pairing codes from this address (or from all) in the last minute.
+    case rateLimited = "rate_limited"
     case parentNotFound = "parent_not_found"
     case parentNotFolder = "parent_not_folder"
     case kindMismatch = "kind_mismatch"
@@ -44,7 +48,9 @@ public enum APIErrorCode: String, Sendable, Codable, CaseIterable {
         case .notFound, .containerNotFound, .itemNotFound, .chunkNotFound, .versionNotFound, .deviceNotFound: return 404
         case .methodNotAllowed: return 405
         case .parentNotFound, .parentNotFolder, .moveCycle, .missingChunks, .notAConflict: return 409
+        case .pairingInvalid: return 403
         case .bodyTooLarge: return 413
+        case .rateLimited: return 429
         case .rangeNotSatisfiable: return 416
         case .storageFull: return 507
         case .unavailable, .busy: return 503

@@ -138,3 +138,25 @@ extension ChunkList: WireChecked {
         }
     }
 }
+
+extension PairingRequest: WireChecked {
+    public func check() throws(WireProblem) {
+        if let p = DeviceNames.problem(device) { throw WireProblem(.badRequest, "device: \(p)") }
+    }
+}
+
+extension PairRequest: WireChecked {
+    public func check() throws(WireProblem) {
+        if code.utf8.count > 64 { throw WireProblem(.pairingInvalid, "that is not a pairing code (XXXX-XXXX-XXXX)") }
+        if let device, let p = DeviceNames.problem(device) { throw WireProblem(.badRequest, "device: \(p)") }
+    }
+}
+
+/// Device names: what people call their machines, shown in lists and logs.
+public enum DeviceNames {
+    public static func problem(_ name: String) -> String? {
+        if name.isEmpty || name.utf8.count > 255 { return "a device name is 1…255 bytes" }
+        if name.unicodeScalars.contains(where: { $0.properties.generalCategory == .control }) { return "a device name has no control characters" }
+        return nil
+    }
+}

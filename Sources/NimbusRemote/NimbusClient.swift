@@ -51,6 +51,29 @@ public struct NimbusClient: Sendable {
 
     public func whoami() async throws -> WhoAmI { try await json(.GET, "/v1/whoami") }
 
+    /// A one-time code for a new device of this account named `device`.
+    public func pairingCode(device: String) async throws -> PairingCode {
+        try await json(.POST, "/v1/devices/pairing", body: PairingRequest(device: device))
+    }
+
+    /// Trades a pairing code for a new device's token (no token needed: this client's is unused).
+    public func pair(code: String, device: String?) async throws -> PairResult {
+        let data = try JSONEncoder().encode(PairRequest(code: code, device: device))
+        let r = try await send(.POST, "/v1/pair", body: ByteBuffer(data: data), contentType: "application/json", authorized: false)
+        try check(r)
+        return try decode(r)
+    }
+
+    public func devices() async throws -> [DeviceInfo] {
+        let r: DeviceList = try await json(.GET, "/v1/devices")
+        return r.devices
+    }
+
+    /// Revokes a device of this account by name or id; its token stops working within a second.
+    public func revokeDevice(_ device: String) async throws -> DeviceInfo {
+        try await json(.POST, "/v1/devices/\(escape(device))/revoke")
+    }
+
     public func createContainer(_ name: String) async throws -> ContainerInfo {
         try await json(.PUT, "/v1/containers/\(escape(name))")
     }

@@ -16,6 +16,9 @@ public struct ConnectionSetupError: Error, CustomStringConvertible {
 /// and file contents never cross a network in clear text unless `insecure` says so), and the
 /// HTTP client trusts the system's CAs plus the ones given with `--ca-file`.
 public enum ServerAddress {
+    /// The HTTP client type, for callers that do not import AsyncHTTPClient.
+    public typealias HTTPClientType = HTTPClient
+
     /// The URL as the client will use it, or an error that says what is wrong: only http and
     /// https; plain http only to this machine (127.0.0.0/8, ::1, localhost) unless `insecure`.
     public static func check(_ url: String, insecure: Bool) throws -> String {

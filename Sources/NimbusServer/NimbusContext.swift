@@ -5,10 +5,13 @@ import NimbusProtocol
 public struct NimbusContext: RequestContext {
     public var coreContext: CoreRequestContextStorage
     public var device: DeviceRecord?
+    /// The client's address without its port (what pairing rate limits count by).
+    public var clientAddress: String
 
     public init(source: ApplicationRequestContextSource) {
         coreContext = .init(source: source)
         device = nil
+        clientAddress = source.channel.remoteAddress?.ipAddress ?? "unknown"
     }
 
     public var maxUploadSize: Int { ProtocolLimits.maxJSONBody }

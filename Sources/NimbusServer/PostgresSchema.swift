@@ -96,6 +96,17 @@ enum PostgresSchema {
         ]),
         // A revoked device keeps its row (versions and the journal name it); its token stops working.
         (3, ["ALTER TABLE devices ADD COLUMN revoked BIGINT"]),
+        // One-time pairing codes (hashed); a used or expired code stays until pruned at the next code.
+        (4, ["""
+            CREATE TABLE pairings (
+                code_hash TEXT COLLATE "C" PRIMARY KEY,
+                account_id BIGINT NOT NULL REFERENCES accounts(id),
+                device_name TEXT NOT NULL,
+                created_by TEXT NOT NULL,
+                expires BIGINT NOT NULL,
+                used BIGINT
+            )
+            """]),
     ]
 
     /// Arbitrary constant naming the advisory lock held while migrating ("nimbus" in ASCII).

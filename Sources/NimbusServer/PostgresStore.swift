@@ -176,6 +176,42 @@ public final class PostgresStore: ServerStore {
         return d
     }
 
+    public func addPairing(account: Int64, codeHash: String, deviceName: String, createdBy: DeviceID, expires: Int64) async throws {
+        guard (1...255).contains(deviceName.utf8.count) else { throw APIError(.badRequest, "device names must be 1…255 bytes") }
+        let stale = expires - PairingLimits.lifetimeSeconds - 86_400
+        let by = createdBy.description
+        try await write(locking: nil) { db in
+            try db.exec("DELETE FROM pairings WHERE expires < \(stale)")
+            try db.exec("""
+                INSERT INTO pairings(code_hash, account_id, device_name, created_by, expires)
+                VALUES (\(codeHash), \(account), \(deviceName), \(by), \(expires))
+                """)
+        }
+    }
+
+    public func redeemPairing(codeHash: String, deviceName: String?, tokenHash: String, now: Int64) async throws -> DeviceRecord? {
+        if let deviceName, !(1...255).contains(deviceName.utf8.count) { throw APIError(.badRequest, "device names must be 1…255 bytes") }
+        let id = DeviceID(UUID())
+        let idText = id.description
+        return try await write(locking: nil) { db -> DeviceRecord? in
+            // The UPDATE … RETURNING spends the code exactly once, also with several instances.
+            guard let row = try db.rows("""
+                UPDATE pairings SET used = \(now) WHERE code_hash = \(codeHash) AND used IS NULL AND expires >= \(now)
+                RETURNING account_id, device_name
+                """).first else { return nil }
+            let (accountID, codeName) = try row.decode((Int64, String).self)
+            let name = deviceName ?? codeName
+            guard let account = try db.rows("SELECT name FROM accounts WHERE id = \(accountID)").first?.decode(String.self) else {
+                throw APIError(.internal, "the account of a pairing code vanished")
+            }
+            try db.exec("""
+                INSERT INTO devices(id, account_id, name, token_hash, created)
+                VALUES (\(idText), \(accountID), \(name), \(tokenHash), \(now))
+                """)
+            return DeviceRecord(id: id, name: name, accountID: accountID, accountName: account)
+        }
+    }
+
     // MARK: containers
 
     public func container(account: Int64, name: String, create: Bool) async throws -> ContainerRecord? {

@@ -16,6 +16,7 @@ struct Routes: Sendable {
     let clock: @Sendable () -> Int64
     let bodies: BodyBudget
     let containers = LockedDictionary<ContainerRecord>()
+    let pairing = PairingGuard()
 
     func register(on router: Router<NimbusContext>) {
         router.get("healthz") { _, _ in "ok\n" }
@@ -24,7 +25,48 @@ struct Routes: Sendable {
             headers[.contentType] = "text/plain; version=0.0.4"
             return Response(status: .ok, headers: headers, body: .init(byteBuffer: ByteBuffer(bytes: self.metrics.emit())))
         }
+        // Enrolling: the new machine has no token yet (docs/protocol.md "Devices").
+        router.post("v1/pair") { req, ctx in
+            try self.pairing.check(ctx.clientAddress)
+            // Every request that is not a good code counts as a wrong guess, malformed ones too.
+            let body: PairRequest
+            do { body = try await Self.decode(PairRequest.self, req) } catch {
+                self.pairing.wrong(ctx.clientAddress)
+                throw error
+            }
+            guard let code = PairingLimits.normalize(body.code) else {
+                self.pairing.wrong(ctx.clientAddress)
+                throw APIError(.pairingInvalid, "that is not a pairing code (XXXX-XXXX-XXXX); ask for one on an enrolled device with `nimbus device add NAME`")
+            }
+            let token = TokenHash.newToken()
+            guard let d = try await self.store.redeemPairing(codeHash: TokenHash.of(code), deviceName: body.device,
+                                                             tokenHash: TokenHash.of(token), now: self.clock() / 1_000_000_000) else {
+                self.pairing.wrong(ctx.clientAddress)
+                throw APIError(.pairingInvalid, "this pairing code is unknown, already used or expired (codes work once, for \(PairingLimits.lifetimeSeconds / 60) minutes); ask for a new one with `nimbus device add NAME`")
+            }
+            return JSONResponse.make(PairResult(token: token, account: d.accountName, device: d.name, deviceID: d.id))
+        }
         let v1 = router.group("v1").add(middleware: AuthMiddleware(store: store))
+        v1.post("devices/pairing") { req, ctx in
+            let d = try ctx.requireDevice()
+            let body = try await Self.decode(PairingRequest.self, req)
+            var rng = SystemRandomNumberGenerator()
+            let code = String((0..<PairingLimits.length).map { _ in PairingLimits.alphabet.randomElement(using: &rng)! })
+            let expires = self.clock() / 1_000_000_000 + PairingLimits.lifetimeSeconds
+            try await self.store.addPairing(account: d.accountID, codeHash: TokenHash.of(code), deviceName: body.device, createdBy: d.id, expires: expires)
+            return JSONResponse.make(PairingCode(code: PairingLimits.display(code), device: body.device, expires: expires))
+        }
+        v1.get("devices") { _, ctx in
+            let d = try ctx.requireDevice()
+            let all = try await self.store.devices(account: d.accountName)
+            return JSONResponse.make(DeviceList(devices: all.map { DeviceInfo(id: $0.id, name: $0.name, created: $0.created, revoked: $0.revoked) }))
+        }
+        v1.post("devices/:device/revoke") { _, ctx in
+            let d = try ctx.requireDevice()
+            let name = try ctx.parameters.require("device")
+            let r = try await self.store.revokeDevice(account: d.accountName, device: name, now: self.clock() / 1_000_000_000)
+            return JSONResponse.make(DeviceInfo(id: r.id, name: r.name, created: r.created, revoked: r.revoked))
+        }
         v1.get("whoami") { _, ctx in
             let d = try ctx.requireDevice()
             return JSONResponse.make(WhoAmI(account: d.accountName, device: d.id, deviceName: d.name, protocolVersion: NimbusProtocolVersion.current))

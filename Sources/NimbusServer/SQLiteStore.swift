@@ -126,6 +126,19 @@ public final class SQLiteStore: ServerStore {
         m.registerMigration("v3-revoke") { db in
             try db.execute(sql: "ALTER TABLE devices ADD COLUMN revoked INTEGER")
         }
+        // One-time pairing codes (hashed); a used or expired code stays until pruned at the next code.
+        m.registerMigration("v4-pairing") { db in
+            try db.execute(sql: """
+                CREATE TABLE pairings (
+                    code_hash TEXT PRIMARY KEY,
+                    account_id INTEGER NOT NULL REFERENCES accounts(id),
+                    device_name TEXT NOT NULL,
+                    created_by TEXT NOT NULL,
+                    expires INTEGER NOT NULL,
+                    used INTEGER
+                )
+                """)
+        }
         return m
     }
 
@@ -180,6 +193,33 @@ public final class SQLiteStore: ServerStore {
                 d.revoked = now
             }
             return d
+        }
+    }
+
+    public func addPairing(account: Int64, codeHash: String, deviceName: String, createdBy: DeviceID, expires: Int64) async throws {
+        guard (1...255).contains(deviceName.utf8.count) else { throw APIError(.badRequest, "device names must be 1…255 bytes") }
+        try await pool.write { db in
+            // Codes a day past their end are of no use to anyone.
+            try db.execute(sql: "DELETE FROM pairings WHERE expires < ?", arguments: [expires - PairingLimits.lifetimeSeconds - 86_400])
+            try db.execute(sql: "INSERT INTO pairings(code_hash, account_id, device_name, created_by, expires) VALUES (?, ?, ?, ?, ?)",
+                           arguments: [codeHash, account, deviceName, createdBy.description, expires])
+        }
+    }
+
+    public func redeemPairing(codeHash: String, deviceName: String?, tokenHash: String, now: Int64) async throws -> DeviceRecord? {
+        if let deviceName, !(1...255).contains(deviceName.utf8.count) { throw APIError(.badRequest, "device names must be 1…255 bytes") }
+        return try await pool.write { db in
+            guard let row = try Row.fetchOne(db, sql: """
+                SELECT p.account_id, p.device_name, a.name AS account FROM pairings p JOIN accounts a ON a.id = p.account_id
+                WHERE p.code_hash = ? AND p.used IS NULL AND p.expires >= ?
+                """, arguments: [codeHash, now]) else { return nil }
+            try db.execute(sql: "UPDATE pairings SET used = ? WHERE code_hash = ?", arguments: [now, codeHash])
+            let id = DeviceID(UUID())
+            let name = deviceName ?? (row["device_name"] as String)
+            let accountID: Int64 = row["account_id"]
+            try db.execute(sql: "INSERT INTO devices(id, account_id, name, token_hash, created) VALUES (?, ?, ?, ?, ?)",
+                           arguments: [id.description, accountID, name, tokenHash, now])
+            return DeviceRecord(id: id, name: name, accountID: accountID, accountName: row["account"])
         }
     }
 

@@ -19,6 +19,13 @@ public protocol ServerStore: Sendable {
     /// Returns it as now listed. `device_not_found` if there is none; `bad_request` if the name
     /// is shared by several devices (name the id then).
     func revokeDevice(account: String, device: String, now: Int64) async throws -> DeviceListing
+    /// Keeps a one-time pairing code (its SHA-256) for a new device of `account` named
+    /// `deviceName`, usable until `expires` (seconds since 1970).
+    func addPairing(account: Int64, codeHash: String, deviceName: String, createdBy: DeviceID, expires: Int64) async throws
+    /// Spends a pairing code: in one transaction the code is marked used and the new device is
+    /// added to the code's account with `tokenHash` (named `deviceName`, else as the code says).
+    /// Nil when no unused code that has not expired at `now` has that hash.
+    func redeemPairing(codeHash: String, deviceName: String?, tokenHash: String, now: Int64) async throws -> DeviceRecord?
 
     /// The container `name` of the account; created when `create` is set and it does not exist.
     func container(account: Int64, name: String, create: Bool) async throws -> ContainerRecord?

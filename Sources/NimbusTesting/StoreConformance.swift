@@ -28,6 +28,7 @@ public enum StoreConformance: String, CaseIterable, Sendable {
     case historyKeepsRecentVersions
     case historyNeverPrunesConflicts
     case historyPrunedBaseIsUnknown
+    case pairingCodesWorkOnceAndExpire
 
     /// The history retention to open the store with for this case (the default for all but the
     /// history cases, which are in StoreConformance+History.swift).
@@ -64,6 +65,7 @@ public enum StoreConformance: String, CaseIterable, Sendable {
         case .historyKeepsRecentVersions: try await Self.historyKeepsRecentVersions(f)
         case .historyNeverPrunesConflicts: try await Self.historyNeverPrunesConflicts(f)
         case .historyPrunedBaseIsUnknown: try await Self.historyPrunedBaseIsUnknown(f)
+        case .pairingCodesWorkOnceAndExpire: try await Self.pairingCodes(f)
         }
         let problems = try await store.consistencyProblems()
         try check(problems.isEmpty, "store inconsistent after \(rawValue): \(problems)")
@@ -339,6 +341,44 @@ extension StoreConformance {
             throw ConformanceFailure("another account's device must not be found")
         } catch let e as APIError { try check(e.code == .deviceNotFound, "other account: \(e)") }
         try check(try await f.store.devices(account: "carol").filter { $0.revoked != nil }.map(\.id) == [laptop.id], "only the laptop is revoked")
+    }
+}
+
+extension StoreConformance {
+    /// A pairing code makes one device in the code's account, once, before it expires; ten
+    /// redeems of one code at once make exactly one device.
+    static func pairingCodes(_ f: StoreFixture) async throws {
+        let dana = try await f.store.addDevice(account: "dana", deviceName: "desktop", tokenHash: TokenHash.of(UUID().uuidString))
+        let code = TokenHash.of("CODE-\(UUID().uuidString)")
+        try await f.store.addPairing(account: dana.accountID, codeHash: code, deviceName: "laptop", createdBy: dana.id, expires: 10_000)
+        try check(try await f.store.redeemPairing(codeHash: code, deviceName: nil, tokenHash: TokenHash.of("late"), now: 10_001) == nil,
+                  "an expired code makes no device")
+        try check(try await f.store.redeemPairing(codeHash: TokenHash.of("never issued"), deviceName: nil, tokenHash: TokenHash.of("x"), now: 5_000) == nil,
+                  "an unknown code makes no device")
+        let token = UUID().uuidString
+        let made = try await f.store.redeemPairing(codeHash: code, deviceName: nil, tokenHash: TokenHash.of(token), now: 10_000)
+        try check(made?.name == "laptop" && made?.accountName == "dana" && made?.accountID == dana.accountID, "the code's device: \(String(describing: made))")
+        try check(try await f.store.device(tokenHash: TokenHash.of(token))?.id == made?.id, "its token works")
+        try check(try await f.store.redeemPairing(codeHash: code, deviceName: "again", tokenHash: TokenHash.of("again"), now: 9_000) == nil,
+                  "a used code makes no second device")
+
+        let shared = TokenHash.of("CODE-\(UUID().uuidString)")
+        try await f.store.addPairing(account: dana.accountID, codeHash: shared, deviceName: "phone", createdBy: dana.id, expires: 20_000)
+        let winners = try await withThrowingTaskGroup(of: DeviceRecord?.self) { group in
+            for i in 0..<10 {
+                group.addTask { try await f.store.redeemPairing(codeHash: shared, deviceName: "phone-\(i)", tokenHash: TokenHash.of("race-\(i)"), now: 15_000) }
+            }
+            return try await group.reduce(into: [DeviceRecord]()) { if let d = $1 { $0.append(d) } }
+        }
+        try check(winners.count == 1, "one code, ten redeems at once: \(winners.count) devices")
+        let names = try await f.store.devices(account: "dana").map(\.name)
+        try check(names.filter { $0.hasPrefix("phone") }.count == 1 && names.contains("laptop") && names.contains("desktop"), "dana's devices: \(names)")
+        // Another account's code never adds to dana.
+        let erin = try await f.store.addDevice(account: "erin", deviceName: "pc", tokenHash: TokenHash.of(UUID().uuidString))
+        let erinCode = TokenHash.of("CODE-\(UUID().uuidString)")
+        try await f.store.addPairing(account: erin.accountID, codeHash: erinCode, deviceName: "tablet", createdBy: erin.id, expires: 20_000)
+        let tablet = try await f.store.redeemPairing(codeHash: erinCode, deviceName: nil, tokenHash: TokenHash.of("tablet"), now: 1)
+        try check(tablet?.accountName == "erin", "erin's code makes erin's device")
     }
 }
 

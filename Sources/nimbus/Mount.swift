@@ -60,9 +60,16 @@ struct Mount: ParsableCommand {
 
     func validate() throws {
         if server != nil && container == nil { throw ValidationError("--server needs --container NAME (the container to sync)") }
-        if server == nil && (container != nil || tokenFile != nil) { throw ValidationError("--container and --token-file need --server URL") }
+        let enrolled = FileManager.default.fileExists(atPath: DeviceLogin.path(URL(fileURLWithPath: state).standardizedFileURL.path))
+        if server == nil && tokenFile != nil { throw ValidationError("--token-file needs --server URL") }
+        if server == nil && container != nil && !enrolled {
+            throw ValidationError("--container needs --server URL, or a state directory enrolled with `nimbus login`")
+        }
+        if server == nil && enrolled && container == nil {
+            throw ValidationError("\(state) is enrolled with a server: give --container NAME (the container to sync)")
+        }
         if let c = container, let problem = ContainerName.problem(c) { throw ValidationError("--container: \(problem)") }
-        if server == nil && (caFile != nil || insecure) { throw ValidationError("--ca-file and --insecure need --server URL") }
+        if server == nil && insecure { throw ValidationError("--insecure needs --server URL") }
         if let server {
             do { _ = try ServerAddress.check(server, insecure: insecure) } catch { throw ValidationError("--server: \(error)") }
         }
@@ -77,6 +84,13 @@ struct Mount: ParsableCommand {
 
     /// The sync settings, with the token read now (so a bad token file fails before daemonizing).
     func remote() throws -> RemoteConfig? {
+        if server == nil, let container, let (login, token) = try DeviceLogin.load(state: URL(fileURLWithPath: state).standardizedFileURL.path) {
+            // Enrolled with `nimbus login`: the server, its trust and the token come from the state.
+            return RemoteConfig(server: login.server, caFile: caFile ?? login.caFile, insecure: login.insecure,
+                                container: container, token: token, tokenFile: DeviceLogin.tokenPath(URL(fileURLWithPath: state).standardizedFileURL.path),
+                                cacheSize: cacheSize.flatMap(ByteSize.parse), readTimeout: readTimeout, quietPeriod: quietPeriod,
+                                presenterTimeout: presenterTimeout)
+        }
         guard let server, let container else { return nil }
         let token: String
         if let tokenFile {

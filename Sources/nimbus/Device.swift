@@ -1,0 +1,202 @@
+import ArgumentParser
+import Foundation
+import NimbusProtocol
+import NimbusRemote
+
+/// What `nimbus login` keeps in a state directory: the server, how to trust it, and (in
+/// `STATE/token`, mode 600) the device's token. `nimbus mount --state DIR` and `nimbus device`
+/// use it when no `--server` is given.
+struct DeviceLogin: Codable {
+    var server: String
+    var caFile: String?
+    var insecure: Bool
+    var account: String
+    var device: String
+
+    static func path(_ state: String) -> String { state + "/login.json" }
+    static func tokenPath(_ state: String) -> String { state + "/token" }
+
+    static func load(state: String) throws -> (DeviceLogin, token: String)? {
+        guard FileManager.default.fileExists(atPath: path(state)) else { return nil }
+        guard let data = FileManager.default.contents(atPath: path(state)),
+              let login = try? JSONDecoder().decode(DeviceLogin.self, from: data) else {
+            throw CLIFailure(.usage, "\(path(state)) is damaged; run `nimbus login` again")
+        }
+        guard let text = try? String(contentsOfFile: tokenPath(state), encoding: .utf8) else {
+            throw CLIFailure(.usage, "cannot read \(tokenPath(state)); run `nimbus login` again")
+        }
+        return (login, try DeviceToken.parse(text, from: tokenPath(state)))
+    }
+
+    /// Writes the token (0600, never readable by others) and then the login.
+    func save(state: String, token: String) throws {
+        try FileManager.default.createDirectory(atPath: state, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+        chmod(state, 0o700)
+        for (p, data) in [(Self.tokenPath(state), Data((token + "\n").utf8)), (Self.path(state), try JSONEncoder().encode(self))] {
+            let tmp = p + ".tmp"
+            let fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o600)
+            guard fd >= 0 else { throw CLIFailure(.storage, "cannot write \(tmp): \(String(cString: strerror(errno)))") }
+            let ok = data.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) == $0.count } && fsync(fd) == 0
+            close(fd)
+            guard ok, rename(tmp, p) == 0 else { throw CLIFailure(.storage, "cannot write \(p): \(String(cString: strerror(errno)))") }
+        }
+    }
+}
+
+/// How a command reaches the server as this device: `--state DIR` (after `nimbus login`), or
+/// `--server URL --token-file FILE` (a token from `nimbus admin add-device`).
+struct DeviceOptions: ParsableArguments {
+    @Option(help: "The device's state directory (after `nimbus login`).")
+    var state: String?
+
+    @Option(help: "The server (https://host[:port]); with --token-file, instead of --state.")
+    var server: String?
+
+    @Option(help: "A file holding this device's token (else $NIMBUS_TOKEN); with --server.")
+    var tokenFile: String?
+
+    @Option(name: .customLong("ca-file"), help: ArgumentHelp("Also trust the CA certificates in this PEM file.", valueName: "FILE"))
+    var caFile: String?
+
+    @Flag(help: "Allow http:// to a server on another machine.")
+    var insecure = false
+
+    func client() throws -> NimbusClient {
+        if let server {
+            let url: String
+            do { url = try ServerAddress.check(server, insecure: insecure) } catch { throw CLIFailure(.usage, "--server: \(error)") }
+            let token: String
+            if let tokenFile {
+                guard let text = try? String(contentsOfFile: tokenFile, encoding: .utf8) else { throw CLIFailure(.usage, "cannot read the token file \(tokenFile)") }
+                token = try DeviceToken.parse(text, from: "the token file \(tokenFile)")
+            } else if let env = ProcessInfo.processInfo.environment["NIMBUS_TOKEN"] {
+                token = try DeviceToken.parse(env, from: "NIMBUS_TOKEN")
+            } else {
+                throw CLIFailure(.usage, "--server needs this device's token: --token-file FILE or NIMBUS_TOKEN")
+            }
+            return NimbusClient(baseURL: url, token: token, http: try http(caFile))
+        }
+        guard let state else { throw CLIFailure(.usage, "say which device: --state DIR (after `nimbus login`) or --server URL --token-file FILE") }
+        guard let (login, token) = try DeviceLogin.load(state: state) else {
+            throw CLIFailure(.usage, "\(state) has no login; run `nimbus login URL --code CODE --state \(state)` first, or give --server and --token-file")
+        }
+        return NimbusClient(baseURL: login.server, token: token, http: try http(caFile ?? login.caFile))
+    }
+
+    func http(_ caFile: String?) throws -> ServerAddress.HTTPClientType {
+        do { return try ServerAddress.httpClient(caFile: caFile, retryConnects: false) } catch { throw CLIFailure(.usage, "--ca-file: \(error)") }
+    }
+}
+
+/// Runs `body` and maps the server's answers to the CLI's exit codes and messages.
+func talk<T>(_ body: () async throws -> T) async throws -> T {
+    do { return try await body() } catch let e as RemoteError {
+        switch e {
+        case .transport, .certificate: throw CLIFailure(.network, "\(e)")
+        case .server, .unexpected: throw CLIFailure(.usage, "\(e)")
+        }
+    }
+}
+
+struct Login: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Enroll this machine with a pairing code from an enrolled device (`nimbus device add NAME` there).",
+        discussion: "Stores the new device's token in STATE/token (mode 600) and the server in STATE/login.json; then `nimbus mount MOUNTPOINT --state STATE --container NAME` syncs without --server.")
+
+    @Argument(help: "The server, https://host[:port] (http:// only to this machine, or with --insecure).")
+    var server: String
+
+    @Option(help: "The pairing code (XXXX-XXXX-XXXX; works once, for 10 minutes).")
+    var code: String
+
+    @Option(help: "The state directory of this device (created if missing).")
+    var state: String
+
+    @Option(help: "Name this device (default: the name given to `nimbus device add`).")
+    var device: String?
+
+    @Option(name: .customLong("ca-file"), help: ArgumentHelp("Also trust the CA certificates in this PEM file.", valueName: "FILE"))
+    var caFile: String?
+
+    @Flag(help: "Allow http:// to a server on another machine: the token and file contents cross the network in clear text.")
+    var insecure = false
+
+    func validate() throws {
+        do { _ = try ServerAddress.check(server, insecure: insecure) } catch { throw ValidationError("\(error)") }
+        if PairingLimits.normalize(code) == nil { throw ValidationError("--code: \(code.debugDescription) is not a pairing code (12 letters and digits, XXXX-XXXX-XXXX)") }
+        if let device, let p = DeviceNames.problem(device) { throw ValidationError("--device: \(p)") }
+    }
+
+    func run() async throws {
+        let state = URL(fileURLWithPath: self.state).standardizedFileURL.path
+        if try DeviceLogin.load(state: state) != nil {
+            throw CLIFailure(.usage, "\(state) is already enrolled (\(DeviceLogin.path(state))); use another --state directory for another device")
+        }
+        let url = try ServerAddress.check(server, insecure: insecure)
+        let ca = caFile.map { URL(fileURLWithPath: $0).standardizedFileURL.path }
+        let http: ServerAddress.HTTPClientType
+        do { http = try ServerAddress.httpClient(caFile: ca, retryConnects: false) } catch { throw CLIFailure(.usage, "--ca-file: \(error)") }
+        let anonymous = NimbusClient(baseURL: url, token: "", http: http)
+        let r = try await talk { try await anonymous.pair(code: code, device: device) }
+        try DeviceLogin(server: url, caFile: ca, insecure: insecure, account: r.account, device: r.device).save(state: state, token: r.token)
+        print("enrolled as device \(r.device) of account \(r.account) on \(url)")
+        print("mount with: nimbus mount MOUNTPOINT --state \(state) --container NAME")
+    }
+}
+
+struct Device: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Enroll, list and revoke the devices of this account from any of its devices.",
+        subcommands: [Add.self, List.self, Revoke.self])
+
+    struct Add: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Print a one-time pairing code for a new device (valid 10 minutes, works once).")
+        @Argument(help: "The new device's name.") var name: String
+        @OptionGroup var options: DeviceOptions
+
+        func validate() throws {
+            if let p = DeviceNames.problem(name) { throw ValidationError("device name: \(p)") }
+        }
+
+        func run() async throws {
+            let client = try options.client()
+            let c = try await talk { try await client.pairingCode(device: name) }
+            let until = ISO8601DateFormatter().string(from: Date(timeIntervalSince1970: TimeInterval(c.expires)))
+            print(c.code)
+            FileHandle.standardError.write(Data("""
+                nimbus: pairing code for device \(c.device), valid until \(until) and once. On the new machine:
+                  nimbus login \(client.baseURL) --code \(c.code) --state ~/.nimbus/device
+                  nimbus mount ~/Nimbus --state ~/.nimbus/device --container NAME
+
+                """.utf8))
+        }
+    }
+
+    struct List: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "The devices of this account, when added, whether revoked.")
+        @OptionGroup var options: DeviceOptions
+
+        func run() async throws {
+            let client = try options.client()
+            let all = try await talk { try await client.devices() }
+            let f = ISO8601DateFormatter()
+            for d in all {
+                let when = f.string(from: Date(timeIntervalSince1970: TimeInterval(d.created)))
+                let revoked = d.revoked.map { " revoked " + f.string(from: Date(timeIntervalSince1970: TimeInterval($0))) } ?? ""
+                print("\(d.id) \(d.name.debugDescription) added \(when)\(revoked)")
+            }
+        }
+    }
+
+    struct Revoke: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Cut a device off: its token stops working within a second on every server instance.")
+        @Argument(help: "The device's name or id (`nimbus device list`).") var device: String
+        @OptionGroup var options: DeviceOptions
+
+        func run() async throws {
+            let client = try options.client()
+            let d = try await talk { try await client.revokeDevice(device) }
+            print("revoked \(d.name) (\(d.id))")
+        }
+    }
+}

@@ -1,0 +1,95 @@
+import Foundation
+import NimbusCore
+import NimbusProtocol
+import NimbusRemote
+@testable import NimbusServer
+import NimbusTesting
+import Testing
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Enrolling a machine without the server's shell (docs/install.md, docs/protocol.md "Devices"):
+/// `nimbus device add` on an enrolled device, `nimbus login` on the new one, list and revoke from
+/// any device; codes work once, wrong ones are counted and limited.
+@Suite(.serialized) struct PairingTests {
+    func world() async throws -> (dir: String, server: ServerProcess, tokenFile: String) {
+        let dir = FileManager.default.temporaryDirectory.appendingPathComponent("nimbus-pair-\(UUID().uuidString)").path
+        let add = try await NimbusBinary.run(["admin", "add-device", "--data", dir + "/server", "--account", "alice", "--device", "desktop"])
+        #expect(add.status == 0, "\(add.stderr)")
+        try add.stdout.write(toFile: dir + "/desktop.token", atomically: true, encoding: .utf8)
+        let server = ServerProcess(dataDir: dir + "/server")
+        try await server.start()
+        return (dir, server, dir + "/desktop.token")
+    }
+
+    @Test func aCodeEnrollsANewMachineOnceAndItsDevicesCanBeListedAndRevokedFromAnyDevice() async throws {
+        let (dir, server, desktop) = try await world()
+        defer { server.stop(); try? FileManager.default.removeItem(atPath: dir) }
+        let asDesktop = ["--server", server.url, "--token-file", desktop]
+
+        let add = try await NimbusBinary.run(["device", "add", "laptop"] + asDesktop)
+        #expect(add.status == 0, "\(add.stderr)")
+        let code = add.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
+        #expect(code.wholeMatch(of: /[0-9A-Z]{4}-[0-9A-Z]{4}-[0-9A-Z]{4}/) != nil, "\(code)")
+        #expect(add.stderr.contains("nimbus login \(server.url) --code \(code)"), "the next command is printed: \(add.stderr)")
+
+        // Typed back in lower case without dashes: still the code.
+        let typed = code.lowercased().replacingOccurrences(of: "-", with: "")
+        let login = try await NimbusBinary.run(["login", server.url, "--code", typed, "--state", dir + "/laptop"])
+        #expect(login.status == 0 && login.stdout.contains("enrolled as device laptop of account alice"), "\(login)")
+        var st = stat()
+        #expect(stat(dir + "/laptop/token", &st) == 0 && st.st_mode & 0o777 == 0o600, "the token file is mode 600")
+        #expect(stat(dir + "/laptop", &st) == 0 && st.st_mode & 0o777 == 0o700)
+        let token = try String(contentsOfFile: dir + "/laptop/token", encoding: .utf8).trimmingCharacters(in: .whitespacesAndNewlines)
+        #expect(try await NimbusClient(baseURL: server.url, token: token).whoami().deviceName == "laptop")
+
+        // The code is spent.
+        let again = try await NimbusBinary.run(["login", server.url, "--code", code, "--state", dir + "/other"])
+        #expect(again.status == 2 && again.stderr.contains("unknown, already used or expired"), "\(again)")
+        #expect(!FileManager.default.fileExists(atPath: dir + "/other/token"), "nothing stored for a refused code")
+
+        // Listed from the new device (its state), revoked from it: the desktop is cut off.
+        let list = try await NimbusBinary.run(["device", "list", "--state", dir + "/laptop"])
+        #expect(list.status == 0 && list.stdout.contains("\"desktop\"") && list.stdout.contains("\"laptop\"") && !list.stdout.contains("revoked"), "\(list)")
+        let revoke = try await NimbusBinary.run(["device", "revoke", "desktop", "--state", dir + "/laptop"])
+        #expect(revoke.status == 0 && revoke.stdout.contains("revoked desktop"), "\(revoke)")
+        try await Task.sleep(for: .milliseconds(1100))  // the server rechecks a known token each second
+        let cut = try await NimbusBinary.run(["device", "list"] + asDesktop)
+        #expect(cut.status == 2 && cut.stderr.contains("revoked"), "\(cut)")
+        let listed = try await NimbusBinary.run(["device", "list", "--state", dir + "/laptop"])
+        #expect(listed.stdout.split(separator: "\n").contains { $0.contains("\"desktop\"") && $0.contains("revoked") }, "\(listed.stdout)")
+
+        // Another account's device cannot be named.
+        _ = try await NimbusBinary.run(["admin", "add-device", "--data", dir + "/server", "--account", "mallory", "--device", "evil"])
+        let other = try await NimbusBinary.run(["device", "revoke", "evil", "--state", dir + "/laptop"])
+        #expect(other.status == 2 && other.stderr.contains("device_not_found"), "\(other)")
+    }
+
+    /// Wrong codes are refused, counted per address and in all, and past the limit even the right
+    /// code waits out the minute (a guesser gets a few tries per minute, not thousands).
+    @Test func wrongCodesAreRefusedAndRateLimited() async throws {
+        let (dir, server, desktop) = try await world()
+        defer { server.stop(); try? FileManager.default.removeItem(atPath: dir) }
+        let anonymous = NimbusClient(baseURL: server.url, token: "")
+        let real = try await NimbusClient(baseURL: server.url, token: try String(contentsOfFile: desktop, encoding: .utf8)
+            .trimmingCharacters(in: .whitespacesAndNewlines)).pairingCode(device: "tablet")
+        for guess in ["AAAA-AAAA-AAAA", "not a code", String(repeating: "Z", count: 5000), "0000-0000-0000", "1234-5678-9ABC"] {
+            await #expect { _ = try await anonymous.pair(code: guess, device: nil) } throws: { ($0 as? RemoteError)?.code == .pairingInvalid || ($0 as? RemoteError)?.code == .bodyTooLarge }
+        }
+        await #expect { _ = try await anonymous.pair(code: real.code, device: nil) } throws: { ($0 as? RemoteError)?.code == .rateLimited }
+        #expect(try await NimbusClient(baseURL: server.url, token: "x").send(.GET, "/healthz", authorized: false).status == 200, "the server is fine")
+
+        // The window, at unit level: five wrong in a minute close this address, others stay open
+        // until the total is reached, and a minute later it opens again.
+        let g = PairingGuard(perAddress: 5, total: 8)
+        let t0 = ContinuousClock.now
+        for _ in 0..<5 { g.wrong("10.0.0.1", now: t0) }
+        #expect(throws: APIError.self) { try g.check("10.0.0.1", now: t0) }
+        #expect(throws: Never.self) { try g.check("10.0.0.2", now: t0) }
+        for _ in 0..<3 { g.wrong("10.0.0.3", now: t0) }
+        #expect(throws: APIError.self) { try g.check("10.0.0.2", now: t0) }
+        #expect(throws: Never.self) { try g.check("10.0.0.1", now: t0 + .seconds(61)) }
+    }
+}
