@@ -36,6 +36,9 @@ enum SyncBackend: String, Sendable, CustomTestStringConvertible {
     /// One embedded `nimbus serve` on HTTPS (`--tls-cert/--tls-key`, a CA made for the world
     /// with openssl); every device mounts with `--ca-file` (docs/deploy.md "HTTPS").
     case tls
+    /// One embedded `nimbus serve` on 127.0.0.1 behind nginx terminating TLS, configured by
+    /// dist/nginx/nimbus.conf as docs/deploy.md recommends; devices talk to nginx only.
+    case nginx
 
     var testDescription: String { rawValue }
 
@@ -76,7 +79,7 @@ final class SyncWorld: @unchecked Sendable {
             switch backend {
             case .embedded:
                 servers = [ServerProcess(dataDir: base + "/server")]
-            case .tls:
+            case .tls, .nginx:
                 let tls = base + "/tls"
                 try sh("""
                     mkdir -p \(q(tls)) && cd \(q(tls)) && \
@@ -86,7 +89,7 @@ final class SyncWorld: @unchecked Sendable {
                     openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key -set_serial 2 -days 2 -extfile server.ext -out server.pem 2>&1
                     """)
                 caFile = tls + "/ca.pem"
-                tlsArgs = ["--tls-cert", tls + "/server.pem", "--tls-key", tls + "/server.key"]
+                if backend == .tls { tlsArgs = ["--tls-cert", tls + "/server.pem", "--tls-key", tls + "/server.key"] }
                 servers = [ServerProcess(dataDir: base + "/server", extraArgs: tlsArgs)]
             case .postgresS3:
                 S3Scratch.exportEnvironment()
@@ -98,6 +101,7 @@ final class SyncWorld: @unchecked Sendable {
                 servers = (0..<2).map { ServerProcess(dataDir: base + "/server-\($0)", extraArgs: storageArgs) }
             }
             for s in servers { try await s.start() }
+            if backend == .nginx { try await startNginx() }
         } catch {
             cleanup()
             await dropStorage()
@@ -147,8 +151,59 @@ final class SyncWorld: @unchecked Sendable {
         backend == .postgresS3 ? Array(storageArgs.prefix(2)) : ["--data", base + "/server"]
     }
 
+    /// Where devices connect when it is not the server itself (nginx in front).
+    private var frontURL: String?
+    private var nginx: Background?
+
+    /// nginx with dist/nginx/nimbus.conf as it is, only its addresses, certificate and paths
+    /// filled in, on a free port (tried until one binds).
+    private func startNginx() async throws {
+        let dir = base + "/nginx"
+        let upstream = String(server.url.dropFirst("http://".count))
+        var conf = try String(contentsOfFile: StartAtBootTests.unitDir + "/../nginx/nimbus.conf", encoding: .utf8)
+        conf = conf.replacingOccurrences(of: "server 127.0.0.1:7070;", with: "server \(upstream);")
+            .replacingOccurrences(of: "/etc/nimbus/fullchain.pem", with: base + "/tls/server.pem")
+            .replacingOccurrences(of: "/etc/nimbus/privkey.pem", with: base + "/tls/server.key")
+        for _ in 0..<10 {
+            let port = Int.random(in: 20000...60000)
+            try sh("mkdir -p \(q(dir))/tmp")
+            try conf.replacingOccurrences(of: "listen 443 ssl;", with: "listen 127.0.0.1:\(port) ssl;")
+                .write(toFile: dir + "/nimbus.conf", atomically: true, encoding: .utf8)
+            try """
+                user root;
+                daemon off;
+                worker_processes 1;
+                pid \(dir)/nginx.pid;
+                error_log \(dir)/error.log;
+                events { worker_connections 512; }
+                http {
+                    access_log off;
+                    client_body_temp_path \(dir)/tmp/body;
+                    proxy_temp_path \(dir)/tmp/proxy;
+                    fastcgi_temp_path \(dir)/tmp/fastcgi;
+                    uwsgi_temp_path \(dir)/tmp/uwsgi;
+                    scgi_temp_path \(dir)/tmp/scgi;
+                    include \(dir)/nimbus.conf;
+                }
+                """.write(toFile: dir + "/nginx.conf", atomically: true, encoding: .utf8)
+            let n = try Background("exec nginx -p \(q(dir)) -c \(q(dir + "/nginx.conf")) 2>&1")
+            let url = "https://127.0.0.1:\(port)"
+            for _ in 0..<100 {
+                if !n.isRunning { break }
+                if shStatus("curl -fsS --max-time 2 --cacert \(q(base + "/tls/ca.pem")) \(url)/healthz").0 == 0 {
+                    nginx = n
+                    frontURL = url
+                    return
+                }
+                try await Task.sleep(for: .milliseconds(50))
+            }
+            n.stop()
+        }
+        throw ShellFailed(description: "nginx did not start: \((try? String(contentsOfFile: dir + "/error.log", encoding: .utf8)) ?? "")")
+    }
+
     private func mountCommand(_ device: String) -> String {
-        let url = servers[instanceOf[device] ?? 0].url
+        let url = frontURL ?? servers[instanceOf[device] ?? 0].url
         return "\(q(NimbusBinary.path)) mount \(q(base + "/\(device)")) --state \(q(base + "/\(device)-state")) --server \(url) --container docs --token-file \(q(base + "/\(device).token"))"
             + (caFile.map { " --ca-file \(q($0))" } ?? "")
             + (mountOptions[device] ?? []).map { " " + q($0) }.joined()
@@ -226,6 +281,8 @@ final class SyncWorld: @unchecked Sendable {
             if shStatus("grep -qF \(q(" " + mp + " ")) /proc/self/mountinfo").0 == 0 { _ = shStatus("fusermount3 -uz \(q(mp))") }
         }
         mountpoints = []
+        nginx?.stop()
+        nginx = nil
         stopServer()
         if ProcessInfo.processInfo.environment["NIMBUS_KEEP_TEST_DIRS"] == nil { _ = shStatus("rm -rf \(q(base))") }
     }

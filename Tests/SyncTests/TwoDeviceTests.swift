@@ -7,7 +7,7 @@ import Testing
 /// the same bytes and metadata, without remounting (docs/sync.md).
 @Suite(.serialized, .enabled(if: SyncEnv.usable, "needs FUSE"))
 struct TwoDeviceTests {
-    @Test(arguments: SyncBackend.all + [.tls]) func everyKindOfChangeOnAAppearsOnB(_ backend: SyncBackend) async throws {
+    @Test(arguments: SyncBackend.all + [.tls, .nginx]) func everyKindOfChangeOnAAppearsOnB(_ backend: SyncBackend) async throws {
         try await SyncWorld.run("ops", backend) { w in
             let a = try await w.mount("a"), b = try await w.mount("b")
 
@@ -56,7 +56,7 @@ struct TwoDeviceTests {
         }
     }
 
-    @Test(arguments: SyncBackend.all + [.tls]) func placeholdersHaveRealSizesAndAReadDownloadsAboutOneChunk(_ backend: SyncBackend) async throws {
+    @Test(arguments: SyncBackend.all + [.tls, .nginx]) func placeholdersHaveRealSizesAndAReadDownloadsAboutOneChunk(_ backend: SyncBackend) async throws {
         try await SyncWorld.run("big", backend) { w in
             let a = try await w.mount("a"), b = try await w.mount("b")
             let size = 24 << 20
