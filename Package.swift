@@ -120,7 +120,7 @@ let package = Package(
         // Client state: SQLite (GRDB, WAL) + the content cache (one file per item).
         .target(
             name: "LocalStore",
-            dependencies: ["NimbusCore", .product(name: "GRDB", package: "GRDB.swift")],
+            dependencies: ["NimbusCore", "FuseIDs", .product(name: "GRDB", package: "GRDB.swift")],
             swiftSettings: strict
         ),
         // The filesystem over LocalStore; declares the ports the sync engine will implement.
@@ -157,7 +157,7 @@ let package = Package(
             swiftSettings: strict
         ),
         .testTarget(name: "FuseKitTests", dependencies: ["FuseKit"], swiftSettings: strict),
-        .testTarget(name: "LocalStoreTests", dependencies: ["LocalStore", "NimbusCore"], swiftSettings: strict),
+        .testTarget(name: "LocalStoreTests", dependencies: ["LocalStore", "NimbusCore", "FuseIDs"], swiftSettings: strict),
         .testTarget(name: "ContainerFSTests", dependencies: ["ContainerFS", "LocalStore", "NimbusCore"], swiftSettings: strict),
         // Real mounts driven by real tools; runs the built `nimbus` binary as a subprocess.
         .testTarget(name: "MountTests", dependencies: ["NimbusCore", "NimbusTesting"], swiftSettings: strict),

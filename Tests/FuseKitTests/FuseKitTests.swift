@@ -16,7 +16,7 @@ import Testing
     }
 
     @Test func openRepliesDefaultToKeepingThePageCache() {
-        let o = FuseOpen(handle: 7)
+        let o = FuseOpen(handle: HandleID(rawValue: 7))
         #expect(o.keepCache && !o.directIO)
     }
 
