@@ -123,12 +123,15 @@ let package = Package(
         // --- The mount (issue 3) ---
         // libfuse3 through pkg-config; shim.h sets FUSE_USE_VERSION and wraps macros/varargs.
         .systemLibrary(name: "CFuse3", pkgConfig: "fuse3", providers: [.apt(["libfuse3-dev"])]),
+        // The kernel's node and handle ids (NodeID, HandleID): FuseKit re-exports them, LocalStore
+        // stores each item's node id. No dependencies: no Foundation, no libfuse.
+        .target(name: "FuseIDs", swiftSettings: strict),
         // Typed binding of the libfuse low-level API; knows nothing of Nimbus.
-        .target(name: "FuseKit", dependencies: ["CFuse3"], swiftSettings: strict),
+        .target(name: "FuseKit", dependencies: ["CFuse3", "FuseIDs"], swiftSettings: strict),
         // Client state: SQLite (GRDB, WAL) + the content cache (one file per item).
         .target(
             name: "LocalStore",
-            dependencies: ["NimbusCore", "NimbusLog", .product(name: "GRDB", package: "GRDB.swift")],
+            dependencies: ["NimbusCore", "NimbusLog", "FuseIDs", .product(name: "GRDB", package: "GRDB.swift")],
             swiftSettings: strict
         ),
         // The filesystem over LocalStore; declares the ports the sync engine will implement.
@@ -165,7 +168,7 @@ let package = Package(
             swiftSettings: strict
         ),
         .testTarget(name: "FuseKitTests", dependencies: ["FuseKit"], swiftSettings: strict),
-        .testTarget(name: "LocalStoreTests", dependencies: ["LocalStore", "NimbusCore"], swiftSettings: strict),
+        .testTarget(name: "LocalStoreTests", dependencies: ["LocalStore", "NimbusCore", "FuseIDs"], swiftSettings: strict),
         .testTarget(name: "ContainerFSTests", dependencies: ["ContainerFS", "LocalStore", "NimbusCore"], swiftSettings: strict),
         // Real mounts driven by real tools; runs the built `nimbus` binary as a subprocess.
         .testTarget(name: "MountTests", dependencies: ["NimbusCore", "NimbusTesting"], swiftSettings: strict),
@@ -177,7 +180,7 @@ let package = Package(
 // and NimbusRemote stay: the server, its tests and the integration tests need them.
 import Foundation
 if ProcessInfo.processInfo.environment["NIMBUS_SERVER_ONLY"] != nil {
-    let fuse: Set<String> = ["CFuse3", "FuseKit", "LocalStore", "ContainerFS", "SyncEngine", "FuseKitTests", "LocalStoreTests", "ContainerFSTests", "MountTests", "SyncEngineTests", "SyncTests", "EngineSimTests"]
+    let fuse: Set<String> = ["CFuse3", "FuseIDs", "FuseKit", "LocalStore", "ContainerFS", "SyncEngine", "FuseKitTests", "LocalStoreTests", "ContainerFSTests", "MountTests", "SyncEngineTests", "SyncTests", "EngineSimTests"]
     package.targets.removeAll { fuse.contains($0.name) }
     let cli = Context.packageDirectory + "/Sources/nimbus"
     let mountFiles = ((try? FileManager.default.contentsOfDirectory(atPath: cli)) ?? []).filter { $0.hasPrefix("Mount") }

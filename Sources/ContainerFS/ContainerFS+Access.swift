@@ -1,3 +1,4 @@
+import FuseKit
 import LocalStore
 import NimbusCore
 
@@ -22,7 +23,7 @@ extension ContainerFS {
     }
 
     /// Whether `c` may write `node` by its mode (false for an unknown node).
-    func mayWrite(node: UInt64, caller c: Caller) -> Bool {
+    func mayWrite(node: NodeID, caller c: Caller) -> Bool {
         if c.uid == 0 { return true }
         return lock.withLock { t.nodes[node].map { Self.permits(c, $0.rec, 2) } ?? false }
     }
@@ -30,12 +31,12 @@ extension ContainerFS {
     /// Whether `c` may search every folder from the root down to `n`'s folder (lock held).
     func reachableLocked(_ n: Node, by c: Caller) -> Bool {
         if seesAll(c) { return true }
-        if n.node == Self.rootNode { return true }
+        if n.node == .root { return true }
         var p = n.parentNode
         for _ in 0..<100_000 {
-            guard let f = t.nodes[p], f.linked || f.node == Self.rootNode else { return false }
+            guard let f = t.nodes[p], f.linked || f.node == .root else { return false }
             if !Self.permits(c, f.rec, 1) { return false }
-            if f.node == Self.rootNode { return true }
+            if f.node == .root { return true }
             p = f.parentNode
         }
         return false
@@ -57,7 +58,7 @@ extension ContainerFS {
         if seesAll(c) { return true }
         let parts = path.split(separator: "/", omittingEmptySubsequences: true)
         return lock.withLock {
-            guard var f = t.nodes[Self.rootNode] else { return false }
+            guard var f = t.nodes[.root] else { return false }
             for part in parts.dropLast() {
                 if !Self.permits(c, f.rec, 1) { return false }
                 guard let next = f.children[String(part)], let n = t.nodes[next], n.isDir else { return false }

@@ -13,10 +13,11 @@ import Synchronization
 final class ControlFS: Sendable {
     private struct State {
         /// Open control files: handle → the bytes fixed at open.
-        var snapshots: [UInt64: [UInt8]] = [:]
+        var snapshots: [HandleID: [UInt8]] = [:]
         /// Open handles of `.nimbus/events` (read live from the EventLog).
-        var eventReaders: [UInt64: EventReader] = [:]
-        var next: UInt64 = 1
+        var eventReaders: [HandleID: EventReader] = [:]
+        /// The last handle given out.
+        var last = ContainerFS.controlHandles.lowerBound
     }
     private let state = Mutex(State())
     /// The filesystem whose control folder this is (it owns this).
@@ -24,9 +25,9 @@ final class ControlFS: Sendable {
 
     init(fs: ContainerFS) { self.fs = fs }
 
-    func attr(_ node: UInt64) -> stat {
+    func attr(_ node: NodeID) -> stat {
         var st = stat()
-        st.st_ino = UInt(node)
+        st.node = node
         st.st_uid = fs.owner.uid
         st.st_gid = fs.owner.gid
         let ts = ContainerFS.ts(fs.mountTime)
@@ -45,7 +46,7 @@ final class ControlFS: Sendable {
         return st
     }
 
-    func entry(_ node: UInt64) -> FuseEntry {
+    func entry(_ node: NodeID) -> FuseEntry {
         FuseEntry(node: node, attr: attr(node), attrTimeout: fs.options.attrTimeout, entryTimeout: fs.options.entryTimeout)
     }
 
@@ -59,14 +60,14 @@ final class ControlFS: Sendable {
     /// The listing of `.nimbus/`.
     var listing: DirSnapshot {
         DirSnapshot(node: ContainerFS.controlDirNode,
-                    entries: [(".", ContainerFS.controlDirNode), ("..", ContainerFS.rootNode)] + ContainerFS.controlFiles.map { ($0.name, $0.node) }
+                    entries: [(".", ContainerFS.controlDirNode), ("..", NodeID.root)] + ContainerFS.controlFiles.map { ($0.name, $0.node) }
                         + [("versions", ContainerFS.controlVersionsNode)])
     }
 
     /// Opens a control file for `caller`: what it shows names only items the caller can reach
     /// in the tree (ContainerFS+Access.swift). Read-only whoever asks (root passes the kernel's
     /// mode check): EPERM, as for every change inside `.nimbus/`.
-    func open(_ node: UInt64, flags: Int32, caller: Caller) throws(Errno) -> FuseOpen {
+    func open(_ node: NodeID, flags: Int32, caller: Caller) throws(Errno) -> FuseOpen {
         guard ContainerFS.isControlFile(node) else { throw .EISDIR }
         if flags & O_ACCMODE != O_RDONLY || flags & O_TRUNC != 0 { throw .EPERM }
         if node == ContainerFS.controlEventsNode {
@@ -84,16 +85,15 @@ final class ControlFS: Sendable {
         return FuseOpen(handle: add { $0.snapshots[$1] = bytes }, keepCache: false, directIO: true)
     }
 
-    private func add(_ put: (inout State, UInt64) -> Void) -> UInt64 {
+    private func add(_ put: (inout State, HandleID) -> Void) -> HandleID {
         state.withLock { s in
-            let h = ContainerFS.controlHandleBase + s.next
-            s.next += 1
-            put(&s, h)
-            return h
+            s.last = s.last.successor
+            put(&s, s.last)
+            return s.last
         }
     }
 
-    func read(handle: UInt64, offset: Int64, size: Int) throws(Errno) -> [UInt8] {
+    func read(handle: HandleID, offset: Int64, size: Int) throws(Errno) -> [UInt8] {
         guard offset >= 0, size >= 0 else { throw .EINVAL }
         if let reader = state.withLock({ $0.eventReaders[handle] }) {
             guard let caller = reader.caller else { return fs.events.read(offset: offset, size: size) }
@@ -111,7 +111,7 @@ final class ControlFS: Sendable {
         }
     }
 
-    func release(handle: UInt64) {
+    func release(handle: HandleID) {
         state.withLock { s in
             s.snapshots[handle] = nil
             s.eventReaders[handle] = nil
@@ -121,7 +121,7 @@ final class ControlFS: Sendable {
 
 extension ContainerFS {
     /// Reads an open control file (the FUSE adapter's read of a control handle).
-    public func readControl(handle: UInt64, offset: Int64, size: Int) throws(Errno) -> [UInt8] {
+    public func readControl(handle: HandleID, offset: Int64, size: Int) throws(Errno) -> [UInt8] {
         try control.read(handle: handle, offset: offset, size: size)
     }
 

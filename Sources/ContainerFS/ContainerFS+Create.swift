@@ -22,8 +22,7 @@ extension ContainerFS {
     func insert(parent p: Node, name: String, kind: ItemKind, mode: mode_t, caller: Caller, target: String? = nil) throws(Errno) -> Node {
         guard p.children[name] == nil else { throw .EEXIST }
         let now = WallClock.nowNanoseconds()
-        let node = t.nextNode
-        t.nextNode += 1
+        let node = t.newNode()
         var perm = UInt32(mode) & 0o7777
         var gid = caller.gid
         if p.rec.mode & UInt32(S_ISGID) != 0 {
@@ -52,7 +51,7 @@ extension ContainerFS {
         return n
     }
 
-    public func mkdir(parent: UInt64, name: String, mode: mode_t, caller: Caller) throws(Errno) -> FuseEntry {
+    public func mkdir(parent: NodeID, name: String, mode: mode_t, caller: Caller) throws(Errno) -> FuseEntry {
         try Self.check(name: name, in: parent)
         let (e, id) = try lock.withLock { () throws(Errno) -> (FuseEntry, ItemID) in
             let n = try insert(parent: try folder(parent), name: name, kind: .folder, mode: mode, caller: caller)
@@ -62,7 +61,7 @@ extension ContainerFS {
         return e
     }
 
-    public func symlink(target: [UInt8], parent: UInt64, name: String, caller: Caller) throws(Errno) -> FuseEntry {
+    public func symlink(target: [UInt8], parent: NodeID, name: String, caller: Caller) throws(Errno) -> FuseEntry {
         try Self.check(name: name, in: parent)
         guard let text = String(validating: target, as: UTF8.self) else { throw .EILSEQ }
         let (e, id) = try lock.withLock { () throws(Errno) -> (FuseEntry, ItemID) in
@@ -75,7 +74,7 @@ extension ContainerFS {
 
     /// Creates and opens a regular file. Returns the entry and the file handle (a descriptor of
     /// the item's cache file).
-    public func create(parent: UInt64, name: String, mode: mode_t, flags: Int32, caller: Caller) throws(Errno) -> (FuseEntry, FuseOpen) {
+    public func create(parent: NodeID, name: String, mode: mode_t, flags: Int32, caller: Caller) throws(Errno) -> (FuseEntry, FuseOpen) {
         try Self.check(name: name, in: parent)
         let (e, id, fd) = try lock.withLock { () throws(Errno) -> (FuseEntry, ItemID, Int32) in
             let p = try folder(parent)
@@ -92,19 +91,19 @@ extension ContainerFS {
             }
             noteCreated(n, folder: p.node, name: name)
             n.openHandles += 1
-            n.handles.insert(UInt64(fd))
+            n.handles.insert(Self.handle(descriptor: fd))
             n.writers += 1
-            t.writerHandles.insert(UInt64(fd))
+            t.writerHandles.insert(Self.handle(descriptor: fd))
             t.openFiles += 1
             return (lookedUp(n), n.rec.id, fd)
         }
         notify(.created(id))
-        return (e, FuseOpen(handle: UInt64(fd), keepCache: true))
+        return (e, FuseOpen(handle: Self.handle(descriptor: fd), keepCache: true))
     }
 
     /// Regular files only: a synced folder cannot hold device nodes, FIFOs or sockets (EPERM, the
     /// errno of a filesystem that does not support the node type; see docs/mount.md).
-    public func mknod(parent: UInt64, name: String, mode: mode_t, caller: Caller) throws(Errno) -> FuseEntry {
+    public func mknod(parent: NodeID, name: String, mode: mode_t, caller: Caller) throws(Errno) -> FuseEntry {
         guard mode & S_IFMT == S_IFREG || mode & S_IFMT == 0 else { throw .EPERM }
         try Self.check(name: name, in: parent)
         let (e, id) = try lock.withLock { () throws(Errno) -> (FuseEntry, ItemID) in

@@ -2,7 +2,7 @@ import FuseKit
 import Glibc
 
 /// One entry of a folder listing, as `ContainerFS.readdir` returns it; the FUSE adapter copies
-/// it into the kernel's buffer. "." and ".." carry node 0: the kernel takes no reference.
+/// it into the kernel's buffer. "." and ".." carry `NodeID.absent`: the kernel takes no reference.
 public struct DirEntry: Sendable {
     public var name: String
     public var entry: FuseEntry
@@ -11,13 +11,12 @@ public struct DirEntry: Sendable {
 }
 
 extension ContainerFS {
-    public func opendir(node: UInt64) throws(Errno) -> UInt64 {
+    public func opendir(node: NodeID) throws(Errno) -> HandleID {
         // `.nimbus/versions` listings may ask the server: VersionsFS.opendir (deferred).
         if case .versions = Self.kind(of: node) { throw .ENOENT }
-        return try lock.withLock { () throws(Errno) -> UInt64 in
+        return try lock.withLock { () throws(Errno) -> HandleID in
             let snap = try snapshot(node)
-            let h = t.nextDirHandle
-            t.nextDirHandle += 1
+            let h = t.newDirHandle()
             t.dirs[h] = snap
             return h
         }
@@ -25,11 +24,11 @@ extension ContainerFS {
 
     /// The listing of a folder (lock held): ".", "..", then the children. The control folder is
     /// never listed in the root; it lists its own files.
-    func snapshot(_ node: UInt64) throws(Errno) -> DirSnapshot {
+    func snapshot(_ node: NodeID) throws(Errno) -> DirSnapshot {
         if node == Self.controlDirNode { return control.listing }
         let n = try self.node(node)
         guard n.isDir else { throw .ENOTDIR }
-        var entries: [(name: String, node: UInt64)] = [(".", node), ("..", n.parentNode)]
+        var entries: [(name: String, node: NodeID)] = [(".", node), ("..", n.parentNode)]
         entries.reserveCapacity(n.children.count + 2)
         for (name, child) in n.children { entries.append((name, child)) }
         return DirSnapshot(node: node, entries: entries)
@@ -38,7 +37,7 @@ extension ContainerFS {
     /// The entries of the listing from entry `offset` on that fit in `room` bytes of the
     /// kernel's buffer (`DirectoryBuffer.entrySize`). With `plus`, every entry other than "."
     /// and ".." counts as a lookup: the caller hands all of them to the kernel.
-    public func readdir(node: UInt64, handle: UInt64, offset: Int64, plus: Bool, room: Int) throws(Errno) -> [DirEntry] {
+    public func readdir(node: NodeID, handle: HandleID, offset: Int64, plus: Bool, room: Int) throws(Errno) -> [DirEntry] {
         guard offset >= 0 else { throw .EINVAL }
         return try lock.withLock { () throws(Errno) -> [DirEntry] in
             if offset == 0, !Self.isVersionsNode(node) {
@@ -63,7 +62,7 @@ extension ContainerFS {
                     guard let c = t.nodes[child], c.linked || isDot else { i += 1; continue }  // removed since the listing was taken
                     e = entry(c)
                 }
-                if isDot { e.node = 0 }  // the kernel takes no reference for dot entries
+                if isDot { e.node = .absent }  // the kernel takes no reference for dot entries
                 let size = DirectoryBuffer.entrySize(nameBytes: name.utf8.count, plus: plus)
                 guard size <= left else { break }
                 left -= size
@@ -75,7 +74,7 @@ extension ContainerFS {
         }
     }
 
-    public func releasedir(handle: UInt64) {
+    public func releasedir(handle: HandleID) {
         lock.withLock { t.dirs[handle] = nil }
     }
 }

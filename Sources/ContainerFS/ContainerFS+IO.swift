@@ -10,7 +10,7 @@ import NimbusCore
 extension ContainerFS {
     /// `caller` decides what a control file shows (ContainerFS+Access.swift); the kernel has
     /// checked the access mode against the item's owner and mode.
-    public func open(node: UInt64, flags: Int32, caller: Caller = .process) throws(Errno) -> FuseOpen {
+    public func open(node: NodeID, flags: Int32, caller: Caller = .process) throws(Errno) -> FuseOpen {
         switch Self.kind(of: node) {
         case .control:
             return try control.open(node, flags: flags, caller: caller)
@@ -33,12 +33,12 @@ extension ContainerFS {
             if fd < 0 { throw Errno(-fd) }
             n.openHandles += 1
             t.openFiles += 1
-            n.handles.insert(UInt64(fd))
+            n.handles.insert(Self.handle(descriptor: fd))
             stalePages = n.pagesStale
             n.pagesStale = false
             item = n.rec.id
             if flags & O_ACCMODE != O_RDONLY {
-                t.writerHandles.insert(UInt64(fd))
+                t.writerHandles.insert(Self.handle(descriptor: fd))
                 n.writers += 1
             }
             return fd
@@ -47,7 +47,7 @@ extension ContainerFS {
             // Atomic O_TRUNC: the kernel leaves the truncation to us (mtime/ctime always change,
             // as on Linux's local filesystems).
             content.willTruncate(item)
-            if ftruncate(fd, 0) != 0 { let e = Errno.current; release(node: node, handle: UInt64(fd)); throw e }
+            if ftruncate(fd, 0) != 0 { let e = Errno.current; release(node: node, handle: Self.handle(descriptor: fd)); throw e }
             let now = WallClock.nowNanoseconds()
             let changed = lock.withLock { () -> ItemID? in
                 guard let n = t.nodes[node] else { return nil }
@@ -62,15 +62,15 @@ extension ContainerFS {
             }
             if let changed { observer?.localChange(.contentChanged(changed)) }
             // Pages cached from before the truncation must go.
-            return FuseOpen(handle: UInt64(fd), keepCache: false)
+            return FuseOpen(handle: Self.handle(descriptor: fd), keepCache: false)
         }
         // After a remote version the kernel's pages of the old bytes go at this open, not only
         // when the queued invalidation arrives (a presenter told of the version reads at once).
-        return FuseOpen(handle: UInt64(fd), keepCache: !stalePages)
+        return FuseOpen(handle: Self.handle(descriptor: fd), keepCache: !stalePages)
     }
 
     /// Writes through the handle's descriptor, then records the new size and times.
-    public func write(node: UInt64, handle: UInt64, offset: Int64, data: UnsafeRawBufferPointer) throws(Errno) -> Int {
+    public func write(node: NodeID, handle: HandleID, offset: Int64, data: UnsafeRawBufferPointer) throws(Errno) -> Int {
         guard let fd = Self.descriptor(handle) else { throw .EBADF }
         let n = pwrite(fd, data.baseAddress, data.count, off_t(offset))
         if n < 0 { throw Errno.current }
@@ -136,8 +136,8 @@ extension ContainerFS {
     /// `decide` (called with the lock held, so no open can race) says whether the engine lets it
     /// go and marks it not present; then the cache file becomes holes of the same size. Throws
     /// EBUSY when the file is open or mid-save, or `decide` refuses.
-    public func evictContent(_ item: ItemID, decide: () -> Bool) throws(Errno) -> UInt64 {
-        try lock.withLock { () throws(Errno) -> UInt64 in
+    public func evictContent(_ item: ItemID, decide: () -> Bool) throws(Errno) -> NodeID {
+        try lock.withLock { () throws(Errno) -> NodeID in
             guard let node = t.byID[item], let n = t.nodes[node], n.linked else { throw .ENOENT }
             guard n.rec.kind == .file else { throw .EISDIR }
             guard n.openHandles == 0, !n.metaDirty, decide() else { throw .EBUSY }
@@ -156,7 +156,7 @@ extension ContainerFS {
     }
 
     /// Queues the size/times a handle's writes changed; tells the sync engine the content changed.
-    func settle(node: UInt64) {
+    func settle(node: NodeID) {
         let changed = lock.withLock { () -> ItemID? in
             guard let n = t.nodes[node], n.metaDirty else { return nil }
             if n.linked { persist(n) } else { n.metaDirty = false }
@@ -165,11 +165,11 @@ extension ContainerFS {
         if let changed { notify(.contentChanged(changed)) }
     }
 
-    public func flush(node: UInt64, handle: UInt64) {
+    public func flush(node: NodeID, handle: HandleID) {
         if Self.descriptor(handle) != nil { settle(node: node) }
     }
 
-    public func release(node: UInt64, handle: UInt64) {
+    public func release(node: NodeID, handle: HandleID) {
         switch Self.kind(ofHandle: handle) {
         case .file: break
         case .control: return control.release(handle: handle)
@@ -206,7 +206,7 @@ extension ContainerFS {
     }
 
     /// Data to disk, then the item's metadata committed with a full fsync of the database.
-    public func fsync(node: UInt64, handle: UInt64, dataOnly: Bool) throws(Errno) {
+    public func fsync(node: NodeID, handle: HandleID, dataOnly: Bool) throws(Errno) {
         guard let fd = Self.descriptor(handle) else { return }
         if (dataOnly ? fdatasync(fd) : Glibc.fsync(fd)) != 0 { throw Errno.current }
         lock.withLock { t.nodes[node]?.fsyncedSinceWrite = true }
@@ -224,7 +224,7 @@ extension ContainerFS {
         store.cache.syncDirectories()
     }
 
-    public func fallocate(node: UInt64, handle: UInt64, mode: Int32, offset: Int64, length: Int64) throws(Errno) {
+    public func fallocate(node: NodeID, handle: HandleID, mode: Int32, offset: Int64, length: Int64) throws(Errno) {
         guard let fd = Self.descriptor(handle) else { throw .EBADF }
         guard mode == 0 else { throw .EOPNOTSUPP }
         let rc = posix_fallocate(fd, off_t(offset), off_t(length))
@@ -242,7 +242,7 @@ extension ContainerFS {
 
     /// chmod, chown, truncate, utimes. The kernel (default_permissions) has checked who may do
     /// what and already folded "clear set-id bits" into `mode`.
-    public func setattr(node: UInt64, _ c: FuseSetAttr, handle: UInt64?) throws(Errno) -> stat {
+    public func setattr(node: NodeID, _ c: FuseSetAttr, handle: HandleID?) throws(Errno) -> stat {
         guard Self.isItem(node) else { throw .EPERM }
         if let size = c.size {
             if size < 0 { throw .EINVAL }

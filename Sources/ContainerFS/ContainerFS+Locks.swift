@@ -10,8 +10,8 @@ import NimbusCore
 
 extension ContainerFS {
     /// The item of a regular file that locks may be taken on.
-    func lockableItem(_ node: UInt64) throws(Errno) -> ItemID {
-        guard Self.isItem(node), node != Self.rootNode else { throw .EINVAL }
+    func lockableItem(_ node: NodeID) throws(Errno) -> ItemID {
+        guard Self.isItem(node), node != .root else { throw .EINVAL }
         return try lock.withLock { () throws(Errno) -> ItemID in
             let n = try self.node(node)
             guard n.rec.kind == .file else { throw .EINVAL }
@@ -24,7 +24,7 @@ extension ContainerFS {
         lock.withLock {
             guard var node = t.byID[id].flatMap({ t.nodes[$0] }), node.linked else { return "(gone) \(id)" }
             var parts: [String] = []
-            while node.node != Self.rootNode {
+            while node.node != .root {
                 parts.append(node.rec.name)
                 guard let p = t.nodes[node.parentNode] else { break }
                 node = p

@@ -40,9 +40,9 @@ public struct RemoteState: Sendable {
 /// A kernel cache invalidation owed after a remote change (sent through `KernelCache`, never
 /// while `lock` is held — FUSE-NOTES: notifications under the node lock deadlock).
 public enum KernelAction: Sendable, Equatable {
-    case node(UInt64)
-    case entry(parent: UInt64, name: String)
-    case delete(parent: UInt64, child: UInt64, name: String)
+    case node(NodeID)
+    case entry(parent: NodeID, name: String)
+    case delete(parent: NodeID, child: NodeID, name: String)
 
     public func send(to k: any KernelCache) {
         switch self {
@@ -151,10 +151,10 @@ extension ContainerFS {
     /// The ids of the folders above `id`, nearest first, ending with the root (empty when unknown).
     public func ancestors(of id: ItemID) -> [ItemID] {
         lock.withLock {
-            guard let node = t.byID[id], let n = t.nodes[node], n.node != Self.rootNode else { return [] }
+            guard let node = t.byID[id], let n = t.nodes[node], n.node != .root else { return [] }
             var out: [ItemID] = []
             var p = n.parentNode
-            while p != Self.rootNode, let f = t.nodes[p] { out.append(f.rec.id); p = f.parentNode }
+            while p != .root, let f = t.nodes[p] { out.append(f.rec.id); p = f.parentNode }
             out.append(.root)
             return out
         }
@@ -187,7 +187,7 @@ extension ContainerFS {
 
     /// How to serve a read through `handle`: a handle whose file was replaced by a remote version
     /// reads the old bytes it has (EIO for the rest); otherwise as `placeholder(node:range:)`.
-    public func readPlan(node: UInt64, handle: UInt64, range: Range<Int64>) -> ReadPlan {
+    public func readPlan(node: NodeID, handle: HandleID, range: Range<Int64>) -> ReadPlan {
         guard lazyContent, Self.isItem(node) else { return .direct }
         let (stale, id) = lock.withLock { () -> (StaleHandle?, ItemID?) in
             if let s = t.stale[handle] { return (s, nil) }
@@ -204,14 +204,14 @@ extension ContainerFS {
 
     /// For a read answered after hydration: EIO when its handle went stale meanwhile and the old
     /// file lacks the bytes (the download went into the new file).
-    public func staleReadError(handle: UInt64, range: Range<Int64>) -> Errno? {
+    public func staleReadError(handle: HandleID, range: Range<Int64>) -> Errno? {
         guard let stale = lock.withLock({ t.stale[handle] }), let present = stale.present else { return nil }
         return present(range) ? nil : .EIO
     }
 
     /// Whether a read of `range` must wait for the content provider; the item id if so.
     /// Local-only mounts never ask (no lock on the read path).
-    func placeholder(node: UInt64, range: Range<Int64>) -> ItemID? {
+    func placeholder(node: NodeID, range: Range<Int64>) -> ItemID? {
         guard lazyContent, Self.isItem(node) else { return nil }
         let id = lock.withLock { () -> ItemID? in
             guard let n = t.nodes[node], n.rec.kind == .file else { return nil }
@@ -241,7 +241,7 @@ extension ContainerFS {
         guard let pnode = t.byID[s.parent], let p = t.nodes[pnode], p.isDir, p.linked else { return .waitForParent }
         // The control folder's name at the top is no item's: the server refuses it, and an item
         // that has it anyway (an older server) is not shown, so `.nimbus/` always works.
-        if p.node == Self.rootNode && ItemName.same(s.name, Self.controlName) { return .skip }
+        if p.node == .root && ItemName.same(s.name, Self.controlName) { return .skip }
         if let n = existing {
             // Written here since the last close/fsync, or open for writing: the writer's close
             // queues an upload with the old base (the server keeps both) or lets the engine
@@ -303,8 +303,7 @@ extension ContainerFS {
         case .folder: UInt32(S_IFDIR)
         case .symlink: UInt32(S_IFLNK)
         }
-        let node = t.nextNode
-        t.nextNode += 1
+        let node = t.newNode()
         // Remote items belong to the user running the mount (the server has no uids).
         var rec = ItemRecord(id: s.id, node: node, parent: s.parent, name: s.name, kind: s.kind,
                              mode: type | (s.kind == .symlink ? 0o777 : s.perm & ItemLimits.syncedPermissions), uid: owner.uid, gid: owner.gid,
@@ -348,8 +347,7 @@ extension ContainerFS {
         for h in n.handles where t.stale[h] == nil { t.stale[h] = StaleHandle(present: s.oldPresent) }
         resetCacheFile(s.id)  // open descriptors keep the old file
         var rec = n.rec
-        rec.node = t.nextNode
-        t.nextNode += 1
+        rec.node = t.newNode()
         rec.size = s.size
         let fresh = Node(rec)
         fresh.xattrs = n.xattrs

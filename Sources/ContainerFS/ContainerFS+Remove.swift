@@ -19,11 +19,11 @@ extension ContainerFS {
         reapIfUnused(n)
     }
 
-    func isControl(parent: UInt64, name: String) -> Bool {
-        parent == Self.controlDirNode || (parent == Self.rootNode && ItemName.same(name, Self.controlName))
+    func isControl(parent: NodeID, name: String) -> Bool {
+        parent == Self.controlDirNode || (parent == .root && ItemName.same(name, Self.controlName))
     }
 
-    public func unlink(parent: UInt64, name: String) throws(Errno) {
+    public func unlink(parent: NodeID, name: String) throws(Errno) {
         if case .versions = Self.kind(of: parent) { throw .EPERM }  // VersionsFS.unlink answers those (deferred)
         if isControl(parent: parent, name: name) { throw .EPERM }
         var keptIdentity: ItemID?
@@ -97,7 +97,7 @@ extension ContainerFS {
 
     /// A file renamed away from `name` in `folder`: a new file created under that name soon
     /// after may be an editor's save (lock held).
-    func noteRenamedAway(folder: UInt64, name: String, node: UInt64) {
+    func noteRenamedAway(folder: NodeID, name: String, node: NodeID) {
         let now = Self.monotonicNow()
         t.renamedAway.removeAll { now &- $0.at > Self.safeSaveWindow }
         if t.renamedAway.count >= 32 { t.renamedAway.removeFirst() }
@@ -105,7 +105,7 @@ extension ContainerFS {
     }
 
     /// Called by create (lock held): the new file `n` takes the name a file was just renamed from.
-    func noteCreated(_ n: Node, folder: UInt64, name: String) {
+    func noteCreated(_ n: Node, folder: NodeID, name: String) {
         let now = Self.monotonicNow()
         t.safeSaves = t.safeSaves.filter { now &- $0.value.at <= Self.safeSaveWindow }
         guard let r = t.renamedAway.last(where: { $0.folder == folder && ItemName.same($0.name, name) && now &- $0.at <= Self.safeSaveWindow }),
@@ -134,7 +134,7 @@ extension ContainerFS {
         }
     }
 
-    public func rmdir(parent: UInt64, name: String) throws(Errno) {
+    public func rmdir(parent: NodeID, name: String) throws(Errno) {
         if isControl(parent: parent, name: name) { throw .EPERM }
         let id = try lock.withLock { () throws(Errno) -> ItemID in
             let p = try folder(parent)
@@ -148,7 +148,7 @@ extension ContainerFS {
     }
 
     /// Hard links: an item has one place in a synced tree (EPERM, as on filesystems without links).
-    public func link(node: UInt64, newParent: UInt64, newName: String) throws(Errno) -> FuseEntry {
+    public func link(node: NodeID, newParent: NodeID, newName: String) throws(Errno) -> FuseEntry {
         throw .EPERM
     }
 
@@ -158,7 +158,7 @@ extension ContainerFS {
         var cur = n
         for _ in 0..<100_000 {
             if cur === ancestor { return true }
-            if cur.node == Self.rootNode { return false }
+            if cur.node == .root { return false }
             guard let p = t.nodes[cur.parentNode] else { return false }
             cur = p
         }
@@ -167,7 +167,7 @@ extension ContainerFS {
 
     /// rename(2)/renameat2(2): moves or renames, replacing a compatible target; RENAME_NOREPLACE
     /// fails with EEXIST, RENAME_EXCHANGE swaps the two items.
-    public func rename(parent: UInt64, name: String, newParent: UInt64, newName: String, flags: RenameFlags) throws(Errno) {
+    public func rename(parent: NodeID, name: String, newParent: NodeID, newName: String, flags: RenameFlags) throws(Errno) {
         if isControl(parent: parent, name: name) || isControl(parent: newParent, name: newName) { throw .EPERM }
         if flags.contains(.whiteout) || (flags.contains(.exchange) && flags.contains(.noReplace)) { throw .EINVAL }
         if newName.utf8.count > ItemName.maxBytes { throw .ENAMETOOLONG }

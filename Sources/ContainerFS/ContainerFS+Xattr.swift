@@ -19,7 +19,7 @@ extension ContainerFS {
                                     "user.nimbus.conflicts"]
     static let maxXattrValue = 64 * 1024
 
-    public func getxattr(node: UInt64, name: String) throws(Errno) -> [UInt8] {
+    public func getxattr(node: NodeID, name: String) throws(Errno) -> [UInt8] {
         guard name.hasPrefix("user.") else { throw .ENODATA }
         guard Self.isItem(node) else { throw .ENODATA }
         if name == "user.nimbus.versions", versions.source != nil { throw .ENODATA }  // `versionsText` answers it (deferred)
@@ -33,8 +33,8 @@ extension ContainerFS {
                     guard let sync = syncStatus else { throw .ENODATA }
                     var ancestors: [ItemID] = []
                     var p = n.parentNode
-                    while p != Self.rootNode, let f = t.nodes[p] { ancestors.append(f.rec.id); p = f.parentNode }
-                    if n.node != Self.rootNode { ancestors.append(.root) }
+                    while p != .root, let f = t.nodes[p] { ancestors.append(f.rec.id); p = f.parentNode }
+                    if n.node != .root { ancestors.append(.root) }
                     guard let v = sync.itemAttribute(String(name.dropFirst(12)), item: n.rec.id, ancestors: ancestors) else { throw .ENODATA }
                     return Array(v.utf8)
                 }
@@ -45,7 +45,7 @@ extension ContainerFS {
     }
 
     /// The names, each NUL-terminated (the listxattr(2) format).
-    public func listxattr(node: UInt64) throws(Errno) -> [UInt8] {
+    public func listxattr(node: NodeID) throws(Errno) -> [UInt8] {
         guard Self.isItem(node) else { return [] }
         return try lock.withLock { () throws(Errno) -> [UInt8] in
             let n = try self.node(node)
@@ -60,7 +60,7 @@ extension ContainerFS {
     }
 
     /// `flags`: XATTR_CREATE fails with EEXIST if present, XATTR_REPLACE with ENODATA if absent.
-    public func setxattr(node: UInt64, name: String, value: [UInt8], flags: Int32) throws(Errno) {
+    public func setxattr(node: NodeID, name: String, value: [UInt8], flags: Int32) throws(Errno) {
         guard name.hasPrefix("user.") else { throw .EOPNOTSUPP }
         guard Self.isItem(node) else { throw .EPERM }
         if name.hasPrefix("user.nimbus.") { return try setControlXattr(node: node, name: name, value: value) }
@@ -87,7 +87,7 @@ extension ContainerFS {
     public static let serverXattrs: Set<String> = ["user.nimbus.versions", "user.nimbus.resolve", "user.nimbus.restore", "user.nimbus.discard"]
 
     /// `setfattr -n user.nimbus.pinned -v 1 FILE` and friends: handed to the sync engine.
-    private func setControlXattr(node: UInt64, name: String, value: [UInt8]) throws(Errno) {
+    private func setControlXattr(node: NodeID, name: String, value: [UInt8]) throws(Errno) {
         guard let sync = syncControl, ["user.nimbus.pinned", "user.nimbus.evict", "user.nimbus.download", "user.nimbus.paused"].contains(name)
         else { throw .EPERM }
         let (id, isFolder, text) = try controlXattrTarget(node: node, value: value)
@@ -96,7 +96,7 @@ extension ContainerFS {
 
     /// The item a `user.nimbus.*` write names, and its value as text (trailing newline, blank
     /// or NUL dropped).
-    private func controlXattrTarget(node: UInt64, value: [UInt8]) throws(Errno) -> (ItemID, Bool, String) {
+    private func controlXattrTarget(node: NodeID, value: [UInt8]) throws(Errno) -> (ItemID, Bool, String) {
         let (id, isFolder) = try lock.withLock { () throws(Errno) -> (ItemID, Bool) in
             let n = try self.node(node)
             guard n.linked, n.rec.kind != .symlink else { throw .EPERM }
@@ -108,7 +108,7 @@ extension ContainerFS {
     }
 
     /// `getfattr -n user.nimbus.versions FILE`: every version of the file, from the server.
-    public func versionsText(node: UInt64, done: @escaping @Sendable (Result<[UInt8], Errno>) -> Void) {
+    public func versionsText(node: NodeID, done: @escaping @Sendable (Result<[UInt8], Errno>) -> Void) {
         guard let source = versions.source, Self.isItem(node) else { return done(.failure(.ENODATA)) }
         let id: ItemID
         do { id = try lock.withLock { () throws(Errno) -> ItemID in try self.node(node).rec.id } } catch { return done(.failure(error)) }
@@ -116,7 +116,7 @@ extension ContainerFS {
     }
 
     /// `setfattr -n user.nimbus.resolve|restore|discard -v VALUE FILE`: asks the server.
-    public func resolve(node: UInt64, name: String, value: [UInt8], done: @escaping @Sendable (Errno?) -> Void) {
+    public func resolve(node: NodeID, name: String, value: [UInt8], done: @escaping @Sendable (Errno?) -> Void) {
         guard let source = versions.source, Self.serverXattrs.contains(name), name != "user.nimbus.versions",
               Self.isItem(node) else { return done(.EPERM) }
         let target: (ItemID, Bool, String)
@@ -125,7 +125,7 @@ extension ContainerFS {
         source.resolve(String(name.dropFirst(12)), value: target.2, item: target.0, done: done)
     }
 
-    public func removexattr(node: UInt64, name: String) throws(Errno) {
+    public func removexattr(node: NodeID, name: String) throws(Errno) {
         guard name.hasPrefix("user.") else { throw .EOPNOTSUPP }
         guard Self.isItem(node) else { throw .EPERM }
         if name.hasPrefix("user.nimbus.") { throw .EPERM }

@@ -27,47 +27,61 @@ public final class ContainerFS: @unchecked Sendable {
         public init() {}
     }
 
-    public static let rootNode: UInt64 = 1
-    /// Reserved node ids for the control folder (item nodes start at 16).
-    static let controlDirNode: UInt64 = 2
-    static let controlStatusNode: UInt64 = 3
-    static let controlClaimsNode: UInt64 = 4
-    static let controlEventsNode: UInt64 = 5
-    static let controlConflictsNode: UInt64 = 6
+    // Node ids: the root is `NodeID.root` (1); 2–15 are reserved for `.nimbus/` (2–7 used);
+    // items get ids from `firstItemNode` on, in order; `.nimbus/versions/` has its own range
+    // (`versionsNodes`, VersionsFS.swift). Handle ids: a file's handle is the descriptor of its
+    // cache file (< 2^31); `.nimbus/` files and versions have handle ranges of their own above;
+    // listings (`opendir`) number their handles apart, from `firstDirHandle`. `kind(of:)`,
+    // `kind(ofHandle:)`, `handle(descriptor:)` and `isVersionsNode` are the only places that tell
+    // these apart.
+
+    /// Reserved node ids for the control folder.
+    static let controlDirNode = NodeID(rawValue: 2)
+    static let controlStatusNode = NodeID(rawValue: 3)
+    static let controlClaimsNode = NodeID(rawValue: 4)
+    static let controlEventsNode = NodeID(rawValue: 5)
+    static let controlConflictsNode = NodeID(rawValue: 6)
+    /// The first node id an item gets (ids below it, other than the root, are `.nimbus/`'s).
+    static let firstItemNode = NodeID(rawValue: 16)
     /// The files of `.nimbus/`, by name (generated at open; see ContainerFS+Control.swift).
-    static let controlFiles: [(name: String, node: UInt64)] = [("status", controlStatusNode), ("claims", controlClaimsNode),
+    static let controlFiles: [(name: String, node: NodeID)] = [("status", controlStatusNode), ("claims", controlClaimsNode),
                                                                   ("events", controlEventsNode), ("conflicts", controlConflictsNode)]
-    static func isControlFile(_ node: UInt64) -> Bool { controlFiles.contains { $0.node == node } }
+    static func isControlFile(_ node: NodeID) -> Bool { controlFiles.contains { $0.node == node } }
     public static let controlName = ItemName.controlFolder
-    /// Handles ≥ this are control-file handles; file handles are file descriptors (< 2^31).
-    static let controlHandleBase: UInt64 = 1 << 62
-    /// Handles ≥ this (a part of the control range) read versions (`VersionsFS`).
-    static let versionHandleBase: UInt64 = controlHandleBase | 1 << 61
+    /// Handles of the files of `.nimbus/` (above every file descriptor).
+    static let controlHandles = HandleID(rawValue: 1 << 62)...
+    /// Handles of versions being read (`VersionsFS`): a part of the control range.
+    static let versionHandles = HandleID(rawValue: 1 << 62 | 1 << 61)...
+    /// The first handle of a folder listing (they are numbered apart from file handles).
+    static let firstDirHandle = HandleID(rawValue: 1)
 
     /// What a node id names, decided from the id alone: an item (the root too), a file or the
     /// folder of `.nimbus/`, or a node of `.nimbus/versions/`.
     enum NodeKind { case item, control, versions }
-    static func kind(of node: UInt64) -> NodeKind {
+    static func kind(of node: NodeID) -> NodeKind {
         if isVersionsNode(node) { return .versions }
-        return node < 16 && node != rootNode ? .control : .item
+        return node < firstItemNode && node != .root ? .control : .item
     }
 
     /// An item of the tree (the root too), not a node of `.nimbus/`.
-    static func isItem(_ node: UInt64) -> Bool {
+    static func isItem(_ node: NodeID) -> Bool {
         if case .item = kind(of: node) { return true }
         return false
     }
 
     /// What a handle names: an open file's descriptor, a control file, or a version being read.
     enum HandleKind { case file(Int32), control, version }
-    static func kind(ofHandle h: UInt64) -> HandleKind {
-        if h >= versionHandleBase { return .version }
-        if h >= controlHandleBase { return .control }
-        return .file(Int32(truncatingIfNeeded: h))
+    static func kind(ofHandle h: HandleID) -> HandleKind {
+        if versionHandles.contains(h) { return .version }
+        if controlHandles.contains(h) { return .control }
+        return .file(Int32(truncatingIfNeeded: h.rawValue))
     }
 
+    /// The handle of an open file: the descriptor `fd` (≥ 0) of its cache file.
+    static func handle(descriptor fd: Int32) -> HandleID { HandleID(rawValue: UInt64(fd)) }
+
     /// The descriptor of a file handle; nil for the handles of `.nimbus/`.
-    static func descriptor(_ h: UInt64) -> Int32? {
+    public static func descriptor(_ h: HandleID) -> Int32? {
         if case .file(let fd) = kind(ofHandle: h) { return fd }
         return nil
     }
@@ -136,7 +150,7 @@ public final class ContainerFS: @unchecked Sendable {
             n.xattrs = snap.xattrs[rec.id] ?? [:]
             t.nodes[rec.node] = n
             t.byID[rec.id] = rec.node
-            t.nextNode = max(t.nextNode, rec.node + 1)
+            t.nextNode = max(t.nextNode, rec.node.successor)
             live.insert(rec.id)
         }
         var byID: [ItemID: Node] = [:]
@@ -153,12 +167,12 @@ public final class ContainerFS: @unchecked Sendable {
 
     // MARK: helpers (call with `lock` held)
 
-    func node(_ id: UInt64) throws(Errno) -> Node {
+    func node(_ id: NodeID) throws(Errno) -> Node {
         guard let n = t.nodes[id] else { throw .ENOENT }
         return n
     }
 
-    func folder(_ id: UInt64) throws(Errno) -> Node {
+    func folder(_ id: NodeID) throws(Errno) -> Node {
         if id == Self.controlDirNode { throw .EPERM }
         let n = try node(id)
         guard n.isDir else { throw .ENOTDIR }
@@ -168,7 +182,7 @@ public final class ContainerFS: @unchecked Sendable {
 
     func attr(_ n: Node) -> stat {
         var st = stat()
-        st.st_ino = UInt(n.node)
+        st.node = n.node
         st.st_mode = n.rec.mode
         st.st_nlink = n.isDir ? UInt(2 + n.subdirs) : (n.linked ? 1 : 0)
         st.st_uid = n.rec.uid
@@ -225,7 +239,7 @@ public final class ContainerFS: @unchecked Sendable {
     func pathLocked(_ n: Node) -> String {
         var parts: [String] = []
         var x = n
-        while x.node != Self.rootNode {
+        while x.node != .root {
             parts.append(x.rec.name)
             guard let p = t.nodes[x.parentNode] else { break }
             x = p
@@ -239,12 +253,12 @@ public final class ContainerFS: @unchecked Sendable {
     }
 
     /// Validates a new name: UTF-8 (checked by FuseKit), ≤ 255 bytes, not reserved.
-    static func check(name: String, in parent: UInt64) throws(Errno) {
+    static func check(name: String, in parent: NodeID) throws(Errno) {
         if let problem = ItemName.validate(name) {
             if case .tooLong = problem { throw .ENAMETOOLONG }
             throw .EINVAL
         }
-        if parent == rootNode && ItemName.same(name, controlName) { throw .EEXIST }
+        if parent == .root && ItemName.same(name, controlName) { throw .EEXIST }
     }
 
     /// Frees an unlinked node once the kernel forgot it and no handle is open.
@@ -262,9 +276,9 @@ public final class ContainerFS: @unchecked Sendable {
 
     // MARK: lookup, forget, getattr, readlink, statfs
 
-    public func lookup(parent: UInt64, name: String) throws(Errno) -> FuseEntry {
+    public func lookup(parent: NodeID, name: String) throws(Errno) -> FuseEntry {
         if name.utf8.count > ItemName.maxBytes { throw .ENAMETOOLONG }
-        if parent == Self.rootNode && ItemName.same(name, Self.controlName) { return control.entry(Self.controlDirNode) }
+        if parent == .root && ItemName.same(name, Self.controlName) { return control.entry(Self.controlDirNode) }
         if parent == Self.controlDirNode { return try control.lookup(name) }
         if !Self.isItem(parent) { throw .ENOENT }  // VersionsFS.lookup answers `.nimbus/versions` (deferred)
         return try lock.withLock { () throws(Errno) -> FuseEntry in
@@ -275,8 +289,8 @@ public final class ContainerFS: @unchecked Sendable {
         }
     }
 
-    public func forget(node: UInt64, count: UInt64) {
-        guard Self.isItem(node), node != Self.rootNode else { return }
+    public func forget(node: NodeID, count: UInt64) {
+        guard Self.isItem(node), node != .root else { return }
         lock.withLock {
             guard let n = t.nodes[node] else { return }
             n.lookups -= min(count, n.lookups)
@@ -284,7 +298,7 @@ public final class ContainerFS: @unchecked Sendable {
         }
     }
 
-    public func getattr(node: UInt64) throws(Errno) -> stat {
+    public func getattr(node: NodeID) throws(Errno) -> stat {
         switch Self.kind(of: node) {
         case .control: return control.attr(node)
         case .versions: return try versions.attr(node)
@@ -293,7 +307,7 @@ public final class ContainerFS: @unchecked Sendable {
         return try lock.withLock { () throws(Errno) -> stat in attr(try self.node(node)) }
     }
 
-    public func readlink(node: UInt64) throws(Errno) -> [UInt8] {
+    public func readlink(node: NodeID) throws(Errno) -> [UInt8] {
         try lock.withLock { () throws(Errno) -> [UInt8] in
             let n = try self.node(node)
             guard let target = n.rec.target else { throw .EINVAL }

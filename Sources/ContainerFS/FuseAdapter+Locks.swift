@@ -18,12 +18,12 @@ extension FuseAdapter {
     }
 
     /// Whether the caller of `reply` may write `node`: only then do its locks hold sync back.
-    private func holdsSync(_ node: UInt64, _ reply: borrowing FuseReply) -> Bool {
+    private func holdsSync(_ node: NodeID, _ reply: borrowing FuseReply) -> Bool {
         let c = reply.context
         return fs.mayWrite(node: node, caller: Caller(c, groups: c.uid == 0 ? [] : reply.groups))
     }
 
-    public func getlk(node: UInt64, handle: UInt64, owner: UInt64, lock: FuseLock, reply: consuming FuseReply) {
+    public func getlk(node: NodeID, handle: HandleID, owner: UInt64, lock: FuseLock, reply: consuming FuseReply) {
         let id: ItemID
         do { id = try fs.lockableItem(node) } catch { return reply.error(error) }
         var answer = lock
@@ -38,7 +38,7 @@ extension FuseAdapter {
         reply.lock(answer)
     }
 
-    public func setlk(node: UInt64, handle: UInt64, owner: UInt64, lock: FuseLock, wait: Bool, reply: consuming FuseReply) {
+    public func setlk(node: NodeID, handle: HandleID, owner: UInt64, lock: FuseLock, wait: Bool, reply: consuming FuseReply) {
         let id: ItemID
         do { id = try fs.lockableItem(node) } catch { return reply.error(error) }
         let who = Self.posixOwner(owner, pid: reply.context.pid, holdsSync: holdsSync(node, reply))
@@ -54,7 +54,7 @@ extension FuseAdapter {
         }
     }
 
-    public func flock(node: UInt64, handle: UInt64, owner: UInt64, operation: Int32, reply: consuming FuseReply) {
+    public func flock(node: NodeID, handle: HandleID, owner: UInt64, operation: Int32, reply: consuming FuseReply) {
         let id: ItemID
         do { id = try fs.lockableItem(node) } catch { return reply.error(error) }
         let who = Self.flockOwner(owner, pid: reply.context.pid, holdsSync: holdsSync(node, reply))
@@ -69,7 +69,7 @@ extension FuseAdapter {
         }
     }
 
-    public func releaseLocks(node: UInt64, owner: UInt64, flock: Bool) {
+    public func releaseLocks(node: NodeID, owner: UInt64, flock: Bool) {
         guard let id = try? fs.lockableItem(node) else { return }
         fs.coordinator.releaseAll(owner: LockOwner(flock ? .flock(owner) : .posix(owner), label: ""), item: id)
     }

@@ -10,7 +10,7 @@ public final class FuseAdapter: FuseFilesystem {
 
     public init(_ fs: ContainerFS) { self.fs = fs }
 
-    public func lookup(parent: UInt64, name: String, reply: consuming FuseReply) {
+    public func lookup(parent: NodeID, name: String, reply: consuming FuseReply) {
         if case .versions = ContainerFS.kind(of: parent) {
             let box = ReplyBox(reply)
             let negative = fs.options.negativeTimeout
@@ -18,7 +18,7 @@ public final class FuseAdapter: FuseFilesystem {
                 guard let reply = box.take() else { return }
                 switch r {
                 case .success(let e): reply.entry(e)
-                case .failure(.ENOENT): reply.entry(FuseEntry(node: 0, attr: stat(), attrTimeout: 0, entryTimeout: negative))
+                case .failure(.ENOENT): reply.entry(FuseEntry(node: .absent, attr: stat(), attrTimeout: 0, entryTimeout: negative))
                 case .failure(let e): reply.error(e)
                 }
             }
@@ -26,17 +26,17 @@ public final class FuseAdapter: FuseFilesystem {
         do { reply.entry(try fs.lookup(parent: parent, name: name)) } catch .ENOENT {
             // A negative entry the kernel may cache: repeated misses (build tools, shells)
             // do not come back to us.
-            reply.entry(FuseEntry(node: 0, attr: stat(), attrTimeout: 0, entryTimeout: fs.options.negativeTimeout))
+            reply.entry(FuseEntry(node: .absent, attr: stat(), attrTimeout: 0, entryTimeout: fs.options.negativeTimeout))
         } catch { reply.error(error) }
     }
 
-    public func forget(node: UInt64, count: UInt64) { fs.forget(node: node, count: count) }
+    public func forget(node: NodeID, count: UInt64) { fs.forget(node: node, count: count) }
 
-    public func getattr(node: UInt64, handle: UInt64?, reply: consuming FuseReply) {
+    public func getattr(node: NodeID, handle: HandleID?, reply: consuming FuseReply) {
         do { reply.attr(try fs.getattr(node: node), timeout: fs.options.attrTimeout) } catch { reply.error(error) }
     }
 
-    public func setattr(node: UInt64, _ changes: FuseSetAttr, handle: UInt64?, reply: consuming FuseReply) {
+    public func setattr(node: NodeID, _ changes: FuseSetAttr, handle: HandleID?, reply: consuming FuseReply) {
         // truncate(2) of a placeholder to a non-zero size keeps bytes: download them first.
         if let size = changes.size, size > 0, let id = fs.placeholder(node: node, range: 0..<Int64.max) {
             let box = ReplyBox(reply)
@@ -56,26 +56,26 @@ public final class FuseAdapter: FuseFilesystem {
         do { reply.attr(try fs.setattr(node: node, changes, handle: handle), timeout: fs.options.attrTimeout) } catch { reply.error(error) }
     }
 
-    public func readlink(node: UInt64, reply: consuming FuseReply) {
+    public func readlink(node: NodeID, reply: consuming FuseReply) {
         do { reply.readlink(try fs.readlink(node: node)) } catch { reply.error(error) }
     }
 
-    public func mknod(parent: UInt64, name: String, mode: mode_t, rdev: dev_t, reply: consuming FuseReply) {
+    public func mknod(parent: NodeID, name: String, mode: mode_t, rdev: dev_t, reply: consuming FuseReply) {
         let caller = Caller(reply.context)
         do { reply.entry(try fs.mknod(parent: parent, name: name, mode: mode, caller: caller)) } catch { reply.error(error) }
     }
 
-    public func mkdir(parent: UInt64, name: String, mode: mode_t, reply: consuming FuseReply) {
+    public func mkdir(parent: NodeID, name: String, mode: mode_t, reply: consuming FuseReply) {
         let caller = Caller(reply.context)
         do { reply.entry(try fs.mkdir(parent: parent, name: name, mode: mode, caller: caller)) } catch { reply.error(error) }
     }
 
-    public func symlink(target: [UInt8], parent: UInt64, name: String, reply: consuming FuseReply) {
+    public func symlink(target: [UInt8], parent: NodeID, name: String, reply: consuming FuseReply) {
         let caller = Caller(reply.context)
         do { reply.entry(try fs.symlink(target: target, parent: parent, name: name, caller: caller)) } catch { reply.error(error) }
     }
 
-    public func create(parent: UInt64, name: String, mode: mode_t, flags: Int32, reply: consuming FuseReply) {
+    public func create(parent: NodeID, name: String, mode: mode_t, flags: Int32, reply: consuming FuseReply) {
         let caller = Caller(reply.context)
         do {
             let (e, o) = try fs.create(parent: parent, name: name, mode: mode, flags: flags, caller: caller)
@@ -83,7 +83,7 @@ public final class FuseAdapter: FuseFilesystem {
         } catch { reply.error(error) }
     }
 
-    public func unlink(parent: UInt64, name: String, reply: consuming FuseReply) {
+    public func unlink(parent: NodeID, name: String, reply: consuming FuseReply) {
         if case .versions = ContainerFS.kind(of: parent) {
             let box = ReplyBox(reply)
             return fs.versions.unlink(parent: parent, name: name) { e in
@@ -94,19 +94,19 @@ public final class FuseAdapter: FuseFilesystem {
         do { try fs.unlink(parent: parent, name: name); reply.ok() } catch { reply.error(error) }
     }
 
-    public func rmdir(parent: UInt64, name: String, reply: consuming FuseReply) {
+    public func rmdir(parent: NodeID, name: String, reply: consuming FuseReply) {
         do { try fs.rmdir(parent: parent, name: name); reply.ok() } catch { reply.error(error) }
     }
 
-    public func rename(parent: UInt64, name: String, newParent: UInt64, newName: String, flags: RenameFlags, reply: consuming FuseReply) {
+    public func rename(parent: NodeID, name: String, newParent: NodeID, newName: String, flags: RenameFlags, reply: consuming FuseReply) {
         do { try fs.rename(parent: parent, name: name, newParent: newParent, newName: newName, flags: flags); reply.ok() } catch { reply.error(error) }
     }
 
-    public func link(node: UInt64, newParent: UInt64, newName: String, reply: consuming FuseReply) {
+    public func link(node: NodeID, newParent: NodeID, newName: String, reply: consuming FuseReply) {
         do { reply.entry(try fs.link(node: node, newParent: newParent, newName: newName)) } catch { reply.error(error) }
     }
 
-    public func open(node: UInt64, flags: Int32, reply: consuming FuseReply) {
+    public func open(node: NodeID, flags: Int32, reply: consuming FuseReply) {
         // Writing into a placeholder: download it all first, so local bytes are never mixed
         // with holes a later download would fill (O_TRUNC needs nothing: the bytes go anyway).
         if flags & O_ACCMODE != O_RDONLY, flags & O_TRUNC == 0, let id = fs.placeholder(node: node, range: 0..<Int64.max) {
@@ -139,7 +139,7 @@ public final class FuseAdapter: FuseFilesystem {
     }
 
     /// File reads splice from the cache file: no lock, no Swift allocation.
-    public func read(node: UInt64, handle: UInt64, offset: Int64, size: Int, reply: consuming FuseReply) {
+    public func read(node: NodeID, handle: HandleID, offset: Int64, size: Int, reply: consuming FuseReply) {
         let fd: Int32
         switch ContainerFS.kind(ofHandle: handle) {
         case .file(let d): fd = d
@@ -181,29 +181,29 @@ public final class FuseAdapter: FuseFilesystem {
         reply.data(fd: fd, offset: offset, size: size)
     }
 
-    public func write(node: UInt64, handle: UInt64, offset: Int64, data: UnsafeRawBufferPointer, reply: consuming FuseReply) {
+    public func write(node: NodeID, handle: HandleID, offset: Int64, data: UnsafeRawBufferPointer, reply: consuming FuseReply) {
         do { reply.write(count: try fs.write(node: node, handle: handle, offset: offset, data: data)) } catch { reply.error(error) }
     }
 
-    public func flush(node: UInt64, handle: UInt64, reply: consuming FuseReply) {
+    public func flush(node: NodeID, handle: HandleID, reply: consuming FuseReply) {
         fs.flush(node: node, handle: handle)
         reply.ok()
     }
 
-    public func release(node: UInt64, handle: UInt64, reply: consuming FuseReply) {
+    public func release(node: NodeID, handle: HandleID, reply: consuming FuseReply) {
         fs.release(node: node, handle: handle)
         reply.ok()
     }
 
-    public func fsync(node: UInt64, handle: UInt64, dataOnly: Bool, reply: consuming FuseReply) {
+    public func fsync(node: NodeID, handle: HandleID, dataOnly: Bool, reply: consuming FuseReply) {
         do { try fs.fsync(node: node, handle: handle, dataOnly: dataOnly); reply.ok() } catch { reply.error(error) }
     }
 
-    public func fallocate(node: UInt64, handle: UInt64, mode: Int32, offset: Int64, length: Int64, reply: consuming FuseReply) {
+    public func fallocate(node: NodeID, handle: HandleID, mode: Int32, offset: Int64, length: Int64, reply: consuming FuseReply) {
         do { try fs.fallocate(node: node, handle: handle, mode: mode, offset: offset, length: length); reply.ok() } catch { reply.error(error) }
     }
 
-    public func opendir(node: UInt64, reply: consuming FuseReply) {
+    public func opendir(node: NodeID, reply: consuming FuseReply) {
         if case .versions = ContainerFS.kind(of: node) {
             let box = ReplyBox(reply)
             return fs.versions.opendir(node) { r in
@@ -217,7 +217,7 @@ public final class FuseAdapter: FuseFilesystem {
         do { reply.open(FuseOpen(handle: try fs.opendir(node: node), keepCache: false)) } catch { reply.error(error) }
     }
 
-    public func readdir(node: UInt64, handle: UInt64, offset: Int64, into buffer: inout DirectoryBuffer, plus: Bool) -> Errno? {
+    public func readdir(node: NodeID, handle: HandleID, offset: Int64, into buffer: inout DirectoryBuffer, plus: Bool) -> Errno? {
         do {
             for e in try fs.readdir(node: node, handle: handle, offset: offset, plus: plus, room: buffer.room) {
                 guard buffer.add(name: e.name, entry: e.entry, nextOffset: e.nextOffset) else { break }
@@ -226,18 +226,18 @@ public final class FuseAdapter: FuseFilesystem {
         } catch { return error }
     }
 
-    public func releasedir(node: UInt64, handle: UInt64, reply: consuming FuseReply) {
+    public func releasedir(node: NodeID, handle: HandleID, reply: consuming FuseReply) {
         fs.releasedir(handle: handle)
         reply.ok()
     }
 
-    public func fsyncdir(node: UInt64, handle: UInt64, reply: consuming FuseReply) {
+    public func fsyncdir(node: NodeID, handle: HandleID, reply: consuming FuseReply) {
         do { try fs.fsyncdir(); reply.ok() } catch { reply.error(error) }
     }
 
-    public func statfs(node: UInt64, reply: consuming FuseReply) { reply.statfs(fs.statfs()) }
+    public func statfs(node: NodeID, reply: consuming FuseReply) { reply.statfs(fs.statfs()) }
 
-    public func setxattr(node: UInt64, name: String, value: UnsafeRawBufferPointer, flags: Int32, reply: consuming FuseReply) {
+    public func setxattr(node: NodeID, name: String, value: UnsafeRawBufferPointer, flags: Int32, reply: consuming FuseReply) {
         if ContainerFS.serverXattrs.contains(name) {
             let box = ReplyBox(reply)
             return fs.resolve(node: node, name: name, value: Array(value)) { e in
@@ -248,7 +248,7 @@ public final class FuseAdapter: FuseFilesystem {
         do { try fs.setxattr(node: node, name: name, value: Array(value), flags: flags); reply.ok() } catch { reply.error(error) }
     }
 
-    public func getxattr(node: UInt64, name: String, size: Int, reply: consuming FuseReply) {
+    public func getxattr(node: NodeID, name: String, size: Int, reply: consuming FuseReply) {
         if name == "user.nimbus.versions" {
             let box = ReplyBox(reply)
             return fs.versionsText(node: node) { r in
@@ -265,14 +265,14 @@ public final class FuseAdapter: FuseFilesystem {
         } catch { reply.error(error) }
     }
 
-    public func listxattr(node: UInt64, size: Int, reply: consuming FuseReply) {
+    public func listxattr(node: NodeID, size: Int, reply: consuming FuseReply) {
         do {
             let v = try fs.listxattr(node: node)
             if size == 0 { reply.xattrSize(v.count) } else if v.count > size { reply.error(.ERANGE) } else { reply.bytes(v) }
         } catch { reply.error(error) }
     }
 
-    public func removexattr(node: UInt64, name: String, reply: consuming FuseReply) {
+    public func removexattr(node: NodeID, name: String, reply: consuming FuseReply) {
         do { try fs.removexattr(node: node, name: name); reply.ok() } catch { reply.error(error) }
     }
 
@@ -283,9 +283,9 @@ public final class FuseAdapter: FuseFilesystem {
 public struct SessionKernelCache: KernelCache {
     public let session: FuseSession
     public init(_ session: FuseSession) { self.session = session }
-    public func invalidateNode(_ node: UInt64) { session.invalidateNode(node) }
-    public func invalidateEntry(parent: UInt64, name: String) { session.invalidateEntry(parent: parent, name: name) }
-    public func notifyDelete(parent: UInt64, child: UInt64, name: String) { session.notifyDelete(parent: parent, child: child, name: name) }
+    public func invalidateNode(_ node: NodeID) { session.invalidateNode(node) }
+    public func invalidateEntry(parent: NodeID, name: String) { session.invalidateEntry(parent: parent, name: name) }
+    public func notifyDelete(parent: NodeID, child: NodeID, name: String) { session.notifyDelete(parent: parent, child: child, name: name) }
 }
 
 /// Carries a reply into a provider's completion (which may run on any thread, exactly once).

@@ -1,3 +1,4 @@
+import FuseKit
 import Glibc
 import LocalStore
 import NimbusCore
@@ -8,11 +9,11 @@ final class Node {
     /// Kernel lookup count: +1 per entry reply (lookup, create, mkdir, readdirplus…), −n per forget.
     var lookups: UInt64 = 0
     /// Node id of the parent folder (root: itself); mirrors `rec.parent`.
-    var parentNode: UInt64 = 1
+    var parentNode = NodeID.root
     /// Open file handles (files) — an unlinked file lives on while either count is positive.
     var openHandles = 0
     /// Every open handle of this file (for swapping the cache file under readers).
-    var handles: Set<UInt64> = []
+    var handles: Set<HandleID> = []
     /// Handles open for writing. While positive (and no fsync since the last write) the content
     /// is mid-save: the sync engine must not upload it (DESIGN §4 Push).
     var writers = 0
@@ -43,12 +44,12 @@ final class Node {
     init(_ rec: ItemRecord) { self.rec = rec }
 
     var isDir: Bool { rec.kind == .folder }
-    var node: UInt64 { rec.node }
+    var node: NodeID { rec.node }
 }
 
 /// A folder's names → node ids. Names compare by their bytes, as on every Linux filesystem
 /// (`ItemName.same`): an NFC and an NFD spelling of `é` are two entries, as they are two items
-/// on the server. A `[String: UInt64]` would make them one (Swift's `String ==` compares
+/// on the server. A `[String: NodeID]` would make them one (Swift's `String ==` compares
 /// canonical equivalence).
 struct Children: Sequence {
     private struct Key: Hashable {
@@ -56,42 +57,55 @@ struct Children: Sequence {
         static func == (a: Key, b: Key) -> Bool { ItemName.same(a.name, b.name) }
         func hash(into h: inout Hasher) { ItemName.hashBytes(name, into: &h) }
     }
-    private var map: [Key: UInt64] = [:]
+    private var map: [Key: NodeID] = [:]
 
-    subscript(name: String) -> UInt64? {
+    subscript(name: String) -> NodeID? {
         get { map[Key(name: name)] }
         set { map[Key(name: name)] = newValue }
     }
     var isEmpty: Bool { map.isEmpty }
     var count: Int { map.count }
 
-    func makeIterator() -> some IteratorProtocol<(name: String, node: UInt64)> {
+    func makeIterator() -> some IteratorProtocol<(name: String, node: NodeID)> {
         map.lazy.map { (name: $0.key.name, node: $0.value) }.makeIterator()
     }
 }
 
 /// The tables behind the lock.
 final class Tables {
-    var nodes: [UInt64: Node] = [:]
+    var nodes: [NodeID: Node] = [:]
     /// Item id → node id of every node in `nodes` (the sync engine addresses items by id).
-    var byID: [ItemID: UInt64] = [:]
-    var nextNode: UInt64 = 16
+    var byID: [ItemID: NodeID] = [:]
+    var nextNode = ContainerFS.firstItemNode
     /// The last write generation given out (`ContainerFS.bumpWriteGen`).
     var lastWriteGen: UInt64 = 0
     /// File handles open for writing (handles are the cache-file descriptors).
-    var writerHandles: Set<UInt64> = []
+    var writerHandles: Set<HandleID> = []
     /// Handles whose file's content was replaced by a remote version while they were open: they
     /// keep reading the old cache file (unlinked, so only they see it). `present` says which bytes
     /// of it are there (nil: all); reads of the rest fail with EIO — never a mix of versions.
-    var stale: [UInt64: StaleHandle] = [:]
+    var stale: [HandleID: StaleHandle] = [:]
     /// Safe-save detection (ContainerFS+Remove.swift): files recently renamed away from a name,
     /// and new files created under such a name (new node → renamed node, when).
-    var renamedAway: [(folder: UInt64, name: String, node: UInt64, at: UInt64)] = []
-    var safeSaves: [UInt64: (renamed: UInt64, at: UInt64)] = [:]
+    var renamedAway: [(folder: NodeID, name: String, node: NodeID, at: UInt64)] = []
+    var safeSaves: [NodeID: (renamed: NodeID, at: UInt64)] = [:]
     /// Open directory listings: handle → snapshot.
-    var dirs: [UInt64: DirSnapshot] = [:]
-    var nextDirHandle: UInt64 = 1
+    var dirs: [HandleID: DirSnapshot] = [:]
+    var nextDirHandle = ContainerFS.firstDirHandle
     var openFiles = 0
+
+    /// The id for a new node: the next in order, never given out before in this mount (nor, as
+    /// `loadTree` starts above every stored one, stored).
+    func newNode() -> NodeID {
+        defer { nextNode = nextNode.successor }
+        return nextNode
+    }
+
+    /// The handle for a new listing.
+    func newDirHandle() -> HandleID {
+        defer { nextDirHandle = nextDirHandle.successor }
+        return nextDirHandle
+    }
 }
 
 /// A reader of `.nimbus/events`: `caller` nil sees every line; otherwise only the lines whose
@@ -108,8 +122,8 @@ struct StaleHandle {
 /// A directory listing fixed at `opendir` (and at rewind): offsets index into it, so entries
 /// are neither skipped nor repeated while the folder changes.
 struct DirSnapshot {
-    var node: UInt64
-    var entries: [(name: String, node: UInt64)]
+    var node: NodeID
+    var entries: [(name: String, node: NodeID)]
 }
 
 /// A pthread mutex. Lock order in ContainerFS: `lock` → LocalStore's queue lock. Nothing is

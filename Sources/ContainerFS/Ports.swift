@@ -103,7 +103,7 @@ public protocol VersionReader: Sendable {
 /// The kernel's caches, for changes that did not come through the kernel (remote changes).
 /// The FUSE adapter implements it; tests use a recorder.
 public protocol KernelCache: Sendable {
-    func invalidateNode(_ node: UInt64)
-    func invalidateEntry(parent: UInt64, name: String)
-    func notifyDelete(parent: UInt64, child: UInt64, name: String)
+    func invalidateNode(_ node: NodeID)
+    func invalidateEntry(parent: NodeID, name: String)
+    func notifyDelete(parent: NodeID, child: NodeID, name: String)
 }

@@ -6,7 +6,7 @@ import Synchronization
 // `.nimbus/versions/PATH/` (docs/sync.md "Conflicts and versions"): a read-only mirror of the
 // tree where every file is a folder listing its other versions (conflict and earlier ones),
 // one read-only file each. `cat`/`cp` an entry streams that version from the server; `rm` of a
-// conflict entry discards it on the server. Its nodes live above `virtualBase`.
+// conflict entry discards it on the server. Its nodes are numbered in `versionsNodes`.
 //
 // Whatever needs the server — a file's version list, a version's bytes, a discard — answers
 // through a callback (the FUSE adapter defers its reply), bounded by the engine's read timeout:
@@ -38,13 +38,14 @@ final class VersionsFS: Sendable {
         case entry(ItemID, Int64)
     }
     struct State {
-        var byNode: [UInt64: VNode] = [:]
-        var byKey: [VNode: UInt64] = [:]
-        var next = ContainerFS.virtualBase
-        var entries: [UInt64: VersionEntry] = [:]
+        var byNode: [NodeID: VNode] = [:]
+        var byKey: [VNode: NodeID] = [:]
+        var next = ContainerFS.versionsNodes.lowerBound
+        var entries: [NodeID: VersionEntry] = [:]
         var lists: [ItemID: (at: ContinuousClock.Instant, list: [VersionEntry])] = [:]
-        var readers: [UInt64: any VersionReader] = [:]
-        var nextHandle: UInt64 = 0
+        var readers: [HandleID: any VersionReader] = [:]
+        /// The last handle given out.
+        var lastHandle = ContainerFS.versionHandles.lowerBound
     }
     let state = Mutex(State())
     let source: (any VersionSource)?
@@ -56,19 +57,19 @@ final class VersionsFS: Sendable {
         self.source = source
     }
 
-    func node(_ v: VNode) -> UInt64 {
+    func node(_ v: VNode) -> NodeID {
         if case .mirror(let id) = v, id == .root { return ContainerFS.controlVersionsNode }
         return state.withLock { s in
             if let n = s.byKey[v] { return n }
             let n = s.next
-            s.next += 1
+            s.next = n.successor
             s.byKey[v] = n
             s.byNode[n] = v
             return n
         }
     }
 
-    func vnode(_ n: UInt64) -> VNode? {
+    func vnode(_ n: NodeID) -> VNode? {
         if n == ContainerFS.controlVersionsNode { return .mirror(.root) }
         return state.withLock { $0.byNode[n] }
     }
@@ -90,12 +91,12 @@ final class VersionsFS: Sendable {
 
     // MARK: attributes (from memory)
 
-    func attr(_ node: UInt64) throws(Errno) -> stat {
+    func attr(_ node: NodeID) throws(Errno) -> stat {
         try fs.lock.withLock { () throws(Errno) -> stat in try attrLocked(node) }
     }
 
     /// `attr` with the filesystem's lock held (readdir fills entries under it).
-    func attrLocked(_ node: UInt64) throws(Errno) -> stat {
+    func attrLocked(_ node: NodeID) throws(Errno) -> stat {
         guard let v = vnode(node) else { throw .ENOENT }
         // Each node carries the owner and permissions of the item it mirrors, so the kernel
         // (default_permissions) lets a user into `.nimbus/versions/PATH/` exactly where it lets
@@ -107,7 +108,7 @@ final class VersionsFS: Sendable {
             throw .ENOENT
         }
         var st = stat()
-        st.st_ino = UInt(node)
+        st.node = node
         st.st_uid = rec.uid
         st.st_gid = rec.gid
         st.st_blksize = 4096
@@ -136,12 +137,12 @@ final class VersionsFS: Sendable {
         return st
     }
 
-    func entry(_ node: UInt64) throws(Errno) -> FuseEntry {
+    func entry(_ node: NodeID) throws(Errno) -> FuseEntry {
         FuseEntry(node: node, attr: try attr(node), attrTimeout: fs.options.attrTimeout, entryTimeout: fs.options.entryTimeout)
     }
 
     /// `entry` with the filesystem's lock held.
-    func entryLocked(_ node: UInt64) throws(Errno) -> FuseEntry {
+    func entryLocked(_ node: NodeID) throws(Errno) -> FuseEntry {
         FuseEntry(node: node, attr: try attrLocked(node), attrTimeout: fs.options.attrTimeout, entryTimeout: fs.options.entryTimeout)
     }
 
@@ -160,7 +161,7 @@ final class VersionsFS: Sendable {
     }
 
     /// The children of a versions folder: (name, node), registering their nodes.
-    func children(_ node: UInt64, done: @escaping @Sendable (Result<[(name: String, node: UInt64)], Errno>) -> Void) {
+    func children(_ node: NodeID, done: @escaping @Sendable (Result<[(name: String, node: NodeID)], Errno>) -> Void) {
         guard let v = vnode(node) else { return done(.failure(.ENOENT)) }
         switch v {
         case .mirror(let id):
@@ -197,7 +198,7 @@ final class VersionsFS: Sendable {
         }
     }
 
-    func lookup(parent: UInt64, name: String, done: @escaping @Sendable (Result<FuseEntry, Errno>) -> Void) {
+    func lookup(parent: NodeID, name: String, done: @escaping @Sendable (Result<FuseEntry, Errno>) -> Void) {
         children(parent) { [self] r in
             done(r.flatMap { kids in
                 guard let child = kids.first(where: { ItemName.same($0.name, name) }) else { return .failure(.ENOENT) }
@@ -207,14 +208,13 @@ final class VersionsFS: Sendable {
     }
 
     /// Opens a versions folder: its listing is taken now (readdir serves it from memory).
-    func opendir(_ node: UInt64, done: @escaping @Sendable (Result<UInt64, Errno>) -> Void) {
+    func opendir(_ node: NodeID, done: @escaping @Sendable (Result<HandleID, Errno>) -> Void) {
         let up = node == ContainerFS.controlVersionsNode ? ContainerFS.controlDirNode : ContainerFS.controlVersionsNode
         children(node) { [fs] r in
             done(r.map { kids in
                 let snap = DirSnapshot(node: node, entries: [(".", node), ("..", up)] + kids)
-                return fs.lock.withLock { () -> UInt64 in
-                    let h = fs.t.nextDirHandle
-                    fs.t.nextDirHandle += 1
+                return fs.lock.withLock { () -> HandleID in
+                    let h = fs.t.newDirHandle()
                     fs.t.dirs[h] = snap
                     return h
                 }
@@ -225,39 +225,39 @@ final class VersionsFS: Sendable {
     // MARK: version content (streamed from the server)
 
     /// Opens an entry read-only; its bytes are fetched as they are read (`read`).
-    func open(_ node: UInt64, flags: Int32, done: @escaping @Sendable (Result<FuseOpen, Errno>) -> Void) {
+    func open(_ node: NodeID, flags: Int32, done: @escaping @Sendable (Result<FuseOpen, Errno>) -> Void) {
         guard case .entry(let id, let version)? = vnode(node) else { return done(.failure(.EISDIR)) }
         if flags & O_ACCMODE != O_RDONLY || flags & O_TRUNC != 0 { return done(.failure(.EROFS)) }
         guard let source else { return done(.failure(.ENOENT)) }
         source.openVersion(id, version: version) { [self] r in
             done(r.map { reader in
-                let h = state.withLock { s -> UInt64 in
-                    s.nextHandle += 1
-                    s.readers[ContainerFS.versionHandleBase + s.nextHandle] = reader
-                    return ContainerFS.versionHandleBase + s.nextHandle
+                let h = state.withLock { s -> HandleID in
+                    s.lastHandle = s.lastHandle.successor
+                    s.readers[s.lastHandle] = reader
+                    return s.lastHandle
                 }
                 return FuseOpen(handle: h, keepCache: false, directIO: true)
             })
         }
     }
 
-    func read(handle: UInt64, offset: Int64, size: Int, done: @escaping @Sendable (Result<[UInt8], Errno>) -> Void) {
+    func read(handle: HandleID, offset: Int64, size: Int, done: @escaping @Sendable (Result<[UInt8], Errno>) -> Void) {
         guard offset >= 0, size >= 0, offset <= Int64.max - Int64(size) else { return done(.failure(.EINVAL)) }
         guard let reader = state.withLock({ $0.readers[handle] }) else { return done(.failure(.EBADF)) }
         reader.read(offset..<(offset + Int64(size)), done: done)
     }
 
-    func release(handle: UInt64) {
+    func release(handle: HandleID) {
         state.withLock { _ = $0.readers.removeValue(forKey: handle) }
     }
 
     // MARK: discarding a conflict
 
     /// `rm` of an entry: a conflict version is discarded on the server; history stays (EPERM).
-    func unlink(parent: UInt64, name: String, done: @escaping @Sendable (Errno?) -> Void) {
+    func unlink(parent: NodeID, name: String, done: @escaping @Sendable (Errno?) -> Void) {
         guard case .versions(let id)? = vnode(parent) else { return done(.EPERM) }
         children(parent) { [self] r in
-            let kids: [(name: String, node: UInt64)]
+            let kids: [(name: String, node: NodeID)]
             switch r {
             case .failure(let e): return done(e)
             case .success(let k): kids = k
@@ -274,8 +274,10 @@ final class VersionsFS: Sendable {
 }
 
 extension ContainerFS {
-    static let controlVersionsNode: UInt64 = 7
-    static let virtualBase: UInt64 = 1 << 48
+    /// `.nimbus/versions` itself (a node of `.nimbus/`'s reserved range).
+    static let controlVersionsNode = NodeID(rawValue: 7)
+    /// The nodes below `.nimbus/versions` (above every item's).
+    static let versionsNodes = NodeID(rawValue: 1 << 48)...
 
-    static func isVersionsNode(_ n: UInt64) -> Bool { n == controlVersionsNode || n >= virtualBase }
+    static func isVersionsNode(_ n: NodeID) -> Bool { n == controlVersionsNode || versionsNodes.contains(n) }
 }

@@ -94,49 +94,49 @@ public struct DirectoryBuffer: ~Copyable {
 public protocol FuseFilesystem: AnyObject, Sendable {
     func initialize(capabilities: UInt32)
     func destroy()
-    func lookup(parent: UInt64, name: String, reply: consuming FuseReply)
-    func forget(node: UInt64, count: UInt64)
-    func getattr(node: UInt64, handle: UInt64?, reply: consuming FuseReply)
-    func setattr(node: UInt64, _ changes: FuseSetAttr, handle: UInt64?, reply: consuming FuseReply)
-    func readlink(node: UInt64, reply: consuming FuseReply)
-    func mknod(parent: UInt64, name: String, mode: mode_t, rdev: dev_t, reply: consuming FuseReply)
-    func mkdir(parent: UInt64, name: String, mode: mode_t, reply: consuming FuseReply)
-    func unlink(parent: UInt64, name: String, reply: consuming FuseReply)
-    func rmdir(parent: UInt64, name: String, reply: consuming FuseReply)
-    func symlink(target: [UInt8], parent: UInt64, name: String, reply: consuming FuseReply)
-    func rename(parent: UInt64, name: String, newParent: UInt64, newName: String, flags: RenameFlags, reply: consuming FuseReply)
-    func link(node: UInt64, newParent: UInt64, newName: String, reply: consuming FuseReply)
-    func open(node: UInt64, flags: Int32, reply: consuming FuseReply)
-    func create(parent: UInt64, name: String, mode: mode_t, flags: Int32, reply: consuming FuseReply)
-    func read(node: UInt64, handle: UInt64, offset: Int64, size: Int, reply: consuming FuseReply)
-    func write(node: UInt64, handle: UInt64, offset: Int64, data: UnsafeRawBufferPointer, reply: consuming FuseReply)
-    func flush(node: UInt64, handle: UInt64, reply: consuming FuseReply)
-    func release(node: UInt64, handle: UInt64, reply: consuming FuseReply)
-    func fsync(node: UInt64, handle: UInt64, dataOnly: Bool, reply: consuming FuseReply)
-    func fallocate(node: UInt64, handle: UInt64, mode: Int32, offset: Int64, length: Int64, reply: consuming FuseReply)
-    func opendir(node: UInt64, reply: consuming FuseReply)
-    func readdir(node: UInt64, handle: UInt64, offset: Int64, into buffer: inout DirectoryBuffer, plus: Bool) -> Errno?
-    func releasedir(node: UInt64, handle: UInt64, reply: consuming FuseReply)
-    func fsyncdir(node: UInt64, handle: UInt64, reply: consuming FuseReply)
-    func statfs(node: UInt64, reply: consuming FuseReply)
-    func setxattr(node: UInt64, name: String, value: UnsafeRawBufferPointer, flags: Int32, reply: consuming FuseReply)
+    func lookup(parent: NodeID, name: String, reply: consuming FuseReply)
+    func forget(node: NodeID, count: UInt64)
+    func getattr(node: NodeID, handle: HandleID?, reply: consuming FuseReply)
+    func setattr(node: NodeID, _ changes: FuseSetAttr, handle: HandleID?, reply: consuming FuseReply)
+    func readlink(node: NodeID, reply: consuming FuseReply)
+    func mknod(parent: NodeID, name: String, mode: mode_t, rdev: dev_t, reply: consuming FuseReply)
+    func mkdir(parent: NodeID, name: String, mode: mode_t, reply: consuming FuseReply)
+    func unlink(parent: NodeID, name: String, reply: consuming FuseReply)
+    func rmdir(parent: NodeID, name: String, reply: consuming FuseReply)
+    func symlink(target: [UInt8], parent: NodeID, name: String, reply: consuming FuseReply)
+    func rename(parent: NodeID, name: String, newParent: NodeID, newName: String, flags: RenameFlags, reply: consuming FuseReply)
+    func link(node: NodeID, newParent: NodeID, newName: String, reply: consuming FuseReply)
+    func open(node: NodeID, flags: Int32, reply: consuming FuseReply)
+    func create(parent: NodeID, name: String, mode: mode_t, flags: Int32, reply: consuming FuseReply)
+    func read(node: NodeID, handle: HandleID, offset: Int64, size: Int, reply: consuming FuseReply)
+    func write(node: NodeID, handle: HandleID, offset: Int64, data: UnsafeRawBufferPointer, reply: consuming FuseReply)
+    func flush(node: NodeID, handle: HandleID, reply: consuming FuseReply)
+    func release(node: NodeID, handle: HandleID, reply: consuming FuseReply)
+    func fsync(node: NodeID, handle: HandleID, dataOnly: Bool, reply: consuming FuseReply)
+    func fallocate(node: NodeID, handle: HandleID, mode: Int32, offset: Int64, length: Int64, reply: consuming FuseReply)
+    func opendir(node: NodeID, reply: consuming FuseReply)
+    func readdir(node: NodeID, handle: HandleID, offset: Int64, into buffer: inout DirectoryBuffer, plus: Bool) -> Errno?
+    func releasedir(node: NodeID, handle: HandleID, reply: consuming FuseReply)
+    func fsyncdir(node: NodeID, handle: HandleID, reply: consuming FuseReply)
+    func statfs(node: NodeID, reply: consuming FuseReply)
+    func setxattr(node: NodeID, name: String, value: UnsafeRawBufferPointer, flags: Int32, reply: consuming FuseReply)
     /// `size` 0 asks for the value's size (`reply.xattrSize`); otherwise answer the bytes or `ERANGE`.
-    func getxattr(node: UInt64, name: String, size: Int, reply: consuming FuseReply)
-    func listxattr(node: UInt64, size: Int, reply: consuming FuseReply)
-    func removexattr(node: UInt64, name: String, reply: consuming FuseReply)
+    func getxattr(node: NodeID, name: String, size: Int, reply: consuming FuseReply)
+    func listxattr(node: NodeID, size: Int, reply: consuming FuseReply)
+    func removexattr(node: NodeID, name: String, reply: consuming FuseReply)
 
     /// Whether the kernel should send fcntl and flock locks here (else it keeps them itself).
     var handlesLocks: Bool { get }
     /// F_GETLK: answer `reply.lock` with the first conflicting lock, or the request with F_UNLCK.
-    func getlk(node: UInt64, handle: UInt64, owner: UInt64, lock: FuseLock, reply: consuming FuseReply)
+    func getlk(node: NodeID, handle: HandleID, owner: UInt64, lock: FuseLock, reply: consuming FuseReply)
     /// F_SETLK / F_SETLKW (`wait`): answer ok, EAGAIN, EDEADLK or EINTR (see `FuseReply.watchInterrupt`).
-    func setlk(node: UInt64, handle: UInt64, owner: UInt64, lock: FuseLock, wait: Bool, reply: consuming FuseReply)
+    func setlk(node: NodeID, handle: HandleID, owner: UInt64, lock: FuseLock, wait: Bool, reply: consuming FuseReply)
     /// flock(2): `operation` is LOCK_SH, LOCK_EX or LOCK_UN, with LOCK_NB when not waiting.
-    func flock(node: UInt64, handle: UInt64, owner: UInt64, operation: Int32, reply: consuming FuseReply)
+    func flock(node: NodeID, handle: HandleID, owner: UInt64, operation: Int32, reply: consuming FuseReply)
     /// The locks of `owner` on `node` end: its POSIX locks at a close (`flush`), or its flock
     /// lock when the last descriptor of an open file description goes (`flock: true`). Called
     /// before `flush` / `release`.
-    func releaseLocks(node: UInt64, owner: UInt64, flock: Bool)
+    func releaseLocks(node: NodeID, owner: UInt64, flock: Bool)
     /// A request registered with `FuseReply.watchInterrupt(token)` was interrupted by a signal.
     func interrupted(token: UInt64)
 }
@@ -144,39 +144,39 @@ public protocol FuseFilesystem: AnyObject, Sendable {
 extension FuseFilesystem {
     public func initialize(capabilities: UInt32) {}
     public func destroy() {}
-    public func forget(node: UInt64, count: UInt64) {}
-    public func lookup(parent: UInt64, name: String, reply: consuming FuseReply) { reply.error(.ENOSYS) }
-    public func getattr(node: UInt64, handle: UInt64?, reply: consuming FuseReply) { reply.error(.ENOSYS) }
-    public func setattr(node: UInt64, _ changes: FuseSetAttr, handle: UInt64?, reply: consuming FuseReply) { reply.error(.ENOSYS) }
-    public func readlink(node: UInt64, reply: consuming FuseReply) { reply.error(.ENOSYS) }
-    public func mknod(parent: UInt64, name: String, mode: mode_t, rdev: dev_t, reply: consuming FuseReply) { reply.error(.ENOSYS) }
-    public func mkdir(parent: UInt64, name: String, mode: mode_t, reply: consuming FuseReply) { reply.error(.ENOSYS) }
-    public func unlink(parent: UInt64, name: String, reply: consuming FuseReply) { reply.error(.ENOSYS) }
-    public func rmdir(parent: UInt64, name: String, reply: consuming FuseReply) { reply.error(.ENOSYS) }
-    public func symlink(target: [UInt8], parent: UInt64, name: String, reply: consuming FuseReply) { reply.error(.ENOSYS) }
-    public func rename(parent: UInt64, name: String, newParent: UInt64, newName: String, flags: RenameFlags, reply: consuming FuseReply) { reply.error(.ENOSYS) }
-    public func link(node: UInt64, newParent: UInt64, newName: String, reply: consuming FuseReply) { reply.error(.ENOSYS) }
-    public func open(node: UInt64, flags: Int32, reply: consuming FuseReply) { reply.error(.ENOSYS) }
-    public func create(parent: UInt64, name: String, mode: mode_t, flags: Int32, reply: consuming FuseReply) { reply.error(.ENOSYS) }
-    public func read(node: UInt64, handle: UInt64, offset: Int64, size: Int, reply: consuming FuseReply) { reply.error(.ENOSYS) }
-    public func write(node: UInt64, handle: UInt64, offset: Int64, data: UnsafeRawBufferPointer, reply: consuming FuseReply) { reply.error(.ENOSYS) }
-    public func flush(node: UInt64, handle: UInt64, reply: consuming FuseReply) { reply.ok() }
-    public func release(node: UInt64, handle: UInt64, reply: consuming FuseReply) { reply.ok() }
-    public func fsync(node: UInt64, handle: UInt64, dataOnly: Bool, reply: consuming FuseReply) { reply.ok() }
-    public func fallocate(node: UInt64, handle: UInt64, mode: Int32, offset: Int64, length: Int64, reply: consuming FuseReply) { reply.error(.EOPNOTSUPP) }
-    public func opendir(node: UInt64, reply: consuming FuseReply) { reply.open(FuseOpen(handle: 0)) }
-    public func readdir(node: UInt64, handle: UInt64, offset: Int64, into buffer: inout DirectoryBuffer, plus: Bool) -> Errno? { .ENOSYS }
-    public func releasedir(node: UInt64, handle: UInt64, reply: consuming FuseReply) { reply.ok() }
-    public func fsyncdir(node: UInt64, handle: UInt64, reply: consuming FuseReply) { reply.ok() }
-    public func statfs(node: UInt64, reply: consuming FuseReply) { reply.error(.ENOSYS) }
-    public func setxattr(node: UInt64, name: String, value: UnsafeRawBufferPointer, flags: Int32, reply: consuming FuseReply) { reply.error(.ENOTSUP) }
-    public func getxattr(node: UInt64, name: String, size: Int, reply: consuming FuseReply) { reply.error(.ENODATA) }
-    public func listxattr(node: UInt64, size: Int, reply: consuming FuseReply) { reply.xattrSize(0) }
-    public func removexattr(node: UInt64, name: String, reply: consuming FuseReply) { reply.error(.ENODATA) }
+    public func forget(node: NodeID, count: UInt64) {}
+    public func lookup(parent: NodeID, name: String, reply: consuming FuseReply) { reply.error(.ENOSYS) }
+    public func getattr(node: NodeID, handle: HandleID?, reply: consuming FuseReply) { reply.error(.ENOSYS) }
+    public func setattr(node: NodeID, _ changes: FuseSetAttr, handle: HandleID?, reply: consuming FuseReply) { reply.error(.ENOSYS) }
+    public func readlink(node: NodeID, reply: consuming FuseReply) { reply.error(.ENOSYS) }
+    public func mknod(parent: NodeID, name: String, mode: mode_t, rdev: dev_t, reply: consuming FuseReply) { reply.error(.ENOSYS) }
+    public func mkdir(parent: NodeID, name: String, mode: mode_t, reply: consuming FuseReply) { reply.error(.ENOSYS) }
+    public func unlink(parent: NodeID, name: String, reply: consuming FuseReply) { reply.error(.ENOSYS) }
+    public func rmdir(parent: NodeID, name: String, reply: consuming FuseReply) { reply.error(.ENOSYS) }
+    public func symlink(target: [UInt8], parent: NodeID, name: String, reply: consuming FuseReply) { reply.error(.ENOSYS) }
+    public func rename(parent: NodeID, name: String, newParent: NodeID, newName: String, flags: RenameFlags, reply: consuming FuseReply) { reply.error(.ENOSYS) }
+    public func link(node: NodeID, newParent: NodeID, newName: String, reply: consuming FuseReply) { reply.error(.ENOSYS) }
+    public func open(node: NodeID, flags: Int32, reply: consuming FuseReply) { reply.error(.ENOSYS) }
+    public func create(parent: NodeID, name: String, mode: mode_t, flags: Int32, reply: consuming FuseReply) { reply.error(.ENOSYS) }
+    public func read(node: NodeID, handle: HandleID, offset: Int64, size: Int, reply: consuming FuseReply) { reply.error(.ENOSYS) }
+    public func write(node: NodeID, handle: HandleID, offset: Int64, data: UnsafeRawBufferPointer, reply: consuming FuseReply) { reply.error(.ENOSYS) }
+    public func flush(node: NodeID, handle: HandleID, reply: consuming FuseReply) { reply.ok() }
+    public func release(node: NodeID, handle: HandleID, reply: consuming FuseReply) { reply.ok() }
+    public func fsync(node: NodeID, handle: HandleID, dataOnly: Bool, reply: consuming FuseReply) { reply.ok() }
+    public func fallocate(node: NodeID, handle: HandleID, mode: Int32, offset: Int64, length: Int64, reply: consuming FuseReply) { reply.error(.EOPNOTSUPP) }
+    public func opendir(node: NodeID, reply: consuming FuseReply) { reply.open(FuseOpen(handle: .absent)) }
+    public func readdir(node: NodeID, handle: HandleID, offset: Int64, into buffer: inout DirectoryBuffer, plus: Bool) -> Errno? { .ENOSYS }
+    public func releasedir(node: NodeID, handle: HandleID, reply: consuming FuseReply) { reply.ok() }
+    public func fsyncdir(node: NodeID, handle: HandleID, reply: consuming FuseReply) { reply.ok() }
+    public func statfs(node: NodeID, reply: consuming FuseReply) { reply.error(.ENOSYS) }
+    public func setxattr(node: NodeID, name: String, value: UnsafeRawBufferPointer, flags: Int32, reply: consuming FuseReply) { reply.error(.ENOTSUP) }
+    public func getxattr(node: NodeID, name: String, size: Int, reply: consuming FuseReply) { reply.error(.ENODATA) }
+    public func listxattr(node: NodeID, size: Int, reply: consuming FuseReply) { reply.xattrSize(0) }
+    public func removexattr(node: NodeID, name: String, reply: consuming FuseReply) { reply.error(.ENODATA) }
     public var handlesLocks: Bool { false }
-    public func getlk(node: UInt64, handle: UInt64, owner: UInt64, lock: FuseLock, reply: consuming FuseReply) { reply.error(.ENOSYS) }
-    public func setlk(node: UInt64, handle: UInt64, owner: UInt64, lock: FuseLock, wait: Bool, reply: consuming FuseReply) { reply.error(.ENOSYS) }
-    public func flock(node: UInt64, handle: UInt64, owner: UInt64, operation: Int32, reply: consuming FuseReply) { reply.error(.ENOSYS) }
-    public func releaseLocks(node: UInt64, owner: UInt64, flock: Bool) {}
+    public func getlk(node: NodeID, handle: HandleID, owner: UInt64, lock: FuseLock, reply: consuming FuseReply) { reply.error(.ENOSYS) }
+    public func setlk(node: NodeID, handle: HandleID, owner: UInt64, lock: FuseLock, wait: Bool, reply: consuming FuseReply) { reply.error(.ENOSYS) }
+    public func flock(node: NodeID, handle: HandleID, owner: UInt64, operation: Int32, reply: consuming FuseReply) { reply.error(.ENOSYS) }
+    public func releaseLocks(node: NodeID, owner: UInt64, flock: Bool) {}
     public func interrupted(token: UInt64) {}
 }

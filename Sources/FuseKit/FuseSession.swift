@@ -107,18 +107,18 @@ public final class FuseSession: @unchecked Sendable {
 
     /// Drops cached attributes and (for `length` 0 = all) cached pages of `node`.
     @discardableResult
-    public func invalidateNode(_ node: UInt64, offset: Int64 = 0, length: Int64 = 0) -> Int32 {
-        withSession { fuse_lowlevel_notify_inval_inode($0, node, off_t(offset), off_t(length)) }
+    public func invalidateNode(_ node: NodeID, offset: Int64 = 0, length: Int64 = 0) -> Int32 {
+        withSession { fuse_lowlevel_notify_inval_inode($0, node.rawValue, off_t(offset), off_t(length)) }
     }
     /// Drops the cached name `name` in folder `parent` (remote create, rename, delete).
     @discardableResult
-    public func invalidateEntry(parent: UInt64, name: String) -> Int32 {
-        withSession { se in name.withCString { fuse_lowlevel_notify_inval_entry(se, parent, $0, strlen($0)) } }
+    public func invalidateEntry(parent: NodeID, name: String) -> Int32 {
+        withSession { se in name.withCString { fuse_lowlevel_notify_inval_entry(se, parent.rawValue, $0, strlen($0)) } }
     }
     /// Tells the kernel that `name` in `parent` (node `child`) is gone (also closes inotify watches).
     @discardableResult
-    public func notifyDelete(parent: UInt64, child: UInt64, name: String) -> Int32 {
-        withSession { se in name.withCString { fuse_lowlevel_notify_delete(se, parent, child, $0, strlen($0)) } }
+    public func notifyDelete(parent: NodeID, child: NodeID, name: String) -> Int32 {
+        withSession { se in name.withCString { fuse_lowlevel_notify_delete(se, parent.rawValue, child.rawValue, $0, strlen($0)) } }
     }
 
     private func withSession(_ body: (OpaquePointer) -> Int32) -> Int32 {

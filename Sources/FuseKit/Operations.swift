@@ -3,8 +3,10 @@ import Glibc
 
 // The C operation table. Each entry is a capture-free closure (so it converts to a C function
 // pointer) that finds the Swift session through fuse_req_userdata and forwards typed arguments.
-// Names that are not valid UTF-8 are refused with EILSEQ here: item names are UTF-8 everywhere
-// (the server protocol is JSON).
+// Node and handle ids become `NodeID` and `HandleID` here, on the way in (Reply.swift and
+// FuseSession.swift turn them back into the kernel's numbers on the way out). Names that are not
+// valid UTF-8 are refused with EILSEQ here: item names are UTF-8 everywhere (the server protocol
+// is JSON).
 
 @inline(__always)
 private func fs(_ req: fuse_req_t?) -> any FuseFilesystem {
@@ -44,136 +46,136 @@ func makeOperations() -> fuse_lowlevel_ops {
     o.lookup = { req, parent, n in
         let r = FuseReply(req!)
         guard let n = name(n) else { return r.error(.EILSEQ) }
-        fs(req).lookup(parent: parent, name: n, reply: r)
+        fs(req).lookup(parent: NodeID(rawValue: parent), name: n, reply: r)
     }
     o.forget = { req, node, count in
-        fs(req).forget(node: node, count: count)
+        fs(req).forget(node: NodeID(rawValue: node), count: count)
         fuse_reply_none(req)
     }
     o.forget_multi = { req, count, list in
         let f = fs(req)
-        for i in 0..<count { f.forget(node: list![i].ino, count: list![i].nlookup) }
+        for i in 0..<count { f.forget(node: NodeID(rawValue: list![i].ino), count: list![i].nlookup) }
         fuse_reply_none(req)
     }
     o.getattr = { req, node, fi in
-        fs(req).getattr(node: node, handle: fi?.pointee.fh, reply: FuseReply(req!))
+        fs(req).getattr(node: NodeID(rawValue: node), handle: fi.map { HandleID(rawValue: $0.pointee.fh) }, reply: FuseReply(req!))
     }
     o.setattr = { req, node, st, toSet, fi in
-        fs(req).setattr(node: node, setAttrChanges(st!.pointee, toSet), handle: fi?.pointee.fh, reply: FuseReply(req!))
+        fs(req).setattr(node: NodeID(rawValue: node), setAttrChanges(st!.pointee, toSet), handle: fi.map { HandleID(rawValue: $0.pointee.fh) }, reply: FuseReply(req!))
     }
-    o.readlink = { req, node in fs(req).readlink(node: node, reply: FuseReply(req!)) }
+    o.readlink = { req, node in fs(req).readlink(node: NodeID(rawValue: node), reply: FuseReply(req!)) }
     o.mknod = { req, parent, n, mode, rdev in
         let r = FuseReply(req!)
         guard let n = name(n) else { return r.error(.EILSEQ) }
-        fs(req).mknod(parent: parent, name: n, mode: mode, rdev: rdev, reply: r)
+        fs(req).mknod(parent: NodeID(rawValue: parent), name: n, mode: mode, rdev: rdev, reply: r)
     }
     o.mkdir = { req, parent, n, mode in
         let r = FuseReply(req!)
         guard let n = name(n) else { return r.error(.EILSEQ) }
-        fs(req).mkdir(parent: parent, name: n, mode: mode, reply: r)
+        fs(req).mkdir(parent: NodeID(rawValue: parent), name: n, mode: mode, reply: r)
     }
     o.unlink = { req, parent, n in
         let r = FuseReply(req!)
         guard let n = name(n) else { return r.error(.EILSEQ) }
-        fs(req).unlink(parent: parent, name: n, reply: r)
+        fs(req).unlink(parent: NodeID(rawValue: parent), name: n, reply: r)
     }
     o.rmdir = { req, parent, n in
         let r = FuseReply(req!)
         guard let n = name(n) else { return r.error(.EILSEQ) }
-        fs(req).rmdir(parent: parent, name: n, reply: r)
+        fs(req).rmdir(parent: NodeID(rawValue: parent), name: n, reply: r)
     }
     o.symlink = { req, target, parent, n in
         let r = FuseReply(req!)
         guard let n = name(n), let target else { return r.error(.EILSEQ) }
         let bytes = Array(UnsafeRawBufferPointer(start: target, count: strlen(target)))
-        fs(req).symlink(target: bytes, parent: parent, name: n, reply: r)
+        fs(req).symlink(target: bytes, parent: NodeID(rawValue: parent), name: n, reply: r)
     }
     o.rename = { req, parent, n, newParent, newName, flags in
         let r = FuseReply(req!)
         guard let n = name(n), let nn = name(newName) else { return r.error(.EILSEQ) }
-        fs(req).rename(parent: parent, name: n, newParent: newParent, newName: nn, flags: RenameFlags(rawValue: flags), reply: r)
+        fs(req).rename(parent: NodeID(rawValue: parent), name: n, newParent: NodeID(rawValue: newParent), newName: nn, flags: RenameFlags(rawValue: flags), reply: r)
     }
     o.link = { req, node, newParent, newName in
         let r = FuseReply(req!)
         guard let nn = name(newName) else { return r.error(.EILSEQ) }
-        fs(req).link(node: node, newParent: newParent, newName: nn, reply: r)
+        fs(req).link(node: NodeID(rawValue: node), newParent: NodeID(rawValue: newParent), newName: nn, reply: r)
     }
     o.open = { req, node, fi in
-        fs(req).open(node: node, flags: fi!.pointee.flags, reply: FuseReply(req!))
+        fs(req).open(node: NodeID(rawValue: node), flags: fi!.pointee.flags, reply: FuseReply(req!))
     }
     o.create = { req, parent, n, mode, fi in
         let r = FuseReply(req!)
         guard let n = name(n) else { return r.error(.EILSEQ) }
-        fs(req).create(parent: parent, name: n, mode: mode, flags: fi!.pointee.flags, reply: r)
+        fs(req).create(parent: NodeID(rawValue: parent), name: n, mode: mode, flags: fi!.pointee.flags, reply: r)
     }
     o.read = { req, node, size, off, fi in
-        fs(req).read(node: node, handle: fi!.pointee.fh, offset: Int64(off), size: size, reply: FuseReply(req!))
+        fs(req).read(node: NodeID(rawValue: node), handle: HandleID(rawValue: fi!.pointee.fh), offset: Int64(off), size: size, reply: FuseReply(req!))
     }
     o.write = { req, node, buf, size, off, fi in
-        fs(req).write(node: node, handle: fi!.pointee.fh, offset: Int64(off),
+        fs(req).write(node: NodeID(rawValue: node), handle: HandleID(rawValue: fi!.pointee.fh), offset: Int64(off),
                       data: UnsafeRawBufferPointer(start: buf, count: size), reply: FuseReply(req!))
     }
     o.flush = { req, node, fi in
         let f = fs(req)
         // A close: the closing process's POSIX locks on this file end (fcntl semantics).
-        if f.handlesLocks { f.releaseLocks(node: node, owner: fi!.pointee.lock_owner, flock: false) }
-        f.flush(node: node, handle: fi!.pointee.fh, reply: FuseReply(req!))
+        if f.handlesLocks { f.releaseLocks(node: NodeID(rawValue: node), owner: fi!.pointee.lock_owner, flock: false) }
+        f.flush(node: NodeID(rawValue: node), handle: HandleID(rawValue: fi!.pointee.fh), reply: FuseReply(req!))
     }
     o.release = { req, node, fi in
         let f = fs(req)
-        if f.handlesLocks && fi!.pointee.flock_release != 0 { f.releaseLocks(node: node, owner: fi!.pointee.lock_owner, flock: true) }
-        f.release(node: node, handle: fi!.pointee.fh, reply: FuseReply(req!))
+        if f.handlesLocks && fi!.pointee.flock_release != 0 { f.releaseLocks(node: NodeID(rawValue: node), owner: fi!.pointee.lock_owner, flock: true) }
+        f.release(node: NodeID(rawValue: node), handle: HandleID(rawValue: fi!.pointee.fh), reply: FuseReply(req!))
     }
     o.getlk = { req, node, fi, lock in
         let l = lock!.pointee
-        fs(req).getlk(node: node, handle: fi!.pointee.fh, owner: fi!.pointee.lock_owner,
+        fs(req).getlk(node: NodeID(rawValue: node), handle: HandleID(rawValue: fi!.pointee.fh), owner: fi!.pointee.lock_owner,
                       lock: FuseLock(type: l.l_type, start: UInt64(max(0, l.l_start)), length: UInt64(max(0, l.l_len)), pid: l.l_pid),
                       reply: FuseReply(req!))
     }
     o.setlk = { req, node, fi, lock, sleep in
         let l = lock!.pointee
-        fs(req).setlk(node: node, handle: fi!.pointee.fh, owner: fi!.pointee.lock_owner,
+        fs(req).setlk(node: NodeID(rawValue: node), handle: HandleID(rawValue: fi!.pointee.fh), owner: fi!.pointee.lock_owner,
                       lock: FuseLock(type: l.l_type, start: UInt64(max(0, l.l_start)), length: UInt64(max(0, l.l_len)), pid: l.l_pid),
                       wait: sleep != 0, reply: FuseReply(req!))
     }
     o.flock = { req, node, fi, op in
-        fs(req).flock(node: node, handle: fi!.pointee.fh, owner: fi!.pointee.lock_owner, operation: op, reply: FuseReply(req!))
+        fs(req).flock(node: NodeID(rawValue: node), handle: HandleID(rawValue: fi!.pointee.fh), owner: fi!.pointee.lock_owner, operation: op, reply: FuseReply(req!))
     }
     o.fsync = { req, node, datasync, fi in
-        fs(req).fsync(node: node, handle: fi!.pointee.fh, dataOnly: datasync != 0, reply: FuseReply(req!))
+        fs(req).fsync(node: NodeID(rawValue: node), handle: HandleID(rawValue: fi!.pointee.fh), dataOnly: datasync != 0, reply: FuseReply(req!))
     }
     o.fallocate = { req, node, mode, off, len, fi in
-        fs(req).fallocate(node: node, handle: fi!.pointee.fh, mode: mode, offset: Int64(off), length: Int64(len), reply: FuseReply(req!))
+        fs(req).fallocate(node: NodeID(rawValue: node), handle: HandleID(rawValue: fi!.pointee.fh), mode: mode, offset: Int64(off), length: Int64(len), reply: FuseReply(req!))
     }
-    o.opendir = { req, node, _ in fs(req).opendir(node: node, reply: FuseReply(req!)) }
-    o.readdir = { req, node, size, off, fi in readdir(req!, node, size, off, fi!.pointee.fh, plus: false) }
-    o.readdirplus = { req, node, size, off, fi in readdir(req!, node, size, off, fi!.pointee.fh, plus: true) }
-    o.releasedir = { req, node, fi in fs(req).releasedir(node: node, handle: fi!.pointee.fh, reply: FuseReply(req!)) }
-    o.fsyncdir = { req, node, _, fi in fs(req).fsyncdir(node: node, handle: fi!.pointee.fh, reply: FuseReply(req!)) }
-    o.statfs = { req, node in fs(req).statfs(node: node, reply: FuseReply(req!)) }
+    o.opendir = { req, node, _ in fs(req).opendir(node: NodeID(rawValue: node), reply: FuseReply(req!)) }
+    o.readdir = { req, node, size, off, fi in readdir(req!, NodeID(rawValue: node), size, off, HandleID(rawValue: fi!.pointee.fh), plus: false) }
+    o.readdirplus = { req, node, size, off, fi in readdir(req!, NodeID(rawValue: node), size, off, HandleID(rawValue: fi!.pointee.fh), plus: true) }
+    o.releasedir = { req, node, fi in fs(req).releasedir(node: NodeID(rawValue: node), handle: HandleID(rawValue: fi!.pointee.fh), reply: FuseReply(req!)) }
+    o.fsyncdir = { req, node, _, fi in fs(req).fsyncdir(node: NodeID(rawValue: node), handle: HandleID(rawValue: fi!.pointee.fh), reply: FuseReply(req!)) }
+    o.statfs = { req, node in fs(req).statfs(node: NodeID(rawValue: node), reply: FuseReply(req!)) }
     o.setxattr = { req, node, n, value, size, flags in
         let r = FuseReply(req!)
         guard let n = name(n) else { return r.error(.EILSEQ) }
-        fs(req).setxattr(node: node, name: n, value: UnsafeRawBufferPointer(start: value, count: size), flags: flags, reply: r)
+        fs(req).setxattr(node: NodeID(rawValue: node), name: n, value: UnsafeRawBufferPointer(start: value, count: size), flags: flags, reply: r)
     }
     o.getxattr = { req, node, n, size in
         let r = FuseReply(req!)
         guard let n = name(n) else { return r.error(.ENODATA) }
-        fs(req).getxattr(node: node, name: n, size: size, reply: r)
+        fs(req).getxattr(node: NodeID(rawValue: node), name: n, size: size, reply: r)
     }
-    o.listxattr = { req, node, size in fs(req).listxattr(node: node, size: size, reply: FuseReply(req!)) }
+    o.listxattr = { req, node, size in fs(req).listxattr(node: NodeID(rawValue: node), size: size, reply: FuseReply(req!)) }
     o.removexattr = { req, node, n in
         let r = FuseReply(req!)
         guard let n = name(n) else { return r.error(.ENODATA) }
-        fs(req).removexattr(node: node, name: n, reply: r)
+        fs(req).removexattr(node: NodeID(rawValue: node), name: n, reply: r)
     }
     return o
 }
 
-private func readdir(_ req: fuse_req_t, _ node: UInt64, _ size: Int, _ off: off_t, _ fh: UInt64, plus: Bool) {
+private func readdir(_ req: fuse_req_t, _ node: NodeID, _ size: Int, _ off: off_t, _ handle: HandleID, plus: Bool) {
     let r = FuseReply(req)
     var buf = DirectoryBuffer(req: req, capacity: size, plus: plus)
-    if let e = fs(req).readdir(node: node, handle: fh, offset: Int64(off), into: &buf, plus: plus) {
+    if let e = fs(req).readdir(node: node, handle: handle, offset: Int64(off), into: &buf, plus: plus) {
         return r.error(e)
     }
     r.buffer(buf.bytes)

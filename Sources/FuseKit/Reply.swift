@@ -25,20 +25,20 @@ public struct Errno: Error, Equatable, Hashable, Sendable, CustomStringConvertib
 }
 
 /// What `lookup`, `create`, `mkdir`… answer: a node id, its attributes and how long the kernel
-/// may cache the name (`entryTimeout`) and the attributes (`attrTimeout`). A `node` of 0 is a
-/// negative entry: the kernel caches "no such name" for `entryTimeout`.
+/// may cache the name (`entryTimeout`) and the attributes (`attrTimeout`). A `node` of
+/// `NodeID.absent` is a negative entry: the kernel caches "no such name" for `entryTimeout`.
 public struct FuseEntry: Sendable {
-    public var node: UInt64
+    public var node: NodeID
     public var generation: UInt64 = 0
     public var attr: stat
     public var attrTimeout: Double
     public var entryTimeout: Double
-    public init(node: UInt64, attr: stat, attrTimeout: Double, entryTimeout: Double) {
+    public init(node: NodeID, attr: stat, attrTimeout: Double, entryTimeout: Double) {
         self.node = node; self.attr = attr; self.attrTimeout = attrTimeout; self.entryTimeout = entryTimeout
     }
     var c: fuse_entry_param {
         var e = fuse_entry_param()
-        e.ino = node
+        e.ino = node.rawValue
         e.generation = generation
         e.attr = attr
         e.attr_timeout = attrTimeout
@@ -49,17 +49,17 @@ public struct FuseEntry: Sendable {
 
 /// What `open`/`create`/`opendir` hand back to the kernel.
 public struct FuseOpen: Sendable {
-    public var handle: UInt64
+    public var handle: HandleID
     /// Keep the page cache across opens (content did not change behind the kernel's back).
     public var keepCache: Bool
     /// Bypass the page cache (control files whose size is not known up front).
     public var directIO: Bool
     public var nonSeekable: Bool = false
-    public init(handle: UInt64, keepCache: Bool = true, directIO: Bool = false) {
+    public init(handle: HandleID, keepCache: Bool = true, directIO: Bool = false) {
         self.handle = handle; self.keepCache = keepCache; self.directIO = directIO
     }
     func fill(_ fi: UnsafeMutablePointer<fuse_file_info>) {
-        fi.pointee.fh = handle
+        fi.pointee.fh = handle.rawValue
         fi.pointee.keep_cache = keepCache ? 1 : 0
         fi.pointee.direct_io = directIO ? 1 : 0
         fi.pointee.nonseekable = nonSeekable ? 1 : 0

@@ -1,3 +1,4 @@
+import FuseIDs
 import NimbusCore
 
 /// One item as the client keeps it: what `stat` shows plus its place in the tree.
@@ -7,7 +8,7 @@ import NimbusCore
 /// since the epoch. `parent` is `nil` only for the root.
 public struct ItemRecord: Sendable, Equatable {
     public var id: ItemID
-    public var node: UInt64
+    public var node: NodeID
     public var parent: ItemID?
     public var name: String
     public var kind: ItemKind
@@ -27,7 +28,7 @@ public struct ItemRecord: Sendable, Equatable {
     /// Changed locally since `version` (the sync engine's upload queue reads this).
     public var dirty: Bool
 
-    public init(id: ItemID, node: UInt64, parent: ItemID?, name: String, kind: ItemKind, mode: UInt32,
+    public init(id: ItemID, node: NodeID, parent: ItemID?, name: String, kind: ItemKind, mode: UInt32,
                 uid: UInt32, gid: UInt32, size: Int64 = 0, time: Int64, target: String? = nil) {
         self.id = id; self.node = node; self.parent = parent; self.name = name; self.kind = kind
         self.mode = mode; self.uid = uid; self.gid = gid; self.size = size

@@ -1,4 +1,5 @@
 import Foundation
+import FuseIDs
 import GRDB
 import NimbusLog
 import NimbusCore
@@ -110,7 +111,7 @@ public final class LocalStore: @unchecked Sendable {
         try pool.write { db in
             if try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM item WHERE id = ?", arguments: [ItemID.root.description]) == 0 {
                 let now = WallClock.nowNanoseconds()
-                let root = ItemRecord(id: .root, node: 1, parent: nil, name: "", kind: .folder,
+                let root = ItemRecord(id: .root, node: .root, parent: nil, name: "", kind: .folder,
                                       mode: UInt32(S_IFDIR) | 0o755, uid: rootOwner.uid, gid: rootOwner.gid, time: now)
                 try Self.apply(.upsert(root), db)
             }
@@ -132,7 +133,7 @@ public final class LocalStore: @unchecked Sendable {
             let rows = try Row.fetchCursor(db, sql: "SELECT id, node, parent, name, kind, mode, uid, gid, size, atime, mtime, ctime, btime, target, version, dirty FROM item")
             while let r = try rows.next() {
                 guard let id = ItemID(r[0] as String), let kind = ItemKind(rawValue: r[4]) else { continue }
-                var rec = ItemRecord(id: id, node: UInt64(r[1] as Int64), parent: (r[2] as String?).flatMap(ItemID.init),
+                var rec = ItemRecord(id: id, node: NodeID(rawValue: UInt64(r[1] as Int64)), parent: (r[2] as String?).flatMap(ItemID.init),
                                      name: r[3], kind: kind, mode: UInt32(r[5] as Int64), uid: UInt32(r[6] as Int64),
                                      gid: UInt32(r[7] as Int64), size: r[8], time: r[9], target: r[13])
                 rec.mtime = r[10]; rec.ctime = r[11]; rec.btime = r[12]; rec.version = r[14]; rec.dirty = r[15]
@@ -379,7 +380,7 @@ public final class LocalStore: @unchecked Sendable {
         case .upsert(let r):
             let s = try db.cachedStatement(sql: Schema.upsertItem)
             try s.execute(arguments: [
-                r.id.description, Int64(r.node), r.parent?.description, r.name, r.kind.rawValue, Int64(r.mode),
+                r.id.description, Int64(r.node.rawValue), r.parent?.description, r.name, r.kind.rawValue, Int64(r.mode),
                 Int64(r.uid), Int64(r.gid), r.size, r.atime, r.mtime, r.ctime, r.btime, r.target, r.version, r.dirty,
             ])
         case .delete(let id):

@@ -25,7 +25,7 @@ public protocol MountedTree: AnyObject, Sendable {
     /// Creates the cache file of a placeholder (its first download): a descriptor or -errno.
     func openCacheFile(_ item: ItemID) -> Int32
     /// Drops a file's cached bytes when `decide` (called under the tree's lock) agrees; the node.
-    func evictContent(_ item: ItemID, decide: () -> Bool) throws(Errno) -> UInt64
+    func evictContent(_ item: ItemID, decide: () -> Bool) throws(Errno) -> NodeID
     /// A new file that may be the temporary of a safe save (renamed over another soon).
     func isPendingSafeSave(_ item: ItemID) -> Bool
     /// Open for writing now.

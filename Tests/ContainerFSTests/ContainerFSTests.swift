@@ -26,7 +26,7 @@ import Testing
         deinit { store.close(); try? FileManager.default.removeItem(at: dir) }
     }
     let me = Caller.process
-    let root = ContainerFS.rootNode
+    let root = NodeID.root
 
     @Test func createWriteReadBackAfterReopen() throws {
         let f = try Fixture()
@@ -92,8 +92,9 @@ import Testing
         f.store.sync()
         // Bytes reach the cache file but the size is never recorded (as after kill -9).
         let s = "abcdef"
-        _ = pwrite(Int32(h.handle), s, 6, 0)
-        close(Int32(h.handle))
+        let fd = try #require(ContainerFS.descriptor(h.handle))
+        _ = pwrite(fd, s, 6, 0)
+        close(fd)
         try f.reopen()
         #expect(try f.fs.getattr(node: e.node).st_size == 6)
     }
@@ -103,7 +104,7 @@ import Testing
     /// that was committed leaves no cache file behind.
     @Test func aDeletionLostInACrashKeepsTheBytes() throws {
         let f = try Fixture()
-        var nodes: [String: UInt64] = [:]
+        var nodes: [String: NodeID] = [:]
         for name in ["lost", "gone"] {
             let (e, h) = try f.fs.create(parent: root, name: name, mode: 0o644, flags: O_RDWR, caller: me)
             let bytes = Array("content of \(name)".utf8)
@@ -123,7 +124,7 @@ import Testing
         #expect(back.attr.st_size == Int64("content of lost".utf8.count))
         let h = try f.fs.open(node: back.node, flags: O_RDONLY)
         var buf = [UInt8](repeating: 0, count: 64)
-        let n = pread(Int32(h.handle), &buf, buf.count, 0)
+        let n = pread(try #require(ContainerFS.descriptor(h.handle)), &buf, buf.count, 0)
         f.fs.release(node: back.node, handle: h.handle)
         #expect(String(decoding: buf.prefix(max(n, 0)), as: UTF8.self) == "content of lost")
         #expect(throws: Errno.ENOENT) { try f.fs.lookup(parent: root, name: "gone") }

@@ -15,7 +15,7 @@ import Testing
     let me = Caller.process
     let alice = Caller(uid: 1000, gid: 1000)
     let bob = Caller(uid: 2000, gid: 2000)
-    let root = ContainerFS.rootNode
+    let root = NodeID.root
 
     @Test func extremeTimesFromAnyUserAreClampedNotACrash() throws {
         let f = try Fixture()
@@ -74,7 +74,7 @@ import Testing
         return (priv, inner, pub)
     }
 
-    func readAll(_ f: Fixture, node: UInt64, as caller: Caller, chunk: Int = 1 << 20) throws -> String {
+    func readAll(_ f: Fixture, node: NodeID, as caller: Caller, chunk: Int = 1 << 20) throws -> String {
         let o = try f.fs.open(node: node, flags: O_RDONLY, caller: caller)
         defer { f.fs.release(node: node, handle: o.handle) }
         var out: [UInt8] = []
@@ -120,7 +120,7 @@ import Testing
         let t = try aliceTree(f)
         let (secret, h) = try f.fs.create(parent: root, name: "secret", mode: 0o600, flags: O_RDWR, caller: alice)
         f.fs.release(node: secret.node, handle: h.handle)
-        func id(_ n: UInt64) throws -> ItemID { try f.fs.lock.withLock { () throws(Errno) in try f.fs.node(n).rec.id } }
+        func id(_ n: NodeID) throws -> ItemID { try f.fs.lock.withLock { () throws(Errno) in try f.fs.node(n).rec.id } }
         let mirror = try f.fs.versions.attr(f.fs.versions.node(.mirror(try id(t.priv.node))))
         #expect(mirror.st_uid == 1000 && mirror.st_mode == S_IFDIR | 0o500, "a 0700 folder's mirror: \(String(mirror.st_mode, radix: 8))")
         let secretVersions = try f.fs.versions.attr(f.fs.versions.node(.versions(try id(secret.node))))

@@ -1,4 +1,4 @@
-import ContainerFS
+@testable import ContainerFS
 import Foundation
 import FuseKit
 import Glibc
@@ -10,7 +10,7 @@ import Testing
 /// any offset, with readdirplus counting a lookup for exactly the entries handed over.
 @Suite struct ReaddirTests {
     let me = Caller.process
-    let root = ContainerFS.rootNode
+    let root = NodeID.root
 
     final class Fixture {
         let dir = URL(fileURLWithPath: NSTemporaryDirectory()).appendingPathComponent("nimbus-readdir-\(UUID().uuidString)")
@@ -24,7 +24,7 @@ import Testing
     }
 
     /// Creates `name` and drops the kernel's reference its creation took.
-    func file(_ f: Fixture, _ name: String, in parent: UInt64? = nil) throws -> UInt64 {
+    func file(_ f: Fixture, _ name: String, in parent: NodeID? = nil) throws -> NodeID {
         let (e, o) = try f.fs.create(parent: parent ?? root, name: name, mode: 0o644, flags: O_RDWR, caller: me)
         f.fs.release(node: e.node, handle: o.handle)
         f.fs.forget(node: e.node, count: 1)
@@ -63,8 +63,8 @@ import Testing
         #expect(calls > 1, "1 KiB does not hold 62 entries")
         // "." and ".." carry no node (the kernel takes no reference for them); the rest do.
         let again = try f.fs.readdir(node: root, handle: h, offset: 0, plus: plus, room: 1 << 20)
-        #expect(again.prefix(2).allSatisfy { $0.entry.node == 0 })
-        #expect(again.dropFirst(2).allSatisfy { $0.entry.node >= 16 && $0.entry.attr.st_mode & S_IFMT == S_IFREG })
+        #expect(again.prefix(2).allSatisfy { $0.entry.node == .absent })
+        #expect(again.dropFirst(2).allSatisfy { $0.entry.node >= ContainerFS.firstItemNode && $0.entry.attr.st_mode & S_IFMT == S_IFREG })
     }
 
     @Test func aListingResumesPastAnEntryRemovedMeanwhile() throws {
@@ -80,7 +80,7 @@ import Testing
         let rest = try f.fs.readdir(node: root, handle: h, offset: first.last!.nextOffset, plus: false, room: 4096)
         #expect(!rest.map(\.name).contains(next), "an entry removed since the listing was taken is skipped")
         #expect(Set(rest.map(\.name)).union(listed).count == 2)
-        #expect(throws: Errno.EBADF) { try f.fs.readdir(node: root, handle: h + 1000, offset: 2, plus: false, room: 4096) }
+        #expect(throws: Errno.EBADF) { try f.fs.readdir(node: root, handle: .absent, offset: 2, plus: false, room: 4096) }
         #expect(throws: Errno.EINVAL) { try f.fs.readdir(node: root, handle: h, offset: -1, plus: false, room: 4096) }
     }
 

@@ -37,13 +37,15 @@ import Testing
         let fs = try ContainerFS(store: store)
         var rng = Rng(s: seed)
         let callers = [Caller.process, Caller(uid: 1000, gid: 1000), Caller(uid: 65534, gid: 65534, groups: [1000])]
-        var nodes: [UInt64] = [ContainerFS.rootNode]
-        var handles: [(node: UInt64, handle: UInt64)] = []
+        var nodes: [NodeID] = [.root]
+        var handles: [(node: NodeID, handle: HandleID)] = []
+        // Node ids no item has, as the kernel could send them: `.nimbus/`'s, unused, out of range.
+        let strangeNodes = [0, 2, 3, 4, 5, 6, 7, 15, 1 << 48, UInt64.max].map(NodeID.init(rawValue:))
         var errnos = 0
         for step in 0..<steps {
             // (Printed only when replaying: the test process dies on a trap, and this says where.)
             if ProcessInfo.processInfo.environment["NIMBUS_FS_FUZZ_TRACE"] != nil { print("fs fuzz seed \(seed) step \(step)") }
-            let node = rng.below(10) == 0 ? rng.pick([0, 2, 3, 4, 5, 6, 7, 15, 1 << 48, UInt64.max]) : rng.pick(nodes)
+            let node = rng.below(10) == 0 ? rng.pick(strangeNodes) : rng.pick(nodes)
             let name = rng.pick(Self.names)
             let caller = rng.pick(callers)
             let v = rng.pick(Self.extremes)
@@ -80,7 +82,7 @@ import Testing
                 case 10: _ = try fs.getxattr(node: node, name: rng.pick(["user.x", "user.nimbus.status", "user.nimbus.versions", "system.posix_acl_access"]))
                 case 11:
                     let o = try fs.open(node: node, flags: rng.pick([O_RDONLY, O_WRONLY, O_RDWR | O_TRUNC, O_RDONLY | O_TRUNC]), caller: caller)
-                    if o.handle >= ContainerFS.controlHandleBase {
+                    if ContainerFS.controlHandles.contains(o.handle) {
                         _ = try fs.readControl(handle: o.handle, offset: v, size: rng.pick([0, 1, 4096, 1 << 20]))
                         fs.release(node: node, handle: o.handle)
                     } else {
@@ -105,7 +107,7 @@ import Testing
         // remount from what was saved shows the same tree.
         let before = Self.tree(fs)
         try fs.lock.withLock { () throws(Errno) in
-            for n in fs.t.nodes.values where n.linked && n.node != ContainerFS.rootNode {
+            for n in fs.t.nodes.values where n.linked && n.node != NodeID.root {
                 let p = try fs.node(n.parentNode)
                 #expect(p.children[n.rec.name] == n.node, "\(n.rec.name) is in its folder")
             }
@@ -124,7 +126,7 @@ import Testing
     static func tree(_ fs: ContainerFS) -> [[UInt8]: String] {
         fs.lock.withLock {
             var out: [[UInt8]: String] = [:]
-            for n in fs.t.nodes.values where n.linked && n.node != ContainerFS.rootNode {
+            for n in fs.t.nodes.values where n.linked && n.node != NodeID.root {
                 out[Array(fs.pathLocked(n).utf8)] = "\(n.rec.kind) \(n.rec.size) \(String(n.rec.mode, radix: 8))"
             }
             return out

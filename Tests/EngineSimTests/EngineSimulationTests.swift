@@ -86,7 +86,7 @@ struct EngineSim {
         do {
             for d in devices { d.start() }
             for f in SimPlan.initialFolders {
-                let e = try devices[0].fs.mkdir(parent: ContainerFS.rootNode, name: f, mode: 0o755, caller: .process)
+                let e = try devices[0].fs.mkdir(parent: NodeID.root, name: f, mode: 0o755, caller: .process)
                 devices[0].fs.forget(node: e.node, count: 1)
             }
             if let why = await settle(devices, client: client, within: .seconds(30)) {
@@ -147,7 +147,7 @@ struct EngineSim {
                 let files = dev.files()
                 guard !files.isEmpty else { return "no file" }
                 let f = files[Int(step.pick % UInt64(files.count))]
-                let id = try dev.writeFile(node: f.rec.node, parent: 0, name: f.rec.name, content: step.content)
+                let id = try dev.writeFile(node: f.rec.node, parent: .absent, name: f.rec.name, content: step.content)
                 ledger.wrote(device: dev.index, item: id, content: step.content)
                 return "ok (\(f.path))"
             case .rename, .move:
@@ -176,10 +176,10 @@ struct EngineSim {
                 }
                 return "ok (\(f.path))"
             case .mkdir:
-                let e = try fs.mkdir(parent: ContainerFS.rootNode, name: step.folder, mode: 0o755, caller: .process)
+                let e = try fs.mkdir(parent: NodeID.root, name: step.folder, mode: 0o755, caller: .process)
                 fs.forget(node: e.node, count: 1)
             case .rmdir:
-                try fs.rmdir(parent: ContainerFS.rootNode, name: step.folder)
+                try fs.rmdir(parent: NodeID.root, name: step.folder)
             case .pause, .resume:
                 dev.engine.setPaused(step.action == .pause)
             case .disconnect:

@@ -26,7 +26,7 @@ import Testing
     /// restart the file's size was the old one.
     @Test func aSlowDownloadOfAnOldVersionStaysOutOfTheNewOne() async throws {
         try await Self.withHeldRead { a, b, _, _, id, oldRead in
-            _ = try a.writeFile(node: a.fs.localState(id)?.node, parent: 0, name: "x.txt", content: "new\n")
+            _ = try a.writeFile(node: a.fs.localState(id)?.node, parent: .absent, name: "x.txt", content: "new\n")
             let deadline = ContinuousClock.now + .seconds(20)
             while ContinuousClock.now < deadline, b.fs.localState(id)?.size != 4 { try await Task.sleep(for: .milliseconds(20)) }
             #expect(b.fs.localState(id)?.size == 4, "b never showed the new version")
@@ -49,7 +49,7 @@ import Testing
             let devices = [a, b]
 
             guard let node = b.fs.localState(id)?.node else { throw SimFailure("b has no x.txt") }
-            _ = try b.writeFile(node: node, parent: 0, name: "x.txt", content: "mine\n")
+            _ = try b.writeFile(node: node, parent: .absent, name: "x.txt", content: "mine\n")
             b.relay.releaseHeld()
             #expect(await read.value == nil, "the read goes on, on the file as the program left it")
             #expect(b.store.cache.size(of: id) == 5, "the cache file holds the program's bytes only")
@@ -66,7 +66,7 @@ import Testing
     static func withHeldRead(_ body: @escaping @Sendable (SimDevice, SimDevice, NimbusClient, EngineSim, ItemID,
                                                           Task<Errno?, Never>) async throws -> Void) async throws {
         try await RecoveryTests.twoDevices(hydrationSeconds: 60) { a, b, client, sim in
-            let id = try a.writeFile(node: nil, parent: ContainerFS.rootNode, name: "x.txt", content: Self.old)
+            let id = try a.writeFile(node: nil, parent: NodeID.root, name: "x.txt", content: Self.old)
             if let why = await sim.settle([a, b], client: client, within: .seconds(30)) { throw SimFailure("x.txt did not reach b: \(why)") }
             try await body(a, b, client, sim, id, try await Self.startHeldRead(b, id))
         }
@@ -108,13 +108,13 @@ import Testing
     @Test func anEditorSaveWhileItsRenameIsOnItsWayIsKeptEverywhere() async throws {
         try await RecoveryTests.twoDevices { a, b, client, sim in
             let devices = [a, b]
-            let root = ContainerFS.rootNode
+            let root = NodeID.root
             let id = try a.writeFile(node: nil, parent: root, name: "doc.txt", content: "first\n")
             if let why = await sim.settle(devices, client: client, within: .seconds(30)) { throw SimFailure("doc.txt did not reach b: \(why)") }
 
             // a cannot reach the server; b's edit is stored meanwhile.
             a.relay.cut()
-            _ = try b.writeFile(node: b.fs.localState(id)?.node, parent: 0, name: "doc.txt", content: "edited on b\n")
+            _ = try b.writeFile(node: b.fs.localState(id)?.node, parent: .absent, name: "doc.txt", content: "edited on b\n")
             var deadline = ContinuousClock.now + .seconds(20)
             while ContinuousClock.now < deadline, b.status("upload-queue") != "0" { try await Task.sleep(for: .milliseconds(10)) }
             #expect(b.status("upload-queue") == "0", "b's edit reached the server")
@@ -157,13 +157,13 @@ import Testing
     @Test func anEditThatArrivesWhileTheDeleteIsOnItsWayIsShownAfterIt() async throws {
         try await RecoveryTests.twoDevices { a, b, client, sim in
             let devices = [a, b]
-            let id = try a.writeFile(node: nil, parent: ContainerFS.rootNode, name: "x.txt", content: "first\n")
+            let id = try a.writeFile(node: nil, parent: NodeID.root, name: "x.txt", content: "first\n")
             if let why = await sim.settle(devices, client: client, within: .seconds(30)) { throw SimFailure("x.txt did not reach b: \(why)") }
 
             // a edits on its old base: it must not hear of the delete first.
             a.engine.setPaused(true)
             b.relay.holdNextAnswer(after: "/commit")
-            try b.fs.unlink(parent: ContainerFS.rootNode, name: "x.txt")
+            try b.fs.unlink(parent: NodeID.root, name: "x.txt")
             var deadline = ContinuousClock.now + .seconds(20)
             while ContinuousClock.now < deadline, !b.relay.holdMatched { try await Task.sleep(for: .milliseconds(10)) }
             guard b.relay.holdMatched else {
@@ -171,7 +171,7 @@ import Testing
                 throw SimFailure("b's delete never went out")
             }
             // The delete is stored; a's edit (on its old base) wins against it.
-            _ = try a.writeFile(node: a.fs.localState(id)?.node, parent: 0, name: "x.txt", content: "edited on a\n")
+            _ = try a.writeFile(node: a.fs.localState(id)?.node, parent: .absent, name: "x.txt", content: "edited on a\n")
             a.engine.setPaused(false)
             deadline = ContinuousClock.now + .seconds(20)
             var cursor: Int64 = -1

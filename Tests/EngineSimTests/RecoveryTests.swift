@@ -17,17 +17,17 @@ import Testing
     @Test func aRemoteRenameSkippedForATakenNameIsShownAfterARestart() async throws {
         try await Self.twoDevices { a, b, client, sim in
             let devices = [a, b]
-            _ = try a.writeFile(node: nil, parent: ContainerFS.rootNode, name: "d.txt", content: "written on a\n")
+            _ = try a.writeFile(node: nil, parent: NodeID.root, name: "d.txt", content: "written on a\n")
             if let why = await sim.settle(devices, client: client, within: .seconds(30)) { throw SimFailure("d.txt did not reach b: \(why)") }
 
             // b's own b.txt, written and still open: not uploaded until it is closed.
-            let (e, open) = try b.fs.create(parent: ContainerFS.rootNode, name: "b.txt", mode: 0o644,
+            let (e, open) = try b.fs.create(parent: NodeID.root, name: "b.txt", mode: 0o644,
                                             flags: O_WRONLY | O_CREAT, caller: .process)
             b.fs.forget(node: e.node, count: 1)
             let bytes = Array("written on b\n".utf8)
             _ = try bytes.withUnsafeBytes { try b.fs.write(node: e.node, handle: open.handle, offset: 0, data: $0) }
 
-            try a.fs.rename(parent: ContainerFS.rootNode, name: "d.txt", newParent: ContainerFS.rootNode,
+            try a.fs.rename(parent: NodeID.root, name: "d.txt", newParent: NodeID.root,
                             newName: "b.txt", flags: .noReplace)
             // b pulls the rename and cannot show it (the name is taken here).
             let deadline = ContinuousClock.now + .seconds(20)
@@ -36,7 +36,7 @@ import Testing
                 if a.status("upload-queue") == "0", b.status("cursor") == "\(cursor)" { break }
                 try await Task.sleep(for: .milliseconds(50))
             }
-            #expect(b.lookup(ContainerFS.rootNode, "d.txt") != nil, "b skipped the rename (its b.txt holds the name)")
+            #expect(b.lookup(NodeID.root, "d.txt") != nil, "b skipped the rename (its b.txt holds the name)")
 
             // A clean restart (the open file's program is gone with it): b.txt is uploaded
             // and renamed by the server; the skipped rename must be shown then.
@@ -60,24 +60,24 @@ import Testing
             // The create reaches the server, its answer is lost, and b is offline.
             func createLosingTheAnswer(_ name: String) async throws {
                 b.relay.loseNextAnswer(after: "/commit")
-                _ = try b.writeFile(node: nil, parent: ContainerFS.rootNode, name: name, content: "b made \(name)\n")
+                _ = try b.writeFile(node: nil, parent: NodeID.root, name: name, content: "b made \(name)\n")
                 let deadline = ContinuousClock.now + .seconds(20)
                 while !b.relay.isCut, ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(20)) }
                 guard b.relay.isCut else { throw SimFailure("b's commit of \(name) never went out") }
             }
             try await createLosingTheAnswer("gone.txt")
-            try b.fs.unlink(parent: ContainerFS.rootNode, name: "gone.txt")
+            try b.fs.unlink(parent: NodeID.root, name: "gone.txt")
             b.relay.restore()
             if let why = await sim.settle(devices, client: client, within: .seconds(30)) { throw SimFailure("the devices did not agree: \(why)") }
 
             try await createLosingTheAnswer("kept.txt")
             // a sees it (the server has it) and edits it.
             let deadline = ContinuousClock.now + .seconds(20)
-            while ContinuousClock.now < deadline, a.lookup(ContainerFS.rootNode, "kept.txt") == nil { try await Task.sleep(for: .milliseconds(20)) }
-            guard let kept = a.lookup(ContainerFS.rootNode, "kept.txt") else { throw SimFailure("a never saw kept.txt") }
-            _ = try a.writeFile(node: kept, parent: 0, name: "kept.txt", content: "edited on a\n")
+            while ContinuousClock.now < deadline, a.lookup(NodeID.root, "kept.txt") == nil { try await Task.sleep(for: .milliseconds(20)) }
+            guard let kept = a.lookup(NodeID.root, "kept.txt") else { throw SimFailure("a never saw kept.txt") }
+            _ = try a.writeFile(node: kept, parent: .absent, name: "kept.txt", content: "edited on a\n")
             while ContinuousClock.now < deadline, a.status("upload-queue") != "0" { try await Task.sleep(for: .milliseconds(20)) }
-            try b.fs.unlink(parent: ContainerFS.rootNode, name: "kept.txt")
+            try b.fs.unlink(parent: NodeID.root, name: "kept.txt")
             b.relay.restore()
             if let why = await sim.settle(devices, client: client, within: .seconds(30)) { throw SimFailure("the devices did not agree: \(why)") }
             for d in devices {
@@ -98,10 +98,10 @@ import Testing
     @Test func aFolderDeleteKeptForAFileBeingWrittenIsShownAfterARestart() async throws {
         try await Self.twoDevices { a, b, client, sim in
             let devices = [a, b]
-            let made = try a.fs.mkdir(parent: ContainerFS.rootNode, name: "d", mode: 0o755, caller: .process)
+            let made = try a.fs.mkdir(parent: NodeID.root, name: "d", mode: 0o755, caller: .process)
             a.fs.forget(node: made.node, count: 1)
             if let why = await sim.settle(devices, client: client, within: .seconds(30)) { throw SimFailure("d did not reach b: \(why)") }
-            guard let dB = b.lookup(ContainerFS.rootNode, "d") else { throw SimFailure("b has no d") }
+            guard let dB = b.lookup(NodeID.root, "d") else { throw SimFailure("b has no d") }
 
             // b's program writes d/x.txt and keeps it open.
             let (e, open) = try b.fs.create(parent: dB, name: "x.txt", mode: 0o644, flags: O_WRONLY | O_CREAT, caller: .process)
@@ -111,12 +111,12 @@ import Testing
             // b tried to upload it (mid-save: nothing sent; the close queues it again).
             try await Task.sleep(for: .milliseconds(300))
 
-            try a.fs.rmdir(parent: ContainerFS.rootNode, name: "d")
+            try a.fs.rmdir(parent: NodeID.root, name: "d")
             let deadline = ContinuousClock.now + .seconds(20)
             var cursor: Int64 = -1
             while ContinuousClock.now < deadline {
                 cursor = try await client.container("docs").cursor
-                if a.status("upload-queue") == "0", b.status("cursor") == "\(cursor)", a.lookup(ContainerFS.rootNode, "d") == nil { break }
+                if a.status("upload-queue") == "0", b.status("cursor") == "\(cursor)", a.lookup(NodeID.root, "d") == nil { break }
                 try await Task.sleep(for: .milliseconds(50))
             }
             #expect(b.status("cursor") == "\(cursor)", "b pulled a's delete")
@@ -131,7 +131,7 @@ import Testing
             try await b.restart(crash: true)
             b.engine.setPaused(false)
             if let why = await sim.settle(devices, client: client, within: .seconds(30)) { throw SimFailure("the devices did not agree: \(why)") }
-            #expect(b.lookup(ContainerFS.rootNode, "d") == nil)
+            #expect(b.lookup(NodeID.root, "d") == nil)
         }
     }
 
@@ -145,19 +145,19 @@ import Testing
             // Both online first (a commit before the container exists is answered 404).
             if let why = await sim.settle(devices, client: client, within: .seconds(30)) { throw SimFailure("no start: \(why)") }
             b.relay.loseNextAnswer(after: "/commit")
-            let made = try b.fs.mkdir(parent: ContainerFS.rootNode, name: "d", mode: 0o755, caller: .process)
+            let made = try b.fs.mkdir(parent: NodeID.root, name: "d", mode: 0o755, caller: .process)
             b.fs.forget(node: made.node, count: 1)
             var deadline = ContinuousClock.now + .seconds(20)
             while !b.relay.isCut, ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(20)) }
             guard b.relay.isCut else { throw SimFailure("b's commit of d never went out") }
             deadline = ContinuousClock.now + .seconds(20)
-            while ContinuousClock.now < deadline, a.lookup(ContainerFS.rootNode, "d") == nil { try await Task.sleep(for: .milliseconds(20)) }
-            guard a.lookup(ContainerFS.rootNode, "d") != nil else { throw SimFailure("a never saw d") }
-            try a.fs.rmdir(parent: ContainerFS.rootNode, name: "d")
+            while ContinuousClock.now < deadline, a.lookup(NodeID.root, "d") == nil { try await Task.sleep(for: .milliseconds(20)) }
+            guard a.lookup(NodeID.root, "d") != nil else { throw SimFailure("a never saw d") }
+            try a.fs.rmdir(parent: NodeID.root, name: "d")
             while ContinuousClock.now < deadline, a.status("upload-queue") != "0" { try await Task.sleep(for: .milliseconds(20)) }
             b.relay.restore()
             if let why = await sim.settle(devices, client: client, within: .seconds(30)) { throw SimFailure("the devices did not agree: \(why)") }
-            #expect(b.lookup(ContainerFS.rootNode, "d") == nil)
+            #expect(b.lookup(NodeID.root, "d") == nil)
         }
     }
 

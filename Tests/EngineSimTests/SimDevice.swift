@@ -9,9 +9,9 @@ import SyncEngine
 
 /// No kernel here: nothing to invalidate.
 struct NoKernel: KernelCache {
-    func invalidateNode(_ node: UInt64) {}
-    func invalidateEntry(parent: UInt64, name: String) {}
-    func notifyDelete(parent: UInt64, child: UInt64, name: String) {}
+    func invalidateNode(_ node: NodeID) {}
+    func invalidateEntry(parent: NodeID, name: String) {}
+    func notifyDelete(parent: NodeID, child: NodeID, name: String) {}
 }
 
 /// One simulated device: a state directory with LocalStore + ContainerFS + SyncEngine, wired as
@@ -128,12 +128,12 @@ final class SimDevice: @unchecked Sendable {
 
     func files() -> [Entry] { entries().filter { $0.rec.kind == .file } }
 
-    func folderNode(_ folder: String) -> UInt64? {
-        if folder.isEmpty { return ContainerFS.rootNode }
+    func folderNode(_ folder: String) -> NodeID? {
+        if folder.isEmpty { return NodeID.root }
         return entries().first { $0.path == folder && $0.rec.kind == .folder }?.rec.node
     }
 
-    func node(of id: ItemID) -> UInt64? { id.isRoot ? ContainerFS.rootNode : fs.localState(id)?.node }
+    func node(of id: ItemID) -> NodeID? { id.isRoot ? NodeID.root : fs.localState(id)?.node }
 
     /// The content of a file here, downloaded first when it is a placeholder (as a read would).
     func read(_ rec: ItemRecord) async throws -> String {
@@ -151,8 +151,9 @@ final class SimDevice: @unchecked Sendable {
                 }
             }
         }
+        guard let fd = ContainerFS.descriptor(h.handle) else { throw Errno.EBADF }
         var bytes = [UInt8](repeating: 0, count: Int(size))
-        let n = bytes.withUnsafeMutableBytes { pread(Int32(h.handle), $0.baseAddress, $0.count, 0) }
+        let n = bytes.withUnsafeMutableBytes { pread(fd, $0.baseAddress, $0.count, 0) }
         guard n == size else { throw Errno.EIO }
         return String(decoding: bytes, as: UTF8.self)
     }
@@ -179,8 +180,8 @@ final class SimDevice: @unchecked Sendable {
 
     /// Opens `node` (or creates `name` in `parent` when nil) truncated, writes `content`,
     /// fsyncs and closes; returns the item written, asked through the open handle.
-    func writeFile(node: UInt64?, parent: UInt64, name: String, content: String) throws -> ItemID {
-        let n: UInt64, h: UInt64
+    func writeFile(node: NodeID?, parent: NodeID, name: String, content: String) throws -> ItemID {
+        let n: NodeID, h: HandleID
         if let node {
             (n, h) = (node, try fs.open(node: node, flags: O_WRONLY | O_TRUNC).handle)
         } else {
@@ -209,7 +210,7 @@ final class SimDevice: @unchecked Sendable {
         }
     }
 
-    func lookup(_ parent: UInt64, _ name: String) -> UInt64? {
+    func lookup(_ parent: NodeID, _ name: String) -> NodeID? {
         guard let e = try? fs.lookup(parent: parent, name: name) else { return nil }
         fs.forget(node: e.node, count: 1)
         return e.node

@@ -1,4 +1,5 @@
 import Foundation
+import FuseIDs
 import GRDB
 import LocalStore
 import NimbusCore
@@ -17,9 +18,9 @@ func tempDir(_ label: String) -> URL {
         let a = ItemID(UUID()), b = ItemID(UUID())
         do {
             let s = try LocalStore(directory: dir)
-            var fa = ItemRecord(id: a, node: 20, parent: .root, name: "a", kind: .folder, mode: 0o40755, uid: 1, gid: 2, time: 5)
+            var fa = ItemRecord(id: a, node: NodeID(rawValue: 20), parent: .root, name: "a", kind: .folder, mode: 0o40755, uid: 1, gid: 2, time: 5)
             s.enqueue(.upsert(fa))
-            s.enqueue(.upsert(ItemRecord(id: b, node: 21, parent: a, name: "b", kind: .symlink, mode: 0o120777, uid: 1, gid: 2, time: 6, target: "x")))
+            s.enqueue(.upsert(ItemRecord(id: b, node: NodeID(rawValue: 21), parent: a, name: "b", kind: .symlink, mode: 0o120777, uid: 1, gid: 2, time: 6, target: "x")))
             s.enqueue(.setXattr(b, name: "user.k", value: [1, 2, 3]))
             fa.name = "renamed"
             s.enqueue(.upsert(fa))
@@ -30,7 +31,7 @@ func tempDir(_ label: String) -> URL {
         defer { s.close() }
         let snap = try s.load()
         #expect(snap.items.count == 3)
-        #expect(snap.items.first { $0.id == .root }?.node == 1)
+        #expect(snap.items.first { $0.id == .root }?.node == .root)
         #expect(snap.items.first { $0.id == a }?.name == "renamed")
         #expect(snap.items.first { $0.id == b }?.target == "x")
         #expect(snap.xattrs[b]?["user.k"] == [1, 2, 3])
@@ -46,7 +47,7 @@ func tempDir(_ label: String) -> URL {
         let s = try LocalStore(directory: dir)
         defer { s.close() }
         let a = ItemID(UUID()), orphan = ItemID(UUID())
-        s.enqueue(.upsert(ItemRecord(id: a, node: 30, parent: .root, name: "f", kind: .file, mode: 0o100644, uid: 0, gid: 0, time: 1)))
+        s.enqueue(.upsert(ItemRecord(id: a, node: NodeID(rawValue: 30), parent: .root, name: "f", kind: .file, mode: 0o100644, uid: 0, gid: 0, time: 1)))
         s.enqueue(.setXattr(a, name: "user.a", value: [9]))
         s.enqueue(.delete(a))
         s.sync()

@@ -1,4 +1,5 @@
 import Foundation
+import FuseIDs
 import GRDB
 import LocalStore
 import NimbusCore
@@ -61,7 +62,7 @@ struct SmallDisk {
 /// 0 once a retry commits, direct writes never overtake failed changes, the space reserve lets
 /// a deletion free its trashed file, and close reports what it could not save.
 @Suite struct StoreFailureTests {
-    func folder(_ name: String, node: UInt64) -> ItemRecord {
+    func folder(_ name: String, node: NodeID) -> ItemRecord {
         ItemRecord(id: ItemID(UUID()), node: node, parent: .root, name: name, kind: .folder, mode: 0o40755, uid: 0, gid: 0, time: 1)
     }
 
@@ -76,7 +77,7 @@ struct SmallDisk {
         do {
             defer { s.close() }
             disk.fill()
-            for i in 0..<300 { recs.append(folder(String(repeating: "n", count: 200) + "\(i)", node: UInt64(100 + i))); s.enqueue(.upsert(recs[i])) }
+            for i in 0..<300 { recs.append(folder(String(repeating: "n", count: 200) + "\(i)", node: NodeID(rawValue: UInt64(100 + i)))); s.enqueue(.upsert(recs[i])) }
             let failure = try #require(s.sync(), "a commit on a full disk must fail, not report success")
             #expect(failure.errno == ENOSPC, "\(failure)")
             #expect(s.lastError != nil)
@@ -100,8 +101,8 @@ struct SmallDisk {
         let s = try LocalStore(directory: dir, spaceReserve: 0)
         defer { s.close() }
         disk.fill()
-        let rec = folder(String(repeating: "f", count: 200), node: 50)
-        for i in 0..<200 { s.enqueue(.upsert(folder(String(repeating: "x", count: 200) + "\(i)", node: UInt64(500 + i)))) }
+        let rec = folder(String(repeating: "f", count: 200), node: NodeID(rawValue: 50))
+        for i in 0..<200 { s.enqueue(.upsert(folder(String(repeating: "x", count: 200) + "\(i)", node: NodeID(rawValue: UInt64(500 + i))))) }
         s.enqueue(.upsert(rec))
         s.commitQueued()  // returns although it cannot commit
         // The base of the new folder and the cursor join the queue: no error for the engine,
@@ -126,7 +127,7 @@ struct SmallDisk {
         let s = try LocalStore(directory: dir, spaceReserve: 1 << 20)
         defer { s.close() }
         #expect(FileManager.default.fileExists(atPath: dir.path + "/space-reserve"))
-        var rec = folder("big", node: 40)
+        var rec = folder("big", node: NodeID(rawValue: 40))
         rec.kind = .file
         rec.mode = 0o100644
         s.enqueue(.upsert(rec))
@@ -145,7 +146,7 @@ struct SmallDisk {
         #expect(!FileManager.default.fileExists(atPath: trashed))
         #expect(disk.available >= before + 7 << 20, "rm frees the file's space: \(before) → \(disk.available)")
         // With room again the reserve is made again (at the next commit).
-        s.enqueue(.upsert(folder("next", node: 41)))
+        s.enqueue(.upsert(folder("next", node: NodeID(rawValue: 41))))
         #expect(s.sync() == nil)
         #expect(FileManager.default.fileExists(atPath: dir.path + "/space-reserve"))
     }
@@ -154,13 +155,13 @@ struct SmallDisk {
         guard let disk = SmallDisk.make("store-close", megabytes: 8) else { return }
         defer { disk.close() }
         let dir = URL(fileURLWithPath: disk.path + "/state")
-        let saved = folder("saved", node: 30)
+        let saved = folder("saved", node: NodeID(rawValue: 30))
         do {
             let s = try LocalStore(directory: dir, spaceReserve: 0)
             s.enqueue(.upsert(saved))
             #expect(s.sync() == nil)
             disk.fill()
-            for i in 0..<300 { s.enqueue(.upsert(folder(String(repeating: "u", count: 200) + "\(i)", node: UInt64(300 + i)))) }
+            for i in 0..<300 { s.enqueue(.upsert(folder(String(repeating: "u", count: 200) + "\(i)", node: NodeID(rawValue: UInt64(300 + i))))) }
             let failure = try #require(s.close(within: 0.3), "close must report changes it could not save")
             #expect(failure.noSpace)
             #expect(failure.message.contains("could not be saved"), "\(failure)")
