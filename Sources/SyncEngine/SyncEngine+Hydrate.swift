@@ -196,13 +196,16 @@ extension SyncEngine: ContentProvider {
         } catch {
             failure = .EIO
             log("download of chunk \(key.index) of \(key.item) failed: \(error)")
-            let unreachable: Bool
-            if case RemoteError.transport? = error as? RemoteError { unreachable = true } else { unreachable = false }
+            let unreachable = Self.isTransport(error)
             state.withLock { s in
                 s.lastError = "download: \(error)"
                 s.items[key.item, default: SyncItem()].upload.error = "download failed: \(error)"
                 if unreachable { s.offlineUntil = options.clock.now + .seconds(2) }
             }
+            // A read that could not reach the server is the first sign of a network that went
+            // away silently (the long-poll only notices after its wait): the status says so now,
+            // and the pull's next answer says online again.
+            if unreachable { setConnection(.offline(retryIn: nil), error: "download: \(error)") }
         }
         let waiters = state.withLock { s in
             s.activeFetches -= 1
