@@ -15,6 +15,9 @@ public struct NimbusServerApp: Sendable {
     public let notifier: CommitNotifier
     public let metrics: ServerMetrics
     public var clock: @Sendable () -> Int64 = { Int64(Date().timeIntervalSince1970 * 1_000_000_000) }
+    /// Addresses of reverse proxies whose `X-Forwarded-For` names the client (`--trusted-proxy`):
+    /// pairing's wrong-code limit then counts by the real client, not by the proxy.
+    public var trustedProxies: Set<String> = []
     public var limits = ServerLimits() {
         didSet { bodies = BodyBudget(limits: limits) }
     }
@@ -43,7 +46,8 @@ public struct NimbusServerApp: Sendable {
     public func router() -> Router<NimbusContext> {
         let router = Router(context: NimbusContext.self)
         router.add(middleware: ErrorMiddleware(metrics: metrics))
-        Routes(store: store, chunks: chunks, notifier: notifier, metrics: metrics, clock: clock, bodies: bodies).register(on: router)
+        Routes(store: store, chunks: chunks, notifier: notifier, metrics: metrics, clock: clock, bodies: bodies,
+               trustedProxies: trustedProxies).register(on: router)
         return router
     }
 

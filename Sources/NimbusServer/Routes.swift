@@ -17,6 +17,18 @@ struct Routes: Sendable {
     let bodies: BodyBudget
     let containers = LockedDictionary<ContainerRecord>()
     let pairing = PairingGuard()
+    let trustedProxies: Set<String>
+
+    /// The client's address: the connection's peer, or, when the peer is a trusted proxy, the
+    /// address it appended last to `X-Forwarded-For` (what nginx's `$proxy_add_x_forwarded_for`
+    /// adds; entries before it come from the client and are not believed).
+    func client(_ req: Request, _ ctx: NimbusContext) -> String {
+        guard trustedProxies.contains(ctx.clientAddress), let name = HTTPField.Name("X-Forwarded-For"),
+              let header = req.headers[values: name].last,
+              let last = header.split(separator: ",").last?.trimmingCharacters(in: .whitespaces),
+              !last.isEmpty, last.utf8.count <= 64 else { return ctx.clientAddress }
+        return last
+    }
 
     func register(on router: Router<NimbusContext>) {
         router.get("healthz") { _, _ in "ok\n" }
@@ -27,21 +39,22 @@ struct Routes: Sendable {
         }
         // Enrolling: the new machine has no token yet (docs/protocol.md "Devices").
         router.post("v1/pair") { req, ctx in
-            try self.pairing.check(ctx.clientAddress)
+            let client = self.client(req, ctx)
+            try self.pairing.check(client)
             // Every request that is not a good code counts as a wrong guess, malformed ones too.
             let body: PairRequest
             do { body = try await Self.decode(PairRequest.self, req) } catch {
-                self.pairing.wrong(ctx.clientAddress)
+                self.pairing.wrong(client)
                 throw error
             }
             guard let code = PairingLimits.normalize(body.code) else {
-                self.pairing.wrong(ctx.clientAddress)
+                self.pairing.wrong(client)
                 throw APIError(.pairingInvalid, "that is not a pairing code (XXXX-XXXX-XXXX); ask for one on an enrolled device with `nimbus device add NAME`")
             }
             let token = TokenHash.newToken()
             guard let d = try await self.store.redeemPairing(codeHash: TokenHash.of(code), deviceName: body.device,
                                                              tokenHash: TokenHash.of(token), now: self.clock() / 1_000_000_000) else {
-                self.pairing.wrong(ctx.clientAddress)
+                self.pairing.wrong(client)
                 throw APIError(.pairingInvalid, "this pairing code is unknown, already used or expired (codes work once, for \(PairingLimits.lifetimeSeconds / 60) minutes); ask for a new one with `nimbus device add NAME`")
             }
             return JSONResponse.make(PairResult(token: token, account: d.accountName, device: d.name, deviceID: d.id))

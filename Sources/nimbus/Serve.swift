@@ -46,6 +46,9 @@ struct Serve: AsyncParsableCommand {
     @Option(name: .customLong("tls-key"), help: ArgumentHelp("HTTPS: the certificate's private key (PEM, no passphrase); read again on SIGHUP.", valueName: "FILE"))
     var tlsKey: String?
 
+    @Option(name: .customLong("trusted-proxy"), help: ArgumentHelp("A reverse proxy's address (repeatable): its X-Forwarded-For names the client for pairing's wrong-code limit.", valueName: "ADDRESS"))
+    var trustedProxy: [String] = []
+
     @Option(help: "Log level: trace, debug, info, notice, warning, error, critical.")
     var logLevel: String = "info"
 
@@ -69,7 +72,7 @@ struct Serve: AsyncParsableCommand {
                 throw CLIFailure(.usage, "cannot serve HTTPS: \(error)")
             }
         }
-        let app: NimbusServerApp
+        var app: NimbusServerApp
         let storage = storage
         do {
             app = try await storage.openApp(logger: logger)
@@ -78,6 +81,7 @@ struct Serve: AsyncParsableCommand {
         } catch {
             throw CLIFailure(.storage, "cannot open the storage (\(storage.summary)): \(error)")
         }
+        app.trustedProxies = Set(trustedProxy)
         let dataDir = storage.summary
         logger.info("history: \(storage.history)")
         if let tls { logger.info("HTTPS with \(tls.summary) (\(tls.certFile)); SIGHUP reads it again") }

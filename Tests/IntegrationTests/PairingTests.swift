@@ -14,12 +14,12 @@ import Glibc
 /// `nimbus device add` on an enrolled device, `nimbus login` on the new one, list and revoke from
 /// any device; codes work once, wrong ones are counted and limited.
 @Suite(.serialized) struct PairingTests {
-    func world() async throws -> (dir: String, server: ServerProcess, tokenFile: String) {
+    func world(serverArgs: [String] = []) async throws -> (dir: String, server: ServerProcess, tokenFile: String) {
         let dir = FileManager.default.temporaryDirectory.appendingPathComponent("nimbus-pair-\(UUID().uuidString)").path
         let add = try await NimbusBinary.run(["admin", "add-device", "--data", dir + "/server", "--account", "alice", "--device", "desktop"])
         #expect(add.status == 0, "\(add.stderr)")
         try add.stdout.write(toFile: dir + "/desktop.token", atomically: true, encoding: .utf8)
-        let server = ServerProcess(dataDir: dir + "/server")
+        let server = ServerProcess(dataDir: dir + "/server", extraArgs: serverArgs)
         try await server.start()
         return (dir, server, dir + "/desktop.token")
     }
@@ -81,6 +81,12 @@ import Glibc
         await #expect { _ = try await anonymous.pair(code: real.code, device: nil) } throws: { ($0 as? RemoteError)?.code == .rateLimited }
         #expect(try await NimbusClient(baseURL: server.url, token: "x").send(.GET, "/healthz", authorized: false).status == 200, "the server is fine")
 
+        // A client cannot pass itself off as another address: X-Forwarded-For from a peer that is
+        // not a trusted proxy is ignored (still rate limited, whatever it claims).
+        let spoofed = try await anonymous.send(.POST, "/v1/pair", body: .init(string: #"{"code":"\#(real.code)"}"#),
+                                               contentType: "application/json", headers: [("X-Forwarded-For", "198.51.100.99")], authorized: false)
+        #expect(spoofed.status == 429, "\(spoofed.status) \(spoofed.text)")
+
         // The window, at unit level: five wrong in a minute close this address, others stay open
         // until the total is reached, and a minute later it opens again.
         let g = PairingGuard(perAddress: 5, total: 8)
@@ -91,5 +97,24 @@ import Glibc
         for _ in 0..<3 { g.wrong("10.0.0.3", now: t0) }
         #expect(throws: APIError.self) { try g.check("10.0.0.2", now: t0) }
         #expect(throws: Never.self) { try g.check("10.0.0.1", now: t0 + .seconds(61)) }
+    }
+
+    /// Behind a proxy (`--trusted-proxy`), the limit counts the client the proxy names last in
+    /// X-Forwarded-For: one guesser does not lock everyone else out of enrolling.
+    @Test func behindATrustedProxyTheLimitCountsEachClient() async throws {
+        let (dir, server, desktop) = try await world(serverArgs: ["--trusted-proxy", "127.0.0.1"])
+        defer { server.stop(); try? FileManager.default.removeItem(atPath: dir) }
+        let anonymous = NimbusClient(baseURL: server.url, token: "")
+        let token = try String(contentsOfFile: desktop, encoding: .utf8).trimmingCharacters(in: .whitespacesAndNewlines)
+        let real = try await NimbusClient(baseURL: server.url, token: token).pairingCode(device: "tablet")
+        func pair(_ code: String, from chain: String) async throws -> Int {
+            try await anonymous.send(.POST, "/v1/pair", body: .init(string: #"{"code":"\#(code)"}"#), contentType: "application/json",
+                                     headers: [("X-Forwarded-For", chain)], authorized: false).status
+        }
+        for _ in 0..<5 { #expect(try await pair("AAAA-AAAA-AAAA", from: "203.0.113.5") == 403) }
+        #expect(try await pair("AAAA-AAAA-AAAA", from: "203.0.113.5") == 429, "the guesser is limited")
+        // What a client puts in front of the proxy's entry is not believed.
+        #expect(try await pair("AAAA-AAAA-AAAA", from: "198.51.100.7, 203.0.113.5") == 429)
+        #expect(try await pair(real.code, from: "198.51.100.7") == 200, "another client enrolls meanwhile")
     }
 }
