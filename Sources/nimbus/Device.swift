@@ -65,15 +65,7 @@ struct DeviceOptions: ParsableArguments {
         if let server {
             let url: String
             do { url = try ServerAddress.check(server, insecure: insecure) } catch { throw CLIFailure(.usage, "--server: \(error)") }
-            let token: String
-            if let tokenFile {
-                guard let text = try? String(contentsOfFile: tokenFile, encoding: .utf8) else { throw CLIFailure(.usage, "cannot read the token file \(tokenFile)") }
-                token = try DeviceToken.parse(text, from: "the token file \(tokenFile)")
-            } else if let env = ProcessInfo.processInfo.environment["NIMBUS_TOKEN"] {
-                token = try DeviceToken.parse(env, from: "NIMBUS_TOKEN")
-            } else {
-                throw CLIFailure(.usage, "--server needs this device's token: --token-file FILE or NIMBUS_TOKEN")
-            }
+            let token = try DeviceToken.read(tokenFile: tokenFile)
             return NimbusClient(baseURL: url, token: token, http: try http(caFile))
         }
         guard let state else { throw CLIFailure(.usage, "say which device: --state DIR (after `nimbus login`) or --server URL --token-file FILE") }

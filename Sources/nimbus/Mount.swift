@@ -92,17 +92,7 @@ struct Mount: ParsableCommand {
                                 presenterTimeout: presenterTimeout)
         }
         guard let server, let container else { return nil }
-        let token: String
-        if let tokenFile {
-            guard let text = try? String(contentsOfFile: tokenFile, encoding: .utf8) else {
-                throw CLIFailure(.usage, "cannot read the token file \(tokenFile)")
-            }
-            token = try DeviceToken.parse(text, from: "the token file \(tokenFile)")
-        } else if let env = ProcessInfo.processInfo.environment["NIMBUS_TOKEN"] {
-            token = try DeviceToken.parse(env, from: "NIMBUS_TOKEN")
-        } else {
-            throw CLIFailure(.usage, "--server needs a device token: --token-file FILE or NIMBUS_TOKEN (nimbus admin add-device prints one)")
-        }
+        let token = try DeviceToken.read(tokenFile: tokenFile)
         return RemoteConfig(server: try ServerAddress.check(server, insecure: insecure),
                             caFile: caFile.map { URL(fileURLWithPath: $0).standardizedFileURL.path }, insecure: insecure,
                             container: container, token: token, tokenFile: tokenFile,
@@ -191,6 +181,18 @@ enum ByteSize {
 /// A device token as read from a file or the environment: its first line, trimmed. What is not a
 /// token is refused before mounting, with a message that never shows the text itself.
 enum DeviceToken {
+    /// The token from `--token-file`, else from `NIMBUS_TOKEN`; a clear error when neither has one.
+    static func read(tokenFile: String?) throws -> String {
+        if let tokenFile {
+            guard let text = try? String(contentsOfFile: tokenFile, encoding: .utf8) else {
+                throw CLIFailure(.usage, "cannot read the token file \(tokenFile)")
+            }
+            return try parse(text, from: "the token file \(tokenFile)")
+        }
+        if let env = ProcessInfo.processInfo.environment["NIMBUS_TOKEN"] { return try parse(env, from: "NIMBUS_TOKEN") }
+        throw CLIFailure(.usage, "--server needs a device token: --token-file FILE or NIMBUS_TOKEN (nimbus admin add-device prints one)")
+    }
+
     static func parse(_ text: String, from source: String) throws -> String {
         let first = text.split(separator: "\n", maxSplits: 1, omittingEmptySubsequences: false).first ?? ""
         let token = first.trimmingCharacters(in: .whitespacesAndNewlines)
