@@ -230,7 +230,7 @@ extension ContainerFS {
         if s.deleted {
             // A delete never takes a file written since its content was read for the commit
             // that brought this answer (a move committed against a delete elsewhere while a
-            // program rewrote the file: the write was lost with it, EngineSimTests seed 15).
+            // program rewrote the file would lose the write with it; EngineSimTests).
             // Skipped: the write's upload commits on the old base, and wins as an edit.
             if let n = existing, n.rec.kind == .file, let since = s.unlessWrittenSince, since != n.writeGen { return .skip }
             applied(s.id)

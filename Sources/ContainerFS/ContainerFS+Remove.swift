@@ -56,8 +56,8 @@ extension ContainerFS {
     /// The content files of an identity transfer are exchanged on disk at once, while the rows
     /// and the upload-queue entry go through the write-behind queue: commit them now, so a crash
     /// right after a save cannot keep the exchanged bytes under an item the engine believes
-    /// unchanged (EngineSimTests seed 15: a `kill -9` two steps after vim's save left the new
-    /// bytes under the document's id with no queued upload, and that device diverged for good).
+    /// unchanged (EngineSimTests: a `kill -9` two steps after vim's save must not leave the new
+    /// bytes under the document's id with no queued upload).
     /// The window left is the few milliseconds between the exchange and this commit.
     func commitIdentityTransfer() {
         _ = store.sync()

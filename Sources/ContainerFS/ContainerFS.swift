@@ -268,7 +268,7 @@ public final class ContainerFS: @unchecked Sendable {
         if t.byID[n.rec.id] == n.node { t.byID[n.rec.id] = nil }
         // A node replaced under its readers shares its id with the live one: leave its cache file.
         // The cache file goes once the deletion is committed: a crash before that brings the
-        // item back from the database with its bytes (EngineSimTests: it came back empty).
+        // item back from the database with its bytes, not empty (EngineSimTests).
         if n.rec.kind == .file && t.byID[n.rec.id] == nil, let trashed = store.cache.trash(n.rec.id) {
             store.enqueue(.removeFile(trashed))
         }

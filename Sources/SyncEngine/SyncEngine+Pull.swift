@@ -37,7 +37,7 @@ extension SyncEngine {
         // that the listing lacks was deleted there. Its delete was not shown here (a folder kept
         // for local work, a state held while its upload was on its way) and the journal is past
         // it, so this is the only way it still comes: ask for its state and apply it
-        // (EngineSimTests seed 4: a folder deleted elsewhere stayed on a device that restarted).
+        // (EngineSimTests: a folder deleted elsewhere goes on a device that restarted meanwhile).
         let listed = Set(all.map(\.id))
         let missing: [ItemID] = state.withLock { s in
             s.items.bases.compactMap { id, b in !b.record.deleted && id != .root && !listed.contains(id) ? id : nil }
@@ -186,8 +186,8 @@ extension SyncEngine {
     /// Notes on disk that a remote state was not shown here (skipped, or held for a writer or a
     /// lock). While the daemon runs it is retried from memory (after pages, pushes, closes and
     /// unlocks); the mark makes the next start list the container again, so a crash or restart
-    /// never forgets it (EngineSimTests seed 19: an item renamed elsewhere onto a name taken
-    /// here, skipped, then a crash: the device kept the old name for good). Written once per run.
+    /// never forgets it (EngineSimTests: an item renamed elsewhere onto a name taken here,
+    /// skipped, then a crash: it still gets its new name). Written once per run.
     func markRelist() {
         state.withLock { s in
             guard !s.relistMarked else { return }
@@ -266,7 +266,7 @@ extension SyncEngine {
                 leaving = !leavers.isEmpty
                 let gone = Set(leavers + leavers.flatMap { fs.descendants(of: $0) })
                 // A stale delete — asked for just before an upload into the folder finished —
-                // would take the uploaded file with it (EngineSimTests seed 1).
+                // would take the uploaded file with it (EngineSimTests).
                 facts.newerBelow = state.withLock { s in below.contains { !gone.contains($0) && (s.base($0)?.version ?? 0) > item.version } }
             }
             let step = state.withLock { s -> ApplyStep in
@@ -338,7 +338,7 @@ extension SyncEngine {
         // The tree changes go through the store's write-behind queue, the bases (and then the
         // cursor) are written directly: commit the queue first, so no crash leaves a base or a
         // cursor on disk that says an item is shown while its row is not (EngineSimTests: a
-        // folder created elsewhere never appeared on a device that crashed just after applying it).
+        // folder created elsewhere appears on a device that crashed just after applying it).
         let t2 = ContinuousClock.now
         if !shown.isEmpty { store.commitQueued() }
         let t3 = ContinuousClock.now

@@ -47,8 +47,8 @@ extension SyncEngine: ChangeObserver {
             }
             return nil
         }
-        // Kept on disk at once: after a kill -9 a base still marked "not downloaded" made the
-        // restarted push think the file unchanged here, and the edit was lost (SimulationTests).
+        // Kept on disk at once: after a kill -9 the restarted push must see the file as whole
+        // here, or it finds nothing to send and the edit never leaves (SimulationTests).
         if let nowComplete { try? saveBase(id, nowComplete) }
         wake.yield()
     }
@@ -190,7 +190,7 @@ extension SyncEngine: ChangeObserver {
     /// it is (a bad name, a kind change) would fail forever, so it is dropped and logged.
     /// `container_not_found` is an ordering race too: a first sync that has not reached the
     /// server yet (offline at mount) creates the container in the pull loop, and the push loop
-    /// may get there first (EngineSimTests: a folder made right after the first start was dropped).
+    /// may get there first (EngineSimTests: a folder made right after the first start).
     /// A move the server refused (a cycle made together with another device's move): the item
     /// goes back to where the server has it, and what waited for it is shown.
     func revertToServer(_ id: ItemID) async {
@@ -408,8 +408,8 @@ extension SyncEngine: ChangeObserver {
             if r.item.kind == .folder { try await relist() }
         }
         // A version newer than the answer arrived while the delete was on its way (an edit made
-        // elsewhere after the delete, which brought the item back): it goes in now. It was left
-        // waiting for good before, and the item stayed gone here only (EngineSimTests seed 6).
+        // elsewhere after the delete, which brought the item back): it goes in now, or the item
+        // would stay gone on this device only (EngineSimTests).
         let newer: ServerItem? = state.withLock { s in
             guard let held = s.items[id]?.remote.forWriter else { return nil }
             s.items[id]?.remote.forWriter = nil
@@ -424,8 +424,8 @@ extension SyncEngine: ChangeObserver {
 
     /// An item deleted here that has no base may still be on the server: its create was
     /// committed but the answer was lost (the connection dropped), and the device never learned.
-    /// Skipping the delete then left the item on every other device and gone here for good
-    /// (EngineSimTests seed 21). The server is asked: no such item → nothing to send; else the
+    /// Skipping the delete would leave the item on every other device and gone here for good
+    /// (EngineSimTests). The server is asked: no such item → nothing to send; else the
     /// delete goes on the item's first version — the state this device created (only the device
     /// that made an id creates it) — so an edit made elsewhere since wins, as edit vs delete
     /// does, and the item comes back here.
@@ -448,8 +448,8 @@ extension SyncEngine: ChangeObserver {
     ///
     /// A file written since its content was read for the commit (`generation`) keeps its bytes:
     /// the answer waits like a remote version for a writer, and the new write is committed on its
-    /// old base, so the server keeps it too (EngineSimTests: the server's current content of a
-    /// conflict replaced a write made while the commit was on its way, and that write was lost).
+    /// old base, so the server keeps it too (EngineSimTests: a write made while the commit of a
+    /// conflict was on its way is not replaced by the server's current content).
     private func settle(_ id: ItemID, sent: ItemDraft, response r: CommitResponse, previous: Base?, generation: UInt64?) throws {
         let item = r.item
         guard let fs = state.withLock({ $0.fs }) else { return }
@@ -466,16 +466,16 @@ extension SyncEngine: ChangeObserver {
             samePlace: shown.parent == sent.parent && shown.name == sent.name && shown.mode == sent.mode,
             existsHere: fs.localState(id) != nil, hadBase: previous != nil)
         // A file written (O_TRUNC) while the commit was on its way is whole here now, even if it
-        // was a placeholder when the push began: marking it "not downloaded" again made the next
-        // push send the old chunks ("nothing to send") and lost the write (EngineSimTests seed 15).
+        // was a placeholder when the push began: it must not be marked "not downloaded" again, or
+        // the next push sends the old chunks ("nothing to send") and the write never leaves.
         let completeNow = state.withLock { s in s.base(id).map(\.complete) ?? false }
         let present: [Bool]? = sameContent && !completeNow ? (previous.flatMap { $0.record.chunks == sent.chunks ? $0.present : nil }) : nil
         let base = sameContent ? Base(record: item, present: present) : Base.placeholder(item)
         let resetContent: Bool
         switch record.planSettle(facts, isFile: item.kind == .file) {
         case .deletedElsewhere(let keptForWrite):
-            // Saving the delete as the base while the item stayed here kept it for good: the
-            // journal's delete was then old news (EngineSimTests seed 4).
+            // The previous base stays: with the delete as its base while the item stays here,
+            // the journal's delete would be old news and the item would stay for good.
             try saveBase(id, previous)
             if keptForWrite {
                 trace("settle \(id) v\(item.version): deleted elsewhere, but written here since; kept")

@@ -362,9 +362,9 @@ public final class SyncEngine: Sendable {
     ///
     /// Where memory still holds the same version, what memory holds now is written: its presence
     /// may have changed since the caller took its copy. A write into a placeholder (O_TRUNC)
-    /// marks the base complete in memory and on disk; the pull that had just shown the
-    /// placeholder then wrote its older copy over it, a crash made the restarted push think the
-    /// file unchanged ("nothing to send"), and the write was lost (EngineSimTests seed 5). All
+    /// marks the base complete in memory and on disk; a pull that has just shown the placeholder
+    /// must not write its older copy over that, or after a crash the restarted push finds the
+    /// file unchanged ("nothing to send") and the write never leaves (EngineSimTests). All
     /// base writes hold `baseDiskLock` from reading memory to writing, so the last one on disk
     /// is the newest. A different version in memory is not written ahead of its own writer,
     /// which commits the tree change first (`apply`, `settle`).
