@@ -208,10 +208,12 @@ extension SyncEngine: SyncControl {
             }
             for await _ in cacheWakes {
                 if Task.isCancelled { break }
-                startQuietUploads()
-                releasePaced()
-                enforceCacheLimit()
-                wakeForRetries()
+                await loop.turn(.tick) {
+                    startQuietUploads()
+                    releasePaced()
+                    enforceCacheLimit()
+                    wakeForRetries()
+                }
             }
             group.cancelAll()
         }

@@ -48,7 +48,7 @@ extension SyncEngine {
         // engine is stopping it waits: the next start lists the container, `markRelist`.)
         jobs.spawn {
             do {
-                try await self.applyAskingPresenters([pending])
+                try await self.applyAskingPresenters([pending], event: .locksReleased(id))
             } catch {
                 self.log("applying the held version of \(pending.name.value) failed: \(error)")
             }

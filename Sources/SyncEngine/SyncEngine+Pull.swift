@@ -8,7 +8,8 @@ import PresenterProtocol
 import SyncCore
 
 // Pull: first sync (listing) and the long-poll loop. Runs in the engine's pull task only, so
-// cursor updates are not concurrent with each other.
+// cursor updates are not concurrent with each other. What arrives is shown in turns of the
+// engine loop (EngineLoop.swift); the network waits happen between them.
 
 extension SyncEngine {
     /// Lists the whole container and shows every item as a placeholder. Done once per state
@@ -20,8 +21,10 @@ extension SyncEngine {
         let started = ContinuousClock.now
         let (all, cursor) = try await listAll()
         let listed = ContinuousClock.now
-        try apply(all)
-        try setCursor(cursor)
+        try await loop.turn(.listed(all.count)) {
+            try apply(all)
+            try setCursor(cursor)
+        }
         setConnection(.online)
         log("first sync: \(all.count) items, cursor \(cursor); listed in \(listed - started), shown in \(ContinuousClock.now - listed)")
     }
@@ -30,24 +33,26 @@ extension SyncEngine {
     /// are skipped by `apply`). The cursor is left alone: the journal still covers what follows.
     func relist() async throws {
         let (all, _) = try await listAll()
-        // Whatever is still skipped after this is recorded again by `apply`.
-        state.withLock { $0.minSkipped = nil }
-        try apply(all)
         // A listing holds live items only: an item shown here from the server (it has a base)
         // that the listing lacks was deleted there. Its delete was not shown here (a folder kept
         // for local work, a state held while its upload was on its way) and the journal is past
         // it, so this is the only way it still comes: ask for its state and apply it
         // (EngineSimTests: a folder deleted elsewhere goes on a device that restarted meanwhile).
         let listed = Set(all.map(\.id))
-        let missing: [ItemID] = state.withLock { s in
-            s.items.bases.compactMap { id, b in !b.record.deleted && id != .root && !listed.contains(id) ? id : nil }
+        let missing: [ItemID] = try await loop.turn(.listed(all.count)) {
+            // Whatever is still skipped after this is recorded again by `apply`.
+            state.withLock { $0.minSkipped = nil }
+            try apply(all)
+            return state.withLock { s in
+                s.items.bases.compactMap { id, b in !b.record.deleted && id != .root && !listed.contains(id) ? id : nil }
+            }
         }
         var gone: [ServerItem] = []
         for id in missing {
             guard let now = try? await client.item(container, id), now.deleted else { continue }
             gone.append(now)
         }
-        if !gone.isEmpty { try apply(gone) }
+        if !gone.isEmpty { try await loop.turn(.listed(gone.count)) { try apply(gone) } }
         log("listed the container again (\(all.count) items\(gone.isEmpty ? "" : ", \(gone.count) deleted there")): states not shown here before are shown now where they fit")
     }
 
@@ -117,11 +122,16 @@ extension SyncEngine {
                 // The last change per item is its state (docs/protocol.md "Changes").
                 var last: [ItemID: Change] = [:]
                 for c in r.changes { last[c.item.id] = c }
-                try await applyAskingPresenters(last.values.sorted { $0.seq < $1.seq }.map(\.item))
-                // Items skipped earlier (name taken, folder missing) may fit now that this page moved things.
-                let skipped = state.withLock { s in s.skippedRemote().filter { r in last[r.id] == nil } }
-                if !skipped.isEmpty { try apply(await current(skipped)) }
-                try setCursor(r.cursor)
+                // Items skipped earlier (name taken, folder missing) may fit now that this page
+                // moved things: tried again after it.
+                let skipped = try await applyAskingPresenters(last.values.sorted { $0.seq < $1.seq }.map(\.item), event: .page(r.changes.count)) {
+                    state.withLock { s in s.skippedRemote().filter { r in last[r.id] == nil } }
+                }
+                let retry = skipped.isEmpty ? SkippedRetry() : await current(skipped)
+                try await loop.turn(.skippedRetried(retry.items.count)) {
+                    try applyRetry(retry)
+                    try setCursor(r.cursor)
+                }
                 setConnection(.online)
                 backoff = 1
             } catch is CancellationError {
@@ -141,12 +151,15 @@ extension SyncEngine {
         }
     }
 
-    /// `apply`, with the presenters of files about to be replaced or deleted asked to relinquish
-    /// first (all at once, bounded) and told to reacquire after (docs/presenters.md). The asks
-    /// come before any claim is taken, so a presenter that reacts by coordinating never waits
-    /// for us.
-    func applyAskingPresenters(_ items: [ServerItem]) async throws {
-        guard let fs = state.withLock({ $0.fs }), let presenters = services?.presenters, !presenters.isEmpty else { return try apply(items) }
+    /// `apply` in a turn of the engine loop (then `after`, in the same turn), with the presenters
+    /// of files about to be replaced or deleted asked to relinquish first (all at once, bounded)
+    /// and told to reacquire after (docs/presenters.md). The asks come before the turn and any
+    /// claim, so a presenter that reacts by coordinating never waits for us.
+    @discardableResult
+    func applyAskingPresenters(_ items: [ServerItem], event: EngineLoop.Event, after: () -> [ServerItem] = { [] }) async throws -> [ServerItem] {
+        guard let fs = state.withLock({ $0.fs }), let presenters = services?.presenters, !presenters.isEmpty else {
+            return try await loop.turn(event) { try apply(items); return after() }
+        }
         let touched: [(ItemID, RelinquishReason)] = state.withLock { s in
             items.compactMap { item in
                 guard let old = s.base(item.id), old.version < item.version, item.kind == .file else { return nil }
@@ -164,7 +177,7 @@ extension SyncEngine {
             return await group.reduce(into: []) { $0.append($1) }
         }
         defer { for (outcome, path) in asked { presenters.reacquire(outcome.asked, path: path) } }
-        try apply(items)
+        return try await loop.turn(event) { try apply(items); return after() }
     }
 
     /// Skipped states to try again, with each folder delete replaced by the folder's current
@@ -172,15 +185,31 @@ extension SyncEngine {
     /// that work (the server brings the folder back), and applying the stale delete before the
     /// journal says so would remove the folder with the file just uploaded (RaceTests). A folder
     /// the server cannot be asked about now waits for the next try.
-    func current(_ skipped: [ServerItem]) async -> [ServerItem] {
-        var out: [ServerItem] = []
+    /// Asked between turns; `applyRetry` shows the result in one.
+    func current(_ skipped: [ServerItem]) async -> SkippedRetry {
+        var out = SkippedRetry()
         for item in skipped {
-            guard item.deleted, item.kind == .folder else { out.append(item); continue }
+            guard item.deleted, item.kind == .folder else { out.items.append(item); continue }
             guard let now = try? await client.item(container, item.id) else { continue }
-            if now.version > item.version { state.withLock { $0.items[now.id, default: SyncItem()].remote.skipped = now } }
-            out.append(now.version >= item.version ? now : item)
+            if now.version > item.version { out.overtaking.append(now) }
+            out.items.append(now.version >= item.version ? now : item)
         }
         return out
+    }
+
+    /// Skipped states to show again (`current`); `overtaking`: newer states of kept folders,
+    /// waiting to be shown like the states they overtake.
+    struct SkippedRetry {
+        var items: [ServerItem] = []
+        var overtaking: [ServerItem] = []
+        var isEmpty: Bool { items.isEmpty }
+    }
+
+    /// Shows what `current` found (in a turn).
+    func applyRetry(_ r: SkippedRetry) throws {
+        guard !r.isEmpty else { return }
+        state.withLock { s in for now in r.overtaking { s.items[now.id, default: SyncItem()].remote.skipped = now } }
+        try apply(r.items)
     }
 
     /// Notes on disk that a remote state was not shown here (skipped, or held for a writer or a
@@ -213,6 +242,7 @@ extension SyncEngine {
     /// commit carries the old base, the server merges or keeps both, and the commit's answer is
     /// applied then (a remote change never overwrites unsynced local bytes).
     func apply(_ items: [ServerItem], force: Set<ItemID> = []) throws {
+        assert(EngineLoop.inTurn, "apply outside a turn of the engine loop")
         guard let fs = state.withLock({ $0.fs }) else { return }
         var claims: [Claim] = []
         defer { for c in claims { c.release() } }

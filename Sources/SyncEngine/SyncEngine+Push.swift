@@ -56,102 +56,34 @@ extension SyncEngine: ChangeObserver {
     func pushLoop() async {
         var wakeups = wakes.makeAsyncIterator()
         while !Task.isCancelled {
-            let now = options.clock.now
-            let next: ItemID? = state.withLock { s in
-                guard !s.queue.isEmpty, !s.paused, s.unauthorized == nil else { return nil }
-                // An item waiting out its back-off stays in its place; the next ready one goes
-                // (one item the server refuses for a while never holds up the others). A paced
-                // item (a file that keeps changing, SyncCore `UploadPacing`) waits the same way.
-                guard let id = s.queue.takeFirst(where: { s.items[$0]?.upload.ready(at: now) ?? true }) else { return nil }
-                s.inFlight = id
-                return id
-            }
-            guard var id = next else {
+            let next: ItemID? = await loop.turn(.pushDue) { nextToPush() }
+            guard let id = next else {
                 // Nothing ready: sleep until a change wakes us, or the tick loop does when a
                 // back-off ends (a yield while busy is buffered, so none is lost); `stop()`
                 // finishes the stream.
                 if await wakeups.next() == nil { return }
                 continue
             }
-            if let first = folderToCreateFirst(for: id) {
-                // A folder above it is not on the server yet (its queue entry came later, e.g.
-                // re-queued after a restart): create that first, or the server answers
-                // parent_not_found and the item, retried at the front, would wait forever.
-                state.withLock { s in
-                    s.queue.remove(first)
-                    s.queue.prepend(id)
-                    s.inFlight = first
-                }
-                id = first
-            }
             do {
                 try await push(id)
-                // Pushed and nobody writing it any more: it is not "being written" (the tick loop
-                // also clears this; seen stuck once after a conflict made while paused).
-                let ws = state.withLock { $0.fs }?.writeState(id)
-                let closed = ws.map { $0.writers == 0 } ?? true
-                let idle = ws.map { $0.writers == 0 && !$0.dirty } ?? true
-                let (retry, held): ([ServerItem], ServerItem?) = state.withLock { s in
-                    // The push is over: a state held for it goes in now, also when the push ended
-                    // without a commit (a delete the server had already).
-                    var held: ServerItem?
-                    if idle, !s.queue.contains(id), let h = s.items[id]?.remote.forWriter {
-                        s.items[id]?.remote.forWriter = nil
-                        held = h
-                    }
-                    s.inFlight = nil; s.upload = nil
-                    s.items[id]?.upload.failure = nil
-                    s.items[id]?.upload.error = nil
-                    if !s.queue.items.contains(where: { s.items[$0]?.upload.failure != nil }) { s.lastError = nil }
-                    if closed { s.items[id]?.upload.writing = false }
-                    return (s.queue.isEmpty ? s.skippedRemote() : [], held)
-                }
-                if let held {
-                    do { try apply([held]) } catch {
-                        log("showing v\(held.version) of \(id) failed: \(error); the next start lists the container again")
-                        markRelist()
-                    }
-                }
+                let retry = try await loop.turn(.pushEnded(id)) { try pushEnded(id) }
                 // The queue is empty: what was in the way of skipped remote items has moved.
                 if !retry.isEmpty {
-                    do { try apply(await current(retry)) } catch { log("showing skipped remote items failed: \(error)") }
+                    let current = await current(retry)
+                    do { try await loop.turn(.skippedRetried(current.items.count)) { try applyRetry(current) } } catch {
+                        log("showing skipped remote items failed: \(error)")
+                    }
                 }
             } catch {
                 // The change stays queued (in memory and on disk) whatever the error: it leaves
                 // the queue only when the server has it.
                 if Task.isCancelled {
-                    state.withLock { s in s.inFlight = nil; s.upload = nil; s.queue.prepend(id) }
+                    await loop.turn(.pushFailed(id)) { state.withLock { s in s.inFlight = nil; s.upload = nil; s.queue.prepend(id) } }
                     log("upload of \(id) stopped: the engine is stopping; it stays queued and goes at the next start")
                     return
                 }
                 let failure = Self.classify(error)
-                let now = options.clock.now
-                let delay: Int = state.withLock { s in
-                    s.inFlight = nil
-                    s.upload = nil
-                    s.lastError = "upload of \(id): \(error)"
-                    s.items[id, default: SyncItem()].upload.error = "upload failed: \(error)"
-                    let delay: Int
-                    switch failure {
-                    case .unauthorized:
-                        s.unauthorized = "\(error)"
-                        s.connection = .unauthorized
-                        delay = 0
-                    case .retry:
-                        delay = s.items[id]?.upload.failure?.nextDelay ?? 1
-                        s.items[id]?.upload.failure = .retrying(at: now + .seconds(delay), delay: delay)
-                    case .reverted:
-                        delay = 0
-                        return delay
-                    case .rejected:
-                        // The server refuses this state as it is: shown as an error on the item,
-                        // tried again when it changes, at the next start, or in five minutes.
-                        delay = 300
-                        s.items[id]?.upload.failure = .refused(at: now + .seconds(delay))
-                    }
-                    s.queue.prepend(id)
-                    return delay
-                }
+                let delay = await loop.turn(.pushFailed(id)) { pushFailed(id, error, failure) }
                 switch failure {
                 case .unauthorized: log("upload of \(id) refused: \(error); uploads wait for a valid token (mount again with --token-file)")
                 case .retry: log("upload of \(id) failed: \(error); retrying in \(delay) s")
@@ -161,13 +93,6 @@ extension SyncEngine: ChangeObserver {
                     // the folder back where the server has it. Only the refused move is undone;
                     // nothing else of the item was in it (folders have no content).
                     log("upload of \(id) refused: \(error); putting it back where the server has it")
-                    // The refused move leaves the queue; until the server's state is shown the
-                    // tree holds a place the server never had, so the next pull (or start) lists
-                    // the container again, so a lost answer to the put-back's request cannot leave
-                    // it there for good.
-                    state.withLock { $0.relistDue = true }
-                    markRelist()
-                    try? store.removeSyncOps(id, upTo: Int64.max)
                     await revertToServer(id)
                 }
                 if failure == .retry, Self.isTransport(error) {
@@ -175,6 +100,104 @@ extension SyncEngine: ChangeObserver {
                 }
             }
         }
+    }
+
+    /// The next item to push, taken from the queue and marked in flight (in a turn); nil when
+    /// none is ready. A folder above it that is not on the server yet goes first.
+    func nextToPush() -> ItemID? {
+        let now = options.clock.now
+        let next: ItemID? = state.withLock { s in
+            guard !s.queue.isEmpty, !s.paused, s.unauthorized == nil else { return nil }
+            // An item waiting out its back-off stays in its place; the next ready one goes
+            // (one item the server refuses for a while never holds up the others). A paced
+            // item (a file that keeps changing, SyncCore `UploadPacing`) waits the same way.
+            guard let id = s.queue.takeFirst(where: { s.items[$0]?.upload.ready(at: now) ?? true }) else { return nil }
+            s.inFlight = id
+            return id
+        }
+        guard let id = next else { return nil }
+        guard let first = folderToCreateFirst(for: id) else { return id }
+        // A folder above it is not on the server yet (its queue entry came later, e.g.
+        // re-queued after a restart): create that first, or the server answers
+        // parent_not_found and the item, retried at the front, would wait forever.
+        state.withLock { s in
+            s.queue.remove(first)
+            s.queue.prepend(id)
+            s.inFlight = first
+        }
+        return first
+    }
+
+    /// The push of `id` is over (in a turn): a state held for it goes in now, also when the push
+    /// ended without a commit (a delete the server had already). Returns the skipped remote
+    /// states to try again when the queue is empty.
+    func pushEnded(_ id: ItemID) throws -> [ServerItem] {
+        // Pushed and nobody writing it any more: it is not "being written" (the tick loop
+        // also clears this).
+        let ws = state.withLock { $0.fs }?.writeState(id)
+        let closed = ws.map { $0.writers == 0 } ?? true
+        let idle = ws.map { $0.writers == 0 && !$0.dirty } ?? true
+        let (retry, held): ([ServerItem], ServerItem?) = state.withLock { s in
+            var held: ServerItem?
+            if idle, !s.queue.contains(id), let h = s.items[id]?.remote.forWriter {
+                s.items[id]?.remote.forWriter = nil
+                held = h
+            }
+            s.inFlight = nil; s.upload = nil
+            s.items[id]?.upload.failure = nil
+            s.items[id]?.upload.error = nil
+            if !s.queue.items.contains(where: { s.items[$0]?.upload.failure != nil }) { s.lastError = nil }
+            if closed { s.items[id]?.upload.writing = false }
+            return (s.queue.isEmpty ? s.skippedRemote() : [], held)
+        }
+        if let held {
+            do { try apply([held]) } catch {
+                log("showing v\(held.version) of \(id) failed: \(error); the next start lists the container again")
+                markRelist()
+            }
+        }
+        return retry
+    }
+
+    /// A push failed (in a turn): the item goes back to the front of the queue with its back-off
+    /// (or, for a refused move, leaves it to be put back). Returns the back-off in seconds.
+    func pushFailed(_ id: ItemID, _ error: any Error, _ failure: Failure) -> Int {
+        let now = options.clock.now
+        let delay: Int = state.withLock { s in
+            s.inFlight = nil
+            s.upload = nil
+            s.lastError = "upload of \(id): \(error)"
+            s.items[id, default: SyncItem()].upload.error = "upload failed: \(error)"
+            let delay: Int
+            switch failure {
+            case .unauthorized:
+                s.unauthorized = "\(error)"
+                s.connection = .unauthorized
+                delay = 0
+            case .retry:
+                delay = s.items[id]?.upload.failure?.nextDelay ?? 1
+                s.items[id]?.upload.failure = .retrying(at: now + .seconds(delay), delay: delay)
+            case .reverted:
+                // The refused move leaves the queue; until the server's state is shown the
+                // tree holds a place the server never had, so the next pull (or start) lists
+                // the container again, so a lost answer to the put-back's request cannot leave
+                // it there for good.
+                s.relistDue = true
+                return 0
+            case .rejected:
+                // The server refuses this state as it is: shown as an error on the item,
+                // tried again when it changes, at the next start, or in five minutes.
+                delay = 300
+                s.items[id]?.upload.failure = .refused(at: now + .seconds(delay))
+            }
+            s.queue.prepend(id)
+            return delay
+        }
+        if failure == .reverted {
+            markRelist()
+            try? store.removeSyncOps(id, upTo: Int64.max)
+        }
+        return delay
     }
 
     /// The back-offs of items that failed to upload and the token check: wakes the push loop
@@ -185,21 +208,20 @@ extension SyncEngine: ChangeObserver {
         if due { wake.yield() }
     }
 
-
-    /// Transport failures and ordering races are retried; a request the server rejects for what
-    /// it is (a bad name, a kind change) would fail forever, so it is dropped and logged.
-    /// `container_not_found` is an ordering race too: a first sync that has not reached the
-    /// server yet (offline at mount) creates the container in the pull loop, and the push loop
-    /// may get there first (EngineSimTests: a folder made right after the first start).
     /// A move the server refused (a cycle made together with another device's move): the item
     /// goes back to where the server has it, and what waited for it is shown.
     func revertToServer(_ id: ItemID) async {
         do {
             let item = try await client.item(container, id)
-            state.withLock { s in s.items[id]?.upload.failure = nil; s.items[id]?.upload.error = nil }
-            try apply([item], force: [id])
-            let retry = state.withLock { $0.skippedRemote() }
-            if !retry.isEmpty { try apply(await current(retry)) }
+            let skipped = try await loop.turn(.reverted(id)) {
+                state.withLock { s in s.items[id]?.upload.failure = nil; s.items[id]?.upload.error = nil }
+                try apply([item], force: [id])
+                return state.withLock { $0.skippedRemote() }
+            }
+            if !skipped.isEmpty {
+                let retry = await current(skipped)
+                try await loop.turn(.skippedRetried(retry.items.count)) { try applyRetry(retry) }
+            }
             log("the move of \(item.name.value) was refused by the server (a cycle); put back where the server has it")
         } catch {
             log("could not put \(id) back after a refused move: \(error)")
@@ -250,22 +272,73 @@ extension SyncEngine: ChangeObserver {
         return false
     }
 
-    /// Commits the item's whole current state against its base.
+    /// What the decision turn of a push found to send (`decidePush`).
+    enum PushWork {
+        /// Nothing to send now (kept on this device, waiting for a writer, a lock or a save,
+        /// paced): decided and recorded in the turn.
+        case nothing
+        /// Ask the file's presenters to save first, then decide again.
+        case askPresenters(path: String)
+        case delete(base: Base?, cursor: Int64)
+        case commit(CommitWork)
+    }
+
+    /// A commit being prepared: what the decision turn read, and the draft it built.
+    struct CommitWork {
+        var base: Base?
+        var cursor: Int64
+        var draft: ItemDraft
+        /// The file's content is read and its missing chunks uploaded before the commit.
+        var needsContent: Bool
+        /// A snapshot of a file kept open (its write generation): the queue entries stay.
+        var snapshot: UInt64?
+        /// The write generation the content is read at: a commit answer that replaces it is not
+        /// shown over a write made after (settle).
+        var generation: UInt64?
+    }
+
+    /// Commits the item's whole current state against its base: decided in a turn, the content
+    /// and the commit sent between turns, the answer settled in a turn.
     func push(_ id: ItemID) async throws {
         _ = store.sync()  // the queue entries of this item are in the table now
         let upTo = try store.lastSyncOpSeq(id) ?? 0
+        var work = try await loop.turn(.pushStep(id)) { try decidePush(id, upTo: upTo, askPresenters: true) }
+        if case .askPresenters(let path) = work, let presenters = services?.presenters {
+            // Presenters of the file write what they have not saved yet (bounded;
+            // docs/presenters.md), then the facts are read again: a presenter that saves makes
+            // it a file being written, and its close queues it again.
+            _ = await presenters.ask(.save, paths: [path])
+            work = try await loop.turn(.pushStep(id)) { try decidePush(id, upTo: upTo, askPresenters: false) }
+        }
+        switch work {
+        case .nothing, .askPresenters:
+            return
+        case .delete(let base, let cursor):
+            try await pushDelete(id, base: base, cursor: cursor)
+            try store.removeSyncOps(id, upTo: upTo)
+        case .commit(var c):
+            if c.needsContent {
+                // nil: a write started while chunking; its close queues the item again.
+                guard let fs = state.withLock({ $0.fs }),
+                      let chunks = try await uploadContent(id, known: c.base?.record.chunks, fs: fs, snapshot: c.snapshot) else { return }
+                c.draft.chunks = chunks
+            }
+            guard let request = try await loop.turn(.contentSent(id), { try commitRequest(id, c, upTo: upTo) }) else { return }
+            let r = try await client.commit(container, request)
+            try await loop.turn(.commitAnswered(id)) { try commitAnswered(id, c, r, upTo: upTo) }
+        }
+    }
+
+    /// The push's decision (in a turn): the item's facts read at once, `SyncItem.pushStep`, and
+    /// what it leads to.
+    func decidePush(_ id: ItemID, upTo: Int64, askPresenters: Bool) throws -> PushWork {
         let (fs, base, cursor) = state.withLock { s in (s.fs, s.base(id), s.cursor) }
-        guard let fs else { return }
+        guard let fs else { return .nothing }
         let local = fs.localState(id)
         trace("push \(id): base v\(base?.version ?? -1)\(local == nil ? ", gone here" : "")")
-        let rules = pacingRules
-        var step = state.withLock { $0.items[id] ?? SyncItem() }.pushStep(pushFacts(id, local: local, base: base, fs: fs), rules: rules)
-        // Presenters of the file write what they have not saved yet (bounded; docs/presenters.md),
-        // then the facts are read again: a presenter that saves makes it a file being written,
-        // and its close queues it again.
-        if local?.kind == .file, let presenters = services?.presenters, !presenters.isEmpty, step.concernsContent {
-            _ = await presenters.ask(.save, paths: [fs.path(of: id)])
-            step = state.withLock { $0.items[id] ?? SyncItem() }.pushStep(pushFacts(id, local: local, base: base, fs: fs), rules: rules)
+        let step = state.withLock { $0.items[id] ?? SyncItem() }.pushStep(pushFacts(id, local: local, base: base, fs: fs), rules: pacingRules)
+        if askPresenters, local?.kind == .file, let presenters = services?.presenters, !presenters.isEmpty, step.concernsContent {
+            return .askPresenters(path: fs.path(of: id))
         }
         if local?.kind == .file, base == nil, step != .keepLocal {
             // A device-local name renamed to an ordinary one is uploaded from then on.
@@ -279,14 +352,12 @@ extension SyncEngine: ChangeObserver {
                 s.items[id]?.upload.deviceLocal = false
                 return s.minSkipped.map { min(cursor, $0 - 1) } ?? cursor
             }
-            try await pushDelete(id, base: base, cursor: seen)
-            try store.removeSyncOps(id, upTo: upTo)
-            return
+            return .delete(base: base, cursor: seen)
         case .keepLocal:
             // SQLite's journals stay on this device (DeviceLocalNames).
             state.withLock { $0.items[id, default: SyncItem()].upload.deviceLocal = true }
             try store.removeSyncOps(id, upTo: upTo)
-            return
+            return .nothing
         case .waitForSafeSave:
             // A new file under the name a document was just renamed away from (vim's save): wait
             // a moment — when the backup goes, this file takes the document's identity instead.
@@ -295,17 +366,17 @@ extension SyncEngine: ChangeObserver {
                 self.state.withLock { $0.queue.append(id) }
                 self.wake.yield()
             }
-            return
+            return .nothing
         case .waitForWriter:
             // Mid-save (open for writing, no fsync since the last write): never upload a
             // half-written file. The queued ops stay; the writer's close or fsync queues the item
             // again. After a quiet period without writes (tick loop) a snapshot goes: chunked
             // between two equal write generations, so no write tore it.
-            return
+            return .nothing
         case .waitForLock:
             // A program holds the file exclusively (mid-save): its unlock queues the item again.
             state.withLock { $0.items[id, default: SyncItem()].upload.waitingForLock = true }
-            return
+            return .nothing
         case .paced(let until):
             // A file that keeps changing keeps its place in the queue until then.
             state.withLock { s in
@@ -313,7 +384,7 @@ extension SyncEngine: ChangeObserver {
                 s.queue.prepend(id)
             }
             trace("push \(id): changing again soon after its last upload; paced for \(until - options.clock.now)")
-            return
+            return .nothing
         case .commit(let s):
             snapshot = s
             state.withLock { s in
@@ -321,55 +392,64 @@ extension SyncEngine: ChangeObserver {
                 if snapshot != nil { s.items[id]?.upload.snapshotDue = false }
             }
         }
-        guard let local, let parent = local.parent, let name = try? ItemName(local.name) else { return }
-        // The content as of this generation is what goes; a commit answer that replaces it is not
-        // shown over a write made after (settle).
-        let generation = fs.writeState(id)?.generation
+        guard let local, let parent = local.parent, let name = try? ItemName(local.name) else { return .nothing }
         var draft = ItemDraft(kind: local.kind, parent: parent, name: name, symlinkTarget: local.target,
                               mode: local.mode & ItemLimits.syncedPermissions, modified: WireRange.clampTime(local.mtime), extra: base?.record.extra)
+        var needsContent = false
         if local.kind == .file {
             if let base, !base.complete {
                 draft.chunks = base.record.chunks  // not downloaded, so not changed here
             } else {
-                // nil: a write started while chunking; its close queues the item again.
-                guard let chunks = try await uploadContent(id, known: base?.record.chunks, fs: fs, snapshot: snapshot) else { return }
-                draft.chunks = chunks
+                needsContent = true
             }
         }
+        return .commit(CommitWork(base: base, cursor: cursor, draft: draft, needsContent: needsContent, snapshot: snapshot,
+                                  generation: fs.writeState(id)?.generation))
+    }
+
+    /// The commit to send once the content is on the server (in a turn); nil when there is
+    /// nothing to send.
+    func commitRequest(_ id: ItemID, _ c: CommitWork, upTo: Int64) throws -> CommitRequest? {
         // A save that leaves everything but the modification time as it was sends nothing (no
         // false conflicts); a time set on purpose (touch -d, cp -p, rsync -t: an "attributes"
         // change) is sent.
-        let timeSet = try base.map { $0.record.modified != draft.modified } == true
+        let timeSet = try c.base.map { $0.record.modified != c.draft.modified } == true
             && store.hasSyncOp(id, kind: .attributes)
-        if let base, !timeSet, ItemDraft(base.record) == draft.withModified(base.record.modified), !base.record.deleted {
+        if let base = c.base, !timeSet, ItemDraft(base.record) == c.draft.withModified(base.record.modified), !base.record.deleted {
             trace("push \(id): nothing to send")
             try store.removeSyncOps(id, upTo: upTo)  // nothing the server does not have
-            // A newer version that waited for this file's writer goes in now.
-            if let held = state.withLock({ $0.items[id]?.remote.forWriter }), let ws = fs.writeState(id), ws.writers == 0, !ws.dirty {
-                state.withLock { s in
-                    s.items[id]?.remote.forWriter = nil
-                    if s.inFlight == id { s.inFlight = nil }
-                }
-                try apply([held])
-            }
-            return
+            try applyHeldForWriter(id)
+            return nil
         }
-        let r = try await client.commit(container, CommitRequest(item: id, baseVersion: base?.version, state: draft, seenCursor: cursor))
-        trace("commit \(id) \(draft.name.value) on v\(base?.version ?? -1): \(r.outcome.rawValue) v\(r.item.version)\(r.yours.map { " yours=" + $0 } ?? "")\(r.item.deleted ? " deleted" : "")")
+        return CommitRequest(item: id, baseVersion: c.base?.version, state: c.draft, seenCursor: c.cursor)
+    }
+
+    /// A newer version that waited for this file's push or writer goes in now, when no program
+    /// is writing it (in a turn).
+    private func applyHeldForWriter(_ id: ItemID) throws {
+        guard let fs = state.withLock({ $0.fs }), let held = state.withLock({ $0.items[id]?.remote.forWriter }),
+              let ws = fs.writeState(id), ws.writers == 0, !ws.dirty else { return }
+        state.withLock { s in
+            s.items[id]?.remote.forWriter = nil
+            if s.inFlight == id { s.inFlight = nil }
+        }
+        try apply([held])
+    }
+
+    /// The server's answer to the commit (in a turn).
+    func commitAnswered(_ id: ItemID, _ c: CommitWork, _ r: CommitResponse, upTo: Int64) throws {
+        let draft = c.draft
+        trace("commit \(id) \(draft.name.value) on v\(c.base?.version ?? -1): \(r.outcome.rawValue) v\(r.item.version)\(r.yours.map { " yours=" + $0 } ?? "")\(r.item.deleted ? " deleted" : "")")
         // The server's answer covers any version that waited for this upload.
         state.withLock { $0.items[id]?.remote.answered(r.item.version) }
-        try settle(id, sent: draft, response: r, previous: base, generation: generation)
+        try settle(id, sent: draft, response: r, previous: c.base, generation: c.generation)
         // A version newer than this commit arrived while it was on its way: it goes in now.
-        if snapshot == nil, let held = state.withLock({ $0.items[id]?.remote.forWriter }), let ws = fs.writeState(id), ws.writers == 0, !ws.dirty {
-            state.withLock { s in
-                s.items[id]?.remote.forWriter = nil
-                if s.inFlight == id { s.inFlight = nil }
-            }
-            try apply([held])
+        if c.snapshot == nil { try applyHeldForWriter(id) }
+        if let fs = state.withLock({ $0.fs }) {
+            services?.events.append(r.outcome == .conflict ? .conflict : .uploaded, origin: .sync, path: fs.path(of: id),
+                                    detail: "v\(r.item.version)" + (r.outcome == .conflict ? " yours=\(r.yours ?? "?")" : ""))
         }
-        services?.events.append(r.outcome == .conflict ? .conflict : .uploaded, origin: .sync, path: fs.path(of: id),
-                         detail: "v\(r.item.version)" + (r.outcome == .conflict ? " yours=\(r.yours ?? "?")" : ""))
-        if let snapshot {
+        if let snapshot = c.snapshot {
             // Uploaded while still open: the close (or a later quiet period) sends what follows;
             // the queue entries stay so a crash before then still uploads the final content.
             state.withLock { $0.items[id, default: SyncItem()].upload.snapshotSent = snapshot }
@@ -392,33 +472,35 @@ extension SyncEngine: ChangeObserver {
         var d = ItemDraft(record)
         d.deleted = true
         let r = try await client.commit(container, CommitRequest(item: id, baseVersion: baseVersion, state: d, seenCursor: cursor))
-        trace("delete \(id) on v\(baseVersion): \(r.outcome.rawValue) v\(r.item.version)\(r.item.deleted ? " deleted" : "")")
-        // The answer covers any version that waited for this push.
-        state.withLock { $0.items[id]?.remote.answered(r.item.version) }
-        if r.item.deleted {
+        let cameBack = try await loop.turn(.commitAnswered(id)) { () throws -> Bool in
+            trace("delete \(id) on v\(baseVersion): \(r.outcome.rawValue) v\(r.item.version)\(r.item.deleted ? " deleted" : "")")
+            // The answer covers any version that waited for this push.
+            state.withLock { $0.items[id]?.remote.answered(r.item.version) }
             try saveBase(id, nil)
-        } else {
+            guard !r.item.deleted else { return false }
             // delete_ignored: edited elsewhere meanwhile; it comes back here as a placeholder.
-            try saveBase(id, nil)
             // The push of this item is over: let `apply` show it (it skips items in flight).
             state.withLock { s in if s.inFlight == id { s.inFlight = nil } }
             try apply([r.item])
-            // A folder that came back may hold items this device skipped while the folder was
-            // gone here (the journal has moved past them): list the container again to show them.
-            if r.item.kind == .folder { try await relist() }
+            return r.item.kind == .folder
         }
+        // A folder that came back may hold items this device skipped while the folder was
+        // gone here (the journal has moved past them): list the container again to show them.
+        if cameBack { try await relist() }
         // A version newer than the answer arrived while the delete was on its way (an edit made
         // elsewhere after the delete, which brought the item back): it goes in now, or the item
         // would stay gone on this device only (EngineSimTests).
-        let newer: ServerItem? = state.withLock { s in
-            guard let held = s.items[id]?.remote.forWriter else { return nil }
-            s.items[id]?.remote.forWriter = nil
-            if s.inFlight == id { s.inFlight = nil }
-            return held
-        }
-        if let newer {
-            trace("delete \(id): v\(newer.version) came while it was on its way; shown now")
-            try apply([newer])
+        try await loop.turn(.pushEnded(id)) {
+            let newer: ServerItem? = state.withLock { s in
+                guard let held = s.items[id]?.remote.forWriter else { return nil }
+                s.items[id]?.remote.forWriter = nil
+                if s.inFlight == id { s.inFlight = nil }
+                return held
+            }
+            if let newer {
+                trace("delete \(id): v\(newer.version) came while it was on its way; shown now")
+                try apply([newer])
+            }
         }
     }
 
@@ -451,6 +533,7 @@ extension SyncEngine: ChangeObserver {
     /// old base, so the server keeps it too (EngineSimTests: a write made while the commit of a
     /// conflict was on its way is not replaced by the server's current content).
     private func settle(_ id: ItemID, sent: ItemDraft, response r: CommitResponse, previous: Base?, generation: UInt64?) throws {
+        assert(EngineLoop.inTurn, "settle outside a turn of the engine loop")
         let item = r.item
         guard let fs = state.withLock({ $0.fs }) else { return }
         let (relocate, record) = state.withLock { s in

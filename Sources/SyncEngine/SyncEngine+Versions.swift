@@ -80,7 +80,7 @@ extension SyncEngine: VersionSource {
             if case .failure(let e) = r { done(e) } else { done(nil) }
         }) {
             let r = try await self.client.resolve(self.container, item, request)
-            do { try self.apply([r.item]) } catch { self.log("showing the resolved \(item) failed: \(error)") }
+            do { try await self.loop.turn(.resolved(item)) { try self.apply([r.item]) } } catch { self.log("showing the resolved \(item) failed: \(error)") }
         }
     }
 

@@ -20,7 +20,9 @@ import SyncCore
 ///   commits each queued item's whole state with the base version it was edited from.
 ///
 /// Threads: `localChange`, `isPresent` and `hydrate` are called on libfuse threads and only take
-/// `state` briefly and start tasks; the network work runs in the engine's tasks.
+/// `state` briefly and start tasks; the network work runs in the engine's tasks, and every
+/// decision about items (showing server states, a push's step, a commit's answer, the tick) in a
+/// turn of `loop`, one at a time (EngineLoop.swift).
 /// Lock order: ContainerFS.lock → LocalStore queue lock; `state` is a leaf (nothing else is
 /// called while it is held), so it can be taken under ContainerFS.lock or without it. Kernel
 /// notifications go out on `kernelQueue` only, with no lock held (see `sendKernel`).
@@ -74,6 +76,8 @@ public final class SyncEngine: Sendable {
     let kernelQueue = DispatchQueue(label: "nimbus.kernel-notify")
     /// Downloads and other short jobs, all children of the engine's task tree (EngineJobs.swift).
     let jobs = EngineJobs()
+    /// Where every decision about items is made, one turn at a time (EngineLoop.swift).
+    let loop = EngineLoop()
 
     struct State {
         /// The mounted tree and what it shares with the engine (`attach`).
