@@ -1,5 +1,9 @@
 -- wrk script for scripts/bench-server: one create commit per request, each with a new item id.
+-- CONTAINERS=N (default 1): each request goes to one of PREFIX0 … PREFIX(N-1) at random (they must
+-- exist); PREFIX defaults to com.example.wrk-.
 math.randomseed(os.time())
+local containers = tonumber(os.getenv("CONTAINERS") or "1")
+local prefix = os.getenv("PREFIX") or "com.example.wrk-"
 local function uuid()
   local t = 'xxxxxxxx-xxxx-4xxx-yxxx-xxxxxxxxxxxx'
   return (string.gsub(t, '[xy]', function (c)
@@ -13,5 +17,6 @@ wrk.headers["Authorization"] = "Bearer " .. os.getenv("TOKEN")
 request = function()
   local id = uuid()
   local body = '{"item":"' .. id .. '","state":{"kind":"file","parent":"00000000-0000-0000-0000-000000000000","name":"' .. id .. '","chunks":[],"mode":420,"modified":1,"deleted":false}}'
-  return wrk.format(nil, "/v1/containers/com.example.wrk/commit", nil, body)
+  local c = math.random(0, containers - 1)
+  return wrk.format(nil, "/v1/containers/" .. prefix .. c .. "/commit", nil, body)
 end

@@ -22,6 +22,7 @@ public final class PostgresStore: ServerStore {
     /// one, so there are as many as the pool has connections for writes.
     let threads: NIOThreadPool
     let logger: Logger
+    let counters = PostgresCounters()
     /// What commits and resolves prune (`HistoryRetention`).
     public let history: HistoryRetention
     /// The NOTIFY channel on which commits announce "CONTAINER:CURSOR".
@@ -68,24 +69,86 @@ public final class PostgresStore: ServerStore {
     /// Runs `body` in one transaction on a pool thread, after locking `container`'s row when given.
     /// Rolls back on any error; retries the whole transaction on deadlock or serialization failure.
     func write<R: Sendable>(locking container: ContainerRecord?, _ body: @escaping @Sendable (PostgresSync) throws -> R) async throws -> R {
+        try await transaction { db in
+            if let c = container {
+                guard !(try db.rows("SELECT cursor FROM containers WHERE id = \(c.id) FOR UPDATE")).isEmpty else {
+                    throw APIError.containerNotFound(c.name)
+                }
+            }
+            return try body(db)
+        }
+    }
+
+    /// A commit's transaction: one statement locks `container`'s row and reads what the commit
+    /// reads first (`PostgresPrefetch`: the item, its current version, and for `place` — the
+    /// folder and name a commit puts the item in — that folder and whether the name is taken),
+    /// then `body` runs `CommitEngine`, then the gathered writes go out with the notification.
+    ///
+    /// The statement reads as of its start; when it had to wait for the lock, another commit to
+    /// the container may have changed those rows meanwhile. Every commit that writes moves the
+    /// cursor, so the cursor as of the start (`seen`, a subquery: not read again after the wait)
+    /// equal to the locked row's means nothing changed; otherwise nothing prefetched is used.
+    func commitTransaction(_ container: ContainerRecord, item: ItemID, place: (parent: ItemID, name: String)?,
+                           _ body: @escaping @Sendable (PostgresTransaction) throws -> CommitResponse) async throws -> CommitResponse {
+        try await transaction { db in
+            let parent = place.map(\.parent).flatMap { $0.isRoot || $0 == item ? nil : $0 }
+            let parentID = parent?.description ?? ""
+            let (placeParent, placeName) = (place?.parent.description ?? "", place?.name ?? "")
+            guard let row = try db.rows("""
+                SELECT c.cursor, (SELECT cursor FROM containers WHERE id = \(container.id)),
+                       i.id, i.version, i.conflicts, i.state, v.seq,
+                       p.id, p.version, p.conflicts, p.state,
+                       EXISTS (SELECT 1 FROM items n WHERE n.container_id = c.id AND n.parent_id = \(placeParent) AND n.name = \(placeName)
+                               AND NOT n.deleted AND n.id <> \(item.description))
+                FROM containers c
+                LEFT JOIN items i ON i.container_id = c.id AND i.id = \(item.description)
+                LEFT JOIN versions v ON v.container_id = c.id AND v.item_id = \(item.description) AND v.role = 'current'
+                LEFT JOIN items p ON p.container_id = c.id AND p.id = \(parentID)
+                WHERE c.id = \(container.id) FOR UPDATE OF c
+                """).first else { throw APIError.containerNotFound(container.name) }
+            let (cursor, seen, iid, iversion, iconflicts, istate, seq, pid, pversion, pconflicts, pstate, taken) =
+                try row.decode((Int64, Int64, String?, Int64?, Int64?, String?, Int64?, String?, Int64?, Int64?, String?, Bool).self)
+            var prefetch: PostgresPrefetch?
+            if seen == cursor {
+                var p = PostgresPrefetch(cursor: cursor, item: item,
+                                         row: try Self.storedItem(iid, iversion, iconflicts, istate), currentSeq: seq)
+                if let parent { p.parent = (parent, try Self.storedItem(pid, pversion, pconflicts, pstate)) }
+                if let place { p.nameCheck = (place.parent, place.name, taken) }
+                prefetch = p
+            }
+            let tx = PostgresTransaction(db: db, container: container, cursor: cursor, prefetched: prefetch)
+            let response = try body(tx)
+            // Other instances' long-polls learn of it by NOTIFY, sent by PostgreSQL on COMMIT only.
+            tx.finish(notify: response.cursor > 0 ? "\(container.id):\(response.cursor)" : nil)
+            return response
+        }
+    }
+
+    /// A row of `items` read through a LEFT JOIN (all nil: no row).
+    static func storedItem(_ id: String?, _ version: Int64?, _ conflicts: Int64?, _ state: String?) throws -> StoredItem? {
+        guard let id, let version, let conflicts, let state else { return nil }
+        guard let itemID = ItemID(id) else { throw APIError(.internal, "corrupt item id \(id) in the database") }
+        return StoredItem(id: itemID, version: version, conflicts: Int(conflicts), state: try Codec.decodeState(state))
+    }
+
+    /// BEGIN, `body`, COMMIT on a pool thread (BEGIN is queued with body's first statement, so it
+    /// costs no wait). Rolls back on any error; retries the whole transaction on deadlock or
+    /// serialization failure.
+    private func transaction<R: Sendable>(_ body: @escaping @Sendable (PostgresSync) throws -> R) async throws -> R {
         var attempt = 0
         while true {
             attempt += 1
             do {
                 return try await client.withConnection { conn in
-                    let db = PostgresSync(conn: conn, logger: logger)
-                    return try await threads.runIfActive {
-                        try db.exec("BEGIN")
+                    try await threads.runIfActive {
+                        let db = PostgresSync(conn: conn, logger: self.logger, counters: self.counters)
+                        db.send("BEGIN")
                         do {
-                            if let c = container {
-                                guard !(try db.rows("SELECT cursor FROM containers WHERE id = \(c.id) FOR UPDATE")).isEmpty else {
-                                    throw APIError.containerNotFound(c.name)
-                                }
-                            }
                             let result = try body(db)
                             try db.exec("COMMIT")
                             return result
                         } catch {
+                            try? db.settle()
                             try? db.exec("ROLLBACK")
                             throw error
                         }
@@ -234,27 +297,22 @@ public final class PostgresStore: ServerStore {
     // MARK: commits
 
     public func commit(_ request: CommitRequest, in container: ContainerRecord, by device: DeviceRecord, now: Int64) async throws -> CommitResponse {
-        try await write(locking: container) { db in
-            var engine = CommitEngine(tx: PostgresTransaction(db: db, container: container), device: device, now: now, history: self.history)
-            let response = try engine.commit(request)
-            try Self.announce(db, container, response)
-            return response
+        let place = request.state.deleted ? nil : (parent: request.state.parent, name: request.state.name.value)
+        return try await commitTransaction(container, item: request.item, place: place) { tx in
+            var engine = CommitEngine(tx: tx, device: device, now: now, history: self.history)
+            return try engine.commit(request)
         }
     }
 
     public func resolve(_ request: ResolveRequest, item: ItemID, in container: ContainerRecord, by device: DeviceRecord, now: Int64) async throws -> CommitResponse {
-        try await write(locking: container) { db in
-            var engine = CommitEngine(tx: PostgresTransaction(db: db, container: container), device: device, now: now, history: self.history)
-            let response = try engine.resolve(request, item: item)
-            try Self.announce(db, container, response)
-            return response
+        try await commitTransaction(container, item: item, place: nil) { tx in
+            var engine = CommitEngine(tx: tx, device: device, now: now, history: self.history)
+            return try engine.resolve(request, item: item)
         }
     }
 
-    /// Queues a notification for the other instances; PostgreSQL sends it only if the transaction commits.
-    static func announce(_ db: PostgresSync, _ container: ContainerRecord, _ response: CommitResponse) throws {
-        guard response.cursor > 0 else { return }
-        try db.exec("SELECT pg_notify(\(channel), \("\(container.id):\(response.cursor)"))")
+    public var databaseRoundTrips: DatabaseRoundTrips? {
+        DatabaseRoundTrips(statements: counters.statements, waits: counters.waitsForAnswers)
     }
 
     static func storedItem(_ row: PostgresRow) throws -> StoredItem {

@@ -3,42 +3,216 @@ import NIOCore
 import NimbusCore
 import NimbusProtocol
 import PostgresNIO
+import Synchronization
 
 /// Blocking queries on one leased connection. `CommitEngine` works over the synchronous
 /// `StoreTransaction`, so a commit runs on a thread of the store's own thread pool (never an event
-/// loop) and waits for each query's future there; the connection's event loop does the I/O.
-struct PostgresSync {
+/// loop) and waits for answers there; the connection's event loop does the I/O.
+///
+/// Writes whose answer nothing needs (`send`) are queued on the connection without waiting: the
+/// event loop sends each as soon as the one before is answered, and the thread waits only at the
+/// next read or at COMMIT (`settle`). A failed write aborts the transaction, so the first error
+/// of the queued writes is the one reported, whatever failed after it.
+final class PostgresSync {
     let conn: PostgresConnection
     let logger: Logger
+    private let counters: PostgresCounters?
+    private var pending: [EventLoopFuture<PostgresQueryResult>] = []
+
+    init(conn: PostgresConnection, logger: Logger, counters: PostgresCounters? = nil) {
+        self.conn = conn
+        self.logger = logger
+        self.counters = counters
+    }
 
     func rows(_ q: PostgresQuery) throws -> [PostgresRow] {
-        try conn.query(q, logger: logger).wait().rows
+        let answer = conn.query(q, logger: logger)
+        counters?.statement(waited: true)
+        try settle()
+        return try answer.wait().rows
     }
 
+    /// Sends `q` and waits for it (and for every write queued before it).
     func exec(_ q: PostgresQuery) throws {
-        _ = try conn.query(q, logger: logger).wait()
+        send(q)
+        counters?.waited()
+        try settle()
     }
+
+    /// Queues `q`; its outcome is checked at the next read, `exec` or `settle`.
+    func send(_ q: PostgresQuery) {
+        pending.append(conn.query(q, logger: logger))
+        counters?.statement(waited: false)
+    }
+
+    /// Waits for the queued writes; throws the first one's error.
+    func settle() throws {
+        guard !pending.isEmpty else { return }
+        let queued = pending
+        pending = []
+        var first: (any Error)?
+        for answer in queued {
+            do { _ = try answer.wait() } catch { if first == nil { first = error } }
+        }
+        if let first { throw first }
+    }
+}
+
+/// Statements sent to PostgreSQL and the times a thread waited for answers (`/metrics`,
+/// scripts/bench-server's round trips per commit).
+final class PostgresCounters: Sendable {
+    private let counts = Atomic<Int64>(0)
+    private let waits = Atomic<Int64>(0)
+
+    func statement(waited: Bool) {
+        counts.add(1, ordering: .relaxed)
+        if waited { waits.add(1, ordering: .relaxed) }
+    }
+
+    func waited() { waits.add(1, ordering: .relaxed) }
+
+    var statements: Int64 { counts.load(ordering: .relaxed) }
+    var waitsForAnswers: Int64 { waits.load(ordering: .relaxed) }
+}
+
+/// What the commit transaction read together with the container lock (one statement instead
+/// of five): the container's cursor, the committed item's row and current version, and for a
+/// commit that places the item, its parent's row and whether its name is taken there.
+struct PostgresPrefetch {
+    var cursor: Int64
+    var item: ItemID
+    var row: StoredItem?
+    var currentSeq: Int64?
+    var parent: (id: ItemID, row: StoredItem?)?
+    /// `isNameTaken(parent, name, excluding: item)`.
+    var nameCheck: (parent: ItemID, name: String, taken: Bool)?
 }
 
 /// `StoreTransaction` inside an open PostgreSQL transaction, scoped to one container whose row the
 /// caller has locked (`SELECT … FOR UPDATE`), so commits to one container run one at a time and
 /// journal sequences stay gap-free, as SQLite's single writer guarantees for the embedded engine.
+///
+/// Few round trips while the lock is held (a new file: the lock's statement, one write statement
+/// and COMMIT):
+/// - the lock's statement also read what the commit reads first (`PostgresPrefetch`);
+/// - sequences are counted here from the locked cursor, and the cursor written once (`finish`);
+/// - the usual writes — a new version row, the item row, the journal entry, the cursor, the
+///   notification — are gathered (`Batch`) and sent as one statement (data-modifying CTEs) when
+///   the transaction next reads or finishes. A batch holds at most one item row and never two
+///   writes of one row; a role change or a deletion sends the batch first and goes after it, so
+///   the database sees the writes in the order the engine made them (a version stops being
+///   current before another becomes current);
+/// - rows this transaction read or wrote are answered from memory. Every write of an item row and
+///   of a version's role goes through here, so what memory holds is what the database holds.
 struct PostgresTransaction: StoreTransaction {
     let db: PostgresSync
     let container: ContainerRecord
     private let encoded = EncodedStateCache()
+    private let known: Known
+
+    /// Rows known in this transaction (read with the lock or written since), and the writes not
+    /// sent yet.
+    private final class Known {
+        var cursor: Int64
+        var cursorMoved = false
+        /// nil value: known to have no row.
+        var items: [ItemID: StoredItem?] = [:]
+        /// The seq of the item's `current` version row; nil value: known to have none.
+        var currentSeqs: [ItemID: Int64?] = [:]
+        /// `isNameTaken(parent, name, excluding: nameCheckFor)`, valid until an item row is written.
+        var nameCheck: (parent: ItemID, name: String, taken: Bool)?
+        var nameCheckFor: ItemID?
+        var batch = Batch()
+        var notify: String?
+        init(cursor: Int64) { self.cursor = cursor }
+    }
+
+    /// Writes sent together as one statement.
+    struct Batch {
+        var versions: [String] = []
+        var item: String?
+        var journal: [String] = []
+        var binds = PostgresBindings()
+        var isEmpty: Bool { versions.isEmpty && item == nil && journal.isEmpty }
+
+        mutating func bind<T: PostgresDynamicTypeEncodable>(_ value: T) -> String {
+            binds.append(value)
+            return "$\(binds.count)"
+        }
+
+        mutating func bind<T: PostgresDynamicTypeEncodable>(_ value: T?) -> String {
+            binds.append(value)
+            return "$\(binds.count)"
+        }
+    }
+
+    init(db: PostgresSync, container: ContainerRecord, cursor: Int64, prefetched: PostgresPrefetch?) {
+        self.db = db
+        self.container = container
+        known = Known(cursor: cursor)
+        if let p = prefetched {
+            known.items[p.item] = .some(p.row)
+            known.currentSeqs[p.item] = .some(p.currentSeq)
+            if let parent = p.parent { known.items[parent.id] = .some(parent.row) }
+            known.nameCheck = p.nameCheck
+            known.nameCheckFor = p.item
+        }
+    }
 
     private var cid: Int64 { container.id }
 
     private func encode(_ state: ItemState) throws -> String { try encoded.encode(state) }
 
+    /// Sends the gathered writes as one statement (not waited for).
+    private func flush() {
+        var b = known.batch
+        known.batch = Batch()
+        var parts: [String] = []
+        if !b.versions.isEmpty {
+            parts.append("INSERT INTO versions(container_id, item_id, seq, role, was_current, device_id, state) VALUES \(b.versions.joined(separator: ", "))")
+        }
+        if let item = b.item { parts.append(item) }
+        if !b.journal.isEmpty {
+            parts.append("INSERT INTO journal(container_id, seq, item_id, kind, device_id, record) VALUES \(b.journal.joined(separator: ", "))")
+        }
+        if known.cursorMoved {
+            parts.append("UPDATE containers SET cursor = \(b.bind(known.cursor)) WHERE id = \(b.bind(cid))")
+            known.cursorMoved = false
+        }
+        var tail = "SELECT 1"
+        if let payload = known.notify {
+            tail = "SELECT pg_notify(\(b.bind(PostgresStore.channel)), \(b.bind(payload)))"
+            known.notify = nil
+        }
+        guard !parts.isEmpty || tail != "SELECT 1" else { return }
+        let ctes = parts.enumerated().map { "w\($0.offset) AS (\($0.element))" }
+        let sql = (ctes.isEmpty ? "" : "WITH " + ctes.joined(separator: ", ") + " ") + tail
+        db.send(PostgresQuery(unsafeSQL: sql, binds: b.binds))
+    }
+
+    /// Writes the cursor the sequences of this transaction reached and the notification, with
+    /// whatever writes are gathered. Called once, after the engine's operation, before COMMIT.
+    func finish(notify payload: String?) {
+        known.notify = payload
+        flush()
+    }
+
+    /// Reads go after the gathered writes.
+    private func rows(_ q: PostgresQuery) throws -> [PostgresRow] {
+        if !known.batch.isEmpty { flush() }
+        return try db.rows(q)
+    }
+
     func loadItem(_ id: ItemID) throws -> StoredItem? {
-        try db.rows("SELECT id, version, conflicts, state FROM items WHERE container_id = \(cid) AND id = \(id.description)")
+        if let row = known.items[id] { return row }
+        let row = try rows("SELECT id, version, conflicts, state FROM items WHERE container_id = \(cid) AND id = \(id.description)")
             .first.map(PostgresStore.storedItem)
+        known.items[id] = .some(row)
+        return row
     }
 
     func stateCurrent(at version: Int64, of id: ItemID) throws -> ItemState? {
-        guard let row = try db.rows("""
+        guard let row = try rows("""
             SELECT v.seq, v.state, i.history_floor FROM versions v
             JOIN items i ON i.container_id = v.container_id AND i.id = v.item_id
             WHERE v.container_id = \(cid) AND v.item_id = \(id.description) AND v.was_current AND v.seq <= \(version)
@@ -49,58 +223,74 @@ struct PostgresTransaction: StoreTransaction {
     }
 
     func isNameTaken(parent: ItemID, name: String, excluding id: ItemID) throws -> Bool {
-        !(try db.rows("""
+        if let c = known.nameCheck, c.parent == parent, c.name == name, known.nameCheckFor == id { return c.taken }
+        return !(try rows("""
             SELECT 1 FROM items WHERE container_id = \(cid) AND parent_id = \(parent.description) AND name = \(name)
               AND NOT deleted AND id <> \(id.description)
             """).isEmpty)
     }
 
     func liveChildren(of id: ItemID) throws -> [StoredItem] {
-        try db.rows("""
+        try rows("""
             SELECT id, version, conflicts, state FROM items WHERE container_id = \(cid) AND parent_id = \(id.description) AND NOT deleted
             """).map(PostgresStore.storedItem)
     }
 
     func nextSeq() throws -> Int64 {
-        guard let row = try db.rows("UPDATE containers SET cursor = cursor + 1 WHERE id = \(cid) RETURNING cursor").first else {
-            throw APIError.containerNotFound(container.name)
-        }
-        return try row.decode(Int64.self)
+        known.cursor += 1
+        known.cursorMoved = true
+        return known.cursor
     }
 
     func saveItem(_ item: StoredItem) throws {
         let s = item.state
-        try db.exec("""
+        // One item row per batch: rows of several items go in the order they were written (a
+        // name one item leaves may be the name the next one takes).
+        if known.batch.item != nil { flush() }
+        known.items[item.id] = .some(item)
+        known.nameCheck = nil
+        var b = known.batch
+        b.item = """
             INSERT INTO items(container_id, id, parent_id, name, kind, deleted, version, conflicts, state)
-            VALUES (\(cid), \(item.id.description), \(s.location.parent.description), \(s.location.name.value), \(s.kind.rawValue),
-                    \(s.deleted), \(item.version), \(Int64(item.conflicts)), \(try encode(s)))
+            VALUES (\(b.bind(cid)), \(b.bind(item.id.description)), \(b.bind(s.location.parent.description)), \(b.bind(s.location.name.value)),
+                    \(b.bind(s.kind.rawValue)), \(b.bind(s.deleted)), \(b.bind(item.version)), \(b.bind(Int64(item.conflicts))), \(b.bind(try encode(s))))
             ON CONFLICT (container_id, id) DO UPDATE SET parent_id = excluded.parent_id, name = excluded.name,
                 deleted = excluded.deleted, version = excluded.version, conflicts = excluded.conflicts, state = excluded.state
-            """)
+            """
+        known.batch = b
     }
 
     func currentVersionSeq(of id: ItemID) throws -> Int64? {
-        try db.rows("SELECT seq FROM versions WHERE container_id = \(cid) AND item_id = \(id.description) AND role = 'current'")
+        if let seq = known.currentSeqs[id] { return seq }
+        let seq = try rows("SELECT seq FROM versions WHERE container_id = \(cid) AND item_id = \(id.description) AND role = 'current'")
             .first.map { try $0.decode(Int64.self) }
+        known.currentSeqs[id] = .some(seq)
+        return seq
     }
 
     func insertVersion(item: ItemID, seq: Int64, role: StoredRole, wasCurrent: Bool, state: ItemState) throws {
-        try db.exec("""
-            INSERT INTO versions(container_id, item_id, seq, role, was_current, device_id, state)
-            VALUES (\(cid), \(item.description), \(seq), \(role.rawValue), \(wasCurrent), \(state.modifiedBy.description), \(try encode(state)))
-            """)
+        if role == .current { known.currentSeqs[item] = .some(seq) }
+        var b = known.batch
+        b.versions.append("(\(b.bind(cid)), \(b.bind(item.description)), \(b.bind(seq)), \(b.bind(role.rawValue)), \(b.bind(wasCurrent)), \(b.bind(state.modifiedBy.description)), \(b.bind(try encode(state))))")
+        known.batch = b
     }
 
     func setRole(item: ItemID, seq: Int64, role: StoredRole, at time: Int64) throws {
         let retired: Int64? = role.isEarlier ? time : nil
-        try db.exec("""
+        if role == .current {
+            known.currentSeqs[item] = .some(seq)
+        } else if let c = known.currentSeqs[item], c == seq {
+            known.currentSeqs[item] = .some(nil)
+        }
+        if !known.batch.isEmpty { flush() }
+        db.send("""
             UPDATE versions SET role = \(role.rawValue), retired = \(retired)
             WHERE container_id = \(cid) AND item_id = \(item.description) AND seq = \(seq)
             """)
     }
 
     func version(item: ItemID, seq: Int64) throws -> (role: StoredRole, state: ItemState)? {
-        guard let row = try db.rows("SELECT role, state FROM versions WHERE container_id = \(cid) AND item_id = \(item.description) AND seq = \(seq)").first
+        guard let row = try rows("SELECT role, state FROM versions WHERE container_id = \(cid) AND item_id = \(item.description) AND seq = \(seq)").first
         else { return nil }
         let (role, state) = try row.decode((String, String).self)
         guard let r = StoredRole(rawValue: role) else { return nil }
@@ -108,12 +298,12 @@ struct PostgresTransaction: StoreTransaction {
     }
 
     func versionSeqs(item: ItemID, role: StoredRole) throws -> [Int64] {
-        try db.rows("SELECT seq FROM versions WHERE container_id = \(cid) AND item_id = \(item.description) AND role = \(role.rawValue) ORDER BY seq")
+        try rows("SELECT seq FROM versions WHERE container_id = \(cid) AND item_id = \(item.description) AND role = \(role.rawValue) ORDER BY seq")
             .map { try $0.decode(Int64.self) }
     }
 
     func earlierVersions(of id: ItemID) throws -> [EarlierVersion] {
-        try db.rows("""
+        try rows("""
             SELECT seq, role, was_current, retired FROM versions
             WHERE container_id = \(cid) AND item_id = \(id.description) AND role IN ('previous', 'discarded')
             """).map { row in
@@ -126,13 +316,14 @@ struct PostgresTransaction: StoreTransaction {
     }
 
     func deleteVersions(item: ItemID, seqs: [Int64], historyFloor: Int64?) throws {
+        if !known.batch.isEmpty { flush() }
         // Only earlier rows, whatever the caller asks: the current and conflict versions stay.
-        try db.exec("""
+        db.send("""
             DELETE FROM versions WHERE container_id = \(cid) AND item_id = \(item.description)
               AND role IN ('previous', 'discarded') AND seq = ANY(\(seqs))
             """)
         if let historyFloor {
-            try db.exec("""
+            db.send("""
                 UPDATE items SET history_floor = GREATEST(history_floor, \(historyFloor))
                 WHERE container_id = \(cid) AND id = \(item.description)
                 """)
@@ -140,13 +331,12 @@ struct PostgresTransaction: StoreTransaction {
     }
 
     func appendJournal(seq: Int64, kind: ChangeKind, item: StoredItem, device: DeviceID) throws {
-        try db.exec("""
-            INSERT INTO journal(container_id, seq, item_id, kind, device_id, record)
-            VALUES (\(cid), \(seq), \(item.id.description), \(kind.rawValue), \(device.description), \(try Codec.encode(item.record)))
-            """)
+        var b = known.batch
+        b.journal.append("(\(b.bind(cid)), \(b.bind(seq)), \(b.bind(item.id.description)), \(b.bind(kind.rawValue)), \(b.bind(device.description)), \(b.bind(try Codec.encode(item.record))))")
+        known.batch = b
     }
 
     func ownedChunks(_ hashes: [ContentHash]) throws -> [ContentHash: Int64] {
-        try PostgresStore.ownedChunks(try db.rows(PostgresStore.ownedChunksQuery(account: container.accountID, hashes)))
+        try PostgresStore.ownedChunks(try rows(PostgresStore.ownedChunksQuery(account: container.accountID, hashes)))
     }
 }

@@ -35,6 +35,7 @@ struct Routes: Sendable {
         router.get("metrics") { _, _ in
             var headers = HTTPFields()
             headers[.contentType] = "text/plain; version=0.0.4"
+            self.metrics.observe(self.store.databaseRoundTrips)
             return Response(status: .ok, headers: headers, body: .init(byteBuffer: ByteBuffer(bytes: self.metrics.emit())))
         }
         // Enrolling: the new machine has no token yet (docs/protocol.md "Devices").

@@ -1,4 +1,5 @@
 import Prometheus
+import Synchronization
 
 /// The server's Prometheus metrics, on a registry of its own (no global bootstrap, so several
 /// servers can live in one test process). Served as text at `GET /metrics`.
@@ -10,6 +11,10 @@ public final class ServerMetrics: Sendable {
     let bytesOut: Counter
     let longPolls: Gauge
     let announcements: [CommitNotifier.Source: Counter]
+    let dbStatements: Counter
+    let dbWaits: Counter
+    /// The store's counts at the last `emit` (the counters above advance by the difference).
+    private let dbSeen = Mutex(DatabaseRoundTrips(statements: 0, waits: 0))
 
     public init() {
         commits = registry.makeCounter(name: "nimbus_commits_total", help: "Commits and resolves applied.")
@@ -24,6 +29,24 @@ public final class ServerMetrics: Sendable {
                 help: "Journal advances announced to long-polls, by source (commit here, NOTIFY from another instance, catch-up read).")
         }
         self.announcements = announcements
+        dbStatements = registry.makeCounter(name: "nimbus_db_statements_total",
+                                            help: "Statements sent to PostgreSQL (each one round trip on the connection).")
+        dbWaits = registry.makeCounter(name: "nimbus_db_waits_total",
+                                       help: "Times a server thread waited for PostgreSQL's answers (queued writes are answered together).")
+    }
+
+    /// Brings the database counters up to the store's counts (called before `emit`).
+    func observe(_ trips: DatabaseRoundTrips?) {
+        guard let trips else { return }
+        let (statements, waits) = dbSeen.withLock { seen in
+            // Two scrapes at once: the later count wins, nothing is counted twice.
+            let d = (max(0, trips.statements - seen.statements), max(0, trips.waits - seen.waits))
+            seen.statements += d.0
+            seen.waits += d.1
+            return d
+        }
+        if statements > 0 { dbStatements.increment(by: statements) }
+        if waits > 0 { dbWaits.increment(by: waits) }
     }
 
     func announced(_ source: CommitNotifier.Source) {

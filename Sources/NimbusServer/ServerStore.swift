@@ -56,6 +56,9 @@ public protocol ServerStore: Sendable {
     func referencedChunks() async throws -> Set<ContentHash>
     /// Invariant violations found in the stored data; empty when consistent.
     func consistencyProblems() async throws -> [String]
+    /// Statements sent to an external database and the times a thread waited for answers, so
+    /// far (nil for the embedded engine).
+    var databaseRoundTrips: DatabaseRoundTrips? { get }
 }
 
 /// A device as `nimbus admin list-devices` shows it.
@@ -90,4 +93,14 @@ extension [DeviceListing] {
         }
         return d
     }
+}
+
+/// Counts of `ServerStore.databaseRoundTrips` (`/metrics`).
+public struct DatabaseRoundTrips: Sendable {
+    public var statements: Int64
+    public var waits: Int64
+}
+
+extension ServerStore {
+    public var databaseRoundTrips: DatabaseRoundTrips? { nil }
 }
