@@ -82,7 +82,10 @@ struct PostgresPrefetch {
     var cursor: Int64
     var item: ItemID
     var row: StoredItem?
-    var currentSeq: Int64?
+    /// The current version row: its seq and whether it was ever current.
+    var current: (seq: Int64, wasCurrent: Bool)?
+    /// The item's earlier versions (what history pruning reads).
+    var earlier: [EarlierVersion] = []
     var parent: (id: ItemID, row: StoredItem?)?
     /// `isNameTaken(parent, name, excluding: item)`.
     var nameCheck: (parent: ItemID, name: String, taken: Bool)?
@@ -119,6 +122,10 @@ struct PostgresTransaction: StoreTransaction {
         var items: [ItemID: StoredItem?] = [:]
         /// The seq of the item's `current` version row; nil value: known to have none.
         var currentSeqs: [ItemID: Int64?] = [:]
+        /// `was_current` of version rows known here.
+        var wasCurrent: [ItemID: [Int64: Bool]] = [:]
+        /// The earlier versions of items whose every earlier row is known here.
+        var earlier: [ItemID: [EarlierVersion]] = [:]
         /// `isNameTaken(parent, name, excluding: nameCheckFor)`, valid until an item row is written.
         var nameCheck: (parent: ItemID, name: String, taken: Bool)?
         var nameCheckFor: ItemID?
@@ -152,7 +159,9 @@ struct PostgresTransaction: StoreTransaction {
         known = Known(cursor: cursor)
         if let p = prefetched {
             known.items[p.item] = .some(p.row)
-            known.currentSeqs[p.item] = .some(p.currentSeq)
+            known.currentSeqs[p.item] = .some(p.current?.seq)
+            if let c = p.current { known.wasCurrent[p.item, default: [:]][c.seq] = c.wasCurrent }
+            known.earlier[p.item] = p.earlier
             if let parent = p.parent { known.items[parent.id] = .some(parent.row) }
             known.nameCheck = p.nameCheck
             known.nameCheckFor = p.item
@@ -270,6 +279,8 @@ struct PostgresTransaction: StoreTransaction {
 
     func insertVersion(item: ItemID, seq: Int64, role: StoredRole, wasCurrent: Bool, state: ItemState) throws {
         if role == .current { known.currentSeqs[item] = .some(seq) }
+        known.wasCurrent[item, default: [:]][seq] = wasCurrent
+        if role.isEarlier { known.earlier[item] = nil }  // not made by the engine; read if asked
         var b = known.batch
         b.versions.append("(\(b.bind(cid)), \(b.bind(item.description)), \(b.bind(seq)), \(b.bind(role.rawValue)), \(b.bind(wasCurrent)), \(b.bind(state.modifiedBy.description)), \(b.bind(try encode(state))))")
         known.batch = b
@@ -281,6 +292,19 @@ struct PostgresTransaction: StoreTransaction {
             known.currentSeqs[item] = .some(seq)
         } else if let c = known.currentSeqs[item], c == seq {
             known.currentSeqs[item] = .some(nil)
+        }
+        if var earlier = known.earlier[item] {
+            earlier.removeAll { $0.seq == seq }
+            if role.isEarlier {
+                if let was = known.wasCurrent[item]?[seq], let retired {
+                    earlier.append(EarlierVersion(seq: seq, role: role, wasCurrent: was, retired: retired))
+                    known.earlier[item] = earlier
+                } else {
+                    known.earlier[item] = nil
+                }
+            } else {
+                known.earlier[item] = earlier
+            }
         }
         if !known.batch.isEmpty { flush() }
         db.send("""
@@ -303,7 +327,8 @@ struct PostgresTransaction: StoreTransaction {
     }
 
     func earlierVersions(of id: ItemID) throws -> [EarlierVersion] {
-        try rows("""
+        if let known = known.earlier[id] { return known }
+        return try rows("""
             SELECT seq, role, was_current, retired FROM versions
             WHERE container_id = \(cid) AND item_id = \(id.description) AND role IN ('previous', 'discarded')
             """).map { row in
@@ -316,6 +341,7 @@ struct PostgresTransaction: StoreTransaction {
     }
 
     func deleteVersions(item: ItemID, seqs: [Int64], historyFloor: Int64?) throws {
+        known.earlier[item]?.removeAll { seqs.contains($0.seq) }
         if !known.batch.isEmpty { flush() }
         // Only earlier rows, whatever the caller asks: the current and conflict versions stay.
         db.send("""

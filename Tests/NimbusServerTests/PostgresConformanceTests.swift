@@ -1,4 +1,6 @@
 import Foundation
+import NimbusCore
+import NimbusProtocol
 import NimbusServer
 import NimbusTesting
 import Testing
@@ -35,6 +37,47 @@ struct PostgresConformanceTests {
             await sa.shutdown()
             await sb.shutdown()
             #expect(problems.isEmpty)
+        }
+    }
+
+    /// The commit's round trips are what docs/architecture.md says: a new file, an edit and a move
+    /// cost 4 statements (BEGIN, the lock with its prefetch, the writes, COMMIT) and 2 waits; a
+    /// commit that finds nothing to change writes nothing.
+    @Test func aCommitCostsFourStatementsAndTwoWaits() async throws {
+        try await PostgresScratch.withStore { store in
+            let device = try await store.addDevice(account: "alice", deviceName: "laptop", tokenHash: String(repeating: "b", count: 64))
+            guard let container = try await store.container(account: device.accountID, name: "docs", create: true) else {
+                Issue.record("no container"); return
+            }
+            let folder = ItemID(UUID())
+            _ = try await store.commit(CommitRequest(item: folder, baseVersion: nil, state: ItemDraft(
+                kind: .folder, parent: .root, name: ItemName(trusted: "folder"), mode: 0o755, modified: 1)), in: container, by: device, now: 1)
+            func cost(_ request: CommitRequest) async throws -> (statements: Int64, waits: Int64, CommitResponse) {
+                let before = store.databaseRoundTrips!
+                let r = try await store.commit(request, in: container, by: device, now: 2)
+                let after = store.databaseRoundTrips!
+                return (after.statements - before.statements, after.waits - before.waits, r)
+            }
+            let id = ItemID(UUID())
+            let create = try await cost(CommitRequest(item: id, baseVersion: nil, state: ItemDraft(
+                kind: .file, parent: folder, name: ItemName(trusted: "a.txt"), mode: 0o644, modified: 1)))
+            #expect(create.statements == 4 && create.waits == 2, "create: \(create.statements) statements, \(create.waits) waits")
+            let edit = try await cost(CommitRequest(item: id, baseVersion: create.2.item.version, state: ItemDraft(
+                kind: .file, parent: folder, name: ItemName(trusted: "a.txt"), mode: 0o600, modified: 2)))
+            // An edit also demotes the old current version (its own statement, queued).
+            #expect(edit.statements == 5 && edit.waits == 2, "edit: \(edit.statements) statements, \(edit.waits) waits")
+            let move = try await cost(CommitRequest(item: id, baseVersion: edit.2.item.version, state: ItemDraft(
+                kind: .file, parent: .root, name: ItemName(trusted: "b.txt"), mode: 0o600, modified: 2)))
+            #expect(move.statements == 5 && move.waits == 2, "move: \(move.statements) statements, \(move.waits) waits")
+            let same = try await cost(CommitRequest(item: id, baseVersion: move.2.item.version, state: ItemDraft(
+                kind: .file, parent: .root, name: ItemName(trusted: "b.txt"), mode: 0o600, modified: 2)))
+            #expect(same.2.outcome == .unchanged)
+            #expect(same.statements == 3 && same.waits == 2, "unchanged: \(same.statements) statements, \(same.waits) waits")
+            // What was written reads back as sent.
+            let stored = try await store.item(id, in: container)
+            #expect(stored?.state.location.name.value == "b.txt" && stored?.state.mode == 0o600 && stored?.version == move.2.item.version)
+            #expect(try await store.cursor(of: container) == move.2.cursor)
+            #expect(try await store.consistencyProblems().isEmpty)
         }
     }
 }
