@@ -9,6 +9,8 @@ public final class ServerMetrics: Sendable {
     let bytesIn: Counter
     let bytesOut: Counter
     let longPolls: Gauge
+    let chunksFreed: Counter
+    let chunkBytesFreed: Counter
     let announcements: [CommitNotifier.Source: Counter]
 
     public init() {
@@ -16,6 +18,8 @@ public final class ServerMetrics: Sendable {
         conflicts = registry.makeCounter(name: "nimbus_conflicts_total", help: "Commits that produced a conflict version.")
         bytesIn = registry.makeCounter(name: "nimbus_chunk_bytes_in_total", help: "Chunk bytes uploaded.")
         bytesOut = registry.makeCounter(name: "nimbus_chunk_bytes_out_total", help: "Chunk bytes downloaded.")
+        chunksFreed = registry.makeCounter(name: "nimbus_gc_chunks_freed_total", help: "Chunks deleted by this instance's garbage collection.")
+        chunkBytesFreed = registry.makeCounter(name: "nimbus_gc_bytes_freed_total", help: "Chunk bytes deleted by this instance's garbage collection.")
         longPolls = registry.makeGauge(name: "nimbus_longpolls_waiting", help: "Change requests waiting for a commit.")
         var announcements: [CommitNotifier.Source: Counter] = [:]
         for source in CommitNotifier.Source.allCases {
@@ -24,6 +28,12 @@ public final class ServerMetrics: Sendable {
                 help: "Journal advances announced to long-polls, by source (commit here, NOTIFY from another instance, catch-up read).")
         }
         self.announcements = announcements
+    }
+
+    func collected(_ report: CollectionReport) {
+        guard !report.dryRun, !report.skipped else { return }
+        chunksFreed.increment(by: Int64(report.chunks))
+        chunkBytesFreed.increment(by: report.bytes)
     }
 
     func announced(_ source: CommitNotifier.Source) {
