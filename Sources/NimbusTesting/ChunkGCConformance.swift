@@ -191,11 +191,13 @@ public struct GCFixture: Sendable {
         ByteBuffer(string: String(repeating: "\(tag)|", count: 40 + tag.utf8.count))
     }
 
+    /// Uploads `bytes(tag)` as `PUT /v1/chunks/{hash}` does, at `now`, through `store` (another
+    /// instance on the same database) or the fixture's.
     @discardableResult
-    public func upload(_ tag: String, now: Int64, by device: DeviceRecord? = nil) async throws -> ChunkRef {
+    public func upload(_ tag: String, now: Int64, by device: DeviceRecord? = nil, through store: (any ServerStore)? = nil) async throws -> ChunkRef {
         let b = bytes(tag)
         let hash = ChunkHashing.sha256(b)
-        try await ChunkUploads.store(b, as: hash, account: (device ?? f.a).accountID, store: f.store, chunks: chunks, clock: { now })
+        try await ChunkUploads.store(b, as: hash, account: (device ?? f.a).accountID, store: store ?? f.store, chunks: chunks, clock: { now })
         return ChunkRef(hash: hash, size: Int64(b.readableBytes))
     }
 

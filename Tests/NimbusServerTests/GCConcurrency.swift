@@ -33,7 +33,7 @@ enum GCConcurrency {
         try await g.checkConsistent("after two collections at once")
 
         // Sweeps at once without the collector lock (its row and hash locks alone), while commits
-        // through both stores refer to some of the candidates.
+        // through both stores refer to some of the candidates and others are uploaded again.
         chunks.deletions.withLock { $0 = [:] }
         var candidates: [ChunkRef] = []
         for i in 0..<60 { candidates.append(try await g.upload("candidate-\(i)", now: 10_000 * s)) }
@@ -42,7 +42,8 @@ enum GCConcurrency {
         let hashes = candidates.map(\.hash).sorted()
         #expect(Set(markOne.candidates.keys) == Set(hashes) && Set(markTwo.candidates.keys) == Set(hashes))
         let wanted = candidates.enumerated().filter { $0.offset % 4 == 0 }.map(\.element)
-        enum Outcome: Sendable { case doomed([ContentHash]), committed([ContentHash]) }
+        let reuploaded = (0..<60).filter { $0 % 4 == 1 }.map { "candidate-\($0)" }
+        enum Outcome: Sendable { case doomed([ContentHash]), committed([ContentHash]), uploaded([ContentHash]) }
         let outcomes = try await withThrowingTaskGroup(of: Outcome.self) { group in
             group.addTask {
                 var doomed: [ContentHash] = []
@@ -75,18 +76,31 @@ enum GCConcurrency {
                 }
                 return .committed(committed)
             }
+            group.addTask {
+                var uploaded: [ContentHash] = []
+                for (i, tag) in reuploaded.enumerated() {
+                    do {
+                        uploaded.append(try await g.upload(tag, now: later, through: i % 2 == 0 ? two : one).hash)
+                    } catch let e as APIError where e.code == .busy {
+                        // Being deleted: the device would upload it again in a second.
+                    }
+                }
+                return .uploaded(uploaded)
+            }
             return try await group.reduce(into: [Outcome]()) { $0.append($1) }
         }
-        var doomed: [[ContentHash]] = [], committed: [ContentHash] = []
+        var doomed: [[ContentHash]] = [], committed: [ContentHash] = [], uploaded: [ContentHash] = []
         for o in outcomes {
             switch o {
             case .doomed(let d): doomed.append(d)
             case .committed(let c): committed += c
+            case .uploaded(let u): uploaded += u
             }
         }
         let all = doomed.flatMap { $0 }
         #expect(Set(all).count == all.count, "no chunk doomed twice: \(all.count) doomed, \(Set(all).count) distinct")
         #expect(Set(all).isDisjoint(with: committed), "no committed chunk doomed")
+        #expect(Set(all).isDisjoint(with: uploaded), "no chunk doomed that an upload then reported stored")
         try #require(try await one.chunkDeletions().sorted() == all.sorted())
         for h in all { try await chunks.delete(h) }
         try await one.forgetChunkDeletions(all)
@@ -94,10 +108,15 @@ enum GCConcurrency {
             let ref = try #require(candidates.first { $0.hash == h })
             try await g.expect(ref, stored: true, ownedBy: f.a)
         }
-        try await g.checkConsistent("after concurrent sweeps and commits")
-        // What neither swept nor committed (a commit held it) goes in the next collection.
+        for h in uploaded {
+            let ref = try #require(candidates.first { $0.hash == h })
+            try await g.expect(ref, stored: true, ownedBy: f.a)
+        }
+        try await g.checkConsistent("after concurrent sweeps, commits and uploads")
+        // What neither swept nor committed (a commit or an upload held it) goes in the next
+        // collection, once the uploads' grace is over too.
         let rest = Set(hashes).subtracting(all).subtracting(committed)
-        let last = try await ChunkCollector(store: two, chunks: chunks, graceSeconds: 3_600).run(now: later)
+        let last = try await ChunkCollector(store: two, chunks: chunks, graceSeconds: 3_600).run(now: later + 3_600 * s)
         #expect(last.chunks == rest.count, "\(last), \(rest.count) left")
         #expect(chunks.deletions.withLock { $0.values.allSatisfy { $0 == 1 } }, "each chunk deleted once")
         try await g.checkConsistent("at the end")
