@@ -150,21 +150,23 @@ struct ChunkCollectorService: Service {
     let metrics: ServerMetrics
     let logger: Logger
 
+    /// Returns (never throws) at graceful shutdown: a service that throws fails the whole group.
     func run() async throws {
-        try await cancelWhenGracefulShutdown {
-            var wait = min(interval, .seconds(60))
-            while true {
-                try await Task.sleep(for: wait)
-                wait = interval
-                do {
-                    let report = try await collector.run(now: clock())
-                    metrics.collected(report)
-                    if !report.skipped { logger.info("chunk garbage collection: \(report)") }
-                } catch is CancellationError {
-                    return
-                } catch {
-                    logger.warning("chunk garbage collection failed (next try in \(interval)): \(error)")
-                }
+        await cancelWhenGracefulShutdown { await self.loop() }
+    }
+
+    private func loop() async {
+        var wait = min(interval, .seconds(60))
+        while true {
+            do { try await Task.sleep(for: wait) } catch { return }
+            wait = interval
+            do {
+                let report = try await collector.run(now: clock())
+                metrics.collected(report)
+                if !report.skipped { logger.info("chunk garbage collection: \(report)") }
+            } catch {
+                if Task.isCancelled { return }
+                logger.warning("chunk garbage collection failed (next try in \(interval)): \(error)")
             }
         }
     }
