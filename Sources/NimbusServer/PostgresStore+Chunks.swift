@@ -11,6 +11,9 @@ import PostgresNIO
 ///   advisory lock on the chunk's hash (`hashLock`; the sweep only tries it, and leaves the
 ///   chunk for the next run when it is taken);
 /// - one collector at a time across all instances: a session advisory lock held for the run.
+/// Lock order: an upload takes its hash's lock, then (ending) its ownership row; a commit takes
+/// ownership rows only; the sweep takes ownership rows, then hash locks, but only ever tries
+/// (`SKIP LOCKED`, `pg_try_advisory_xact_lock`), so it never waits and no cycle can form.
 extension PostgresStore {
     /// Advisory lock class of chunk hashes (the two-key form; the migration and collector locks
     /// use the one-key form, a separate key space).
