@@ -21,6 +21,11 @@ public struct APIError: Error, Sendable, CustomStringConvertible {
     static func containerNotFound(_ name: String) -> APIError {
         APIError(.containerNotFound, "no container named \(name.debugDescription) for this account; create it with PUT /v1/containers/{name}")
     }
+    /// An upload of a chunk whose bytes the garbage collector is deleting (or whose upload it
+    /// reclaimed as stale): a second later the upload goes through.
+    static func chunkBeingFreed(_ hash: ContentHash) -> APIError {
+        APIError(.busy, "chunk \(hash) is being freed by the server's garbage collection; upload it again in a second")
+    }
     static func itemNotFound(_ id: ItemID) -> APIError {
         APIError(.itemNotFound, "no item \(id) in this container; pull changes and retry")
     }

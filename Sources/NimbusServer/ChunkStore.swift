@@ -22,6 +22,10 @@ public protocol ChunkStore: Sendable {
     func size(of hash: ContentHash) async throws -> Int64?
     /// Bytes `range` of the chunk (all of it when nil), or nil if it is not stored.
     func read(_ hash: ContentHash, range: Range<Int64>?) async throws -> ByteBuffer?
+    /// Removes the chunk's bytes; a chunk that is not stored is not an error. Only the garbage
+    /// collector calls it, and only for a chunk no account owns and no upload claims
+    /// (`ChunkCollector`): chunks are shared by content between accounts.
+    func delete(_ hash: ContentHash) async throws
 }
 
 /// What `ChunkStore.put` does with a chunk that is already stored.
@@ -145,6 +149,13 @@ public struct DirectoryChunkStore: ChunkStore {
                 return done
             }
             return buffer
+        }
+    }
+
+    public func delete(_ hash: ContentHash) async throws {
+        let p = path(hash)
+        try await pool.runIfActive {
+            guard unlink(p) == 0 || errno == ENOENT else { throw Self.ioError("delete", p) }
         }
     }
 

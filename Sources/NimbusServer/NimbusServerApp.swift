@@ -18,6 +18,10 @@ public struct NimbusServerApp: Sendable {
     /// Addresses of reverse proxies whose `X-Forwarded-For` names the client (`--trusted-proxy`):
     /// pairing's wrong-code limit then counts by the real client, not by the proxy.
     public var trustedProxies: Set<String> = []
+    /// Periodic chunk garbage collection (`--gc-interval`; nil: off) and its grace in seconds
+    /// (`--gc-grace`): see `ChunkCollector`.
+    public var gcInterval: Duration? = nil
+    public var gcGraceSeconds: Int64 = 3_600
     public var limits = ServerLimits() {
         didSet { bodies = BodyBudget(limits: limits) }
     }
@@ -41,6 +45,18 @@ public struct NimbusServerApp: Sendable {
         let store = try SQLiteStore(path: dataDir + "/metadata.sqlite", history: history)
         PrivateFiles.restrict(dataDir + "/metadata.sqlite")
         return NimbusServerApp(store: store, chunks: try DirectoryChunkStore(root: dataDir + "/chunks"))
+    }
+
+    /// The collector over this app's store and chunks, with its grace.
+    public var collector: ChunkCollector {
+        ChunkCollector(store: store, chunks: chunks, graceSeconds: gcGraceSeconds)
+    }
+
+    /// Runs one collection now (as the periodic one does) and counts what it freed in `/metrics`.
+    public func collectGarbage(dryRun: Bool = false) async throws -> CollectionReport {
+        let report = try await collector.run(now: clock(), dryRun: dryRun)
+        metrics.collected(report)
+        return report
     }
 
     public func router() -> Router<NimbusContext> {
@@ -68,8 +84,13 @@ public struct NimbusServerApp: Sendable {
         // On SIGTERM/SIGINT the services stop last to first: open long-polls are answered
         // before the HTTP server waits for the requests in flight, so a stop takes as long as
         // the slowest ordinary request, not a device's 25 s poll.
+        var services: [any Service] = [app, LongPollCloser(notifier: notifier)]
+        if let tls { services.append(CertificateReloader(tls: tls, logger: logger)) }
+        if let gcInterval {
+            services.append(ChunkCollectorService(collector: collector, interval: gcInterval, clock: clock, metrics: metrics, logger: logger))
+        }
         let group = ServiceGroup(configuration: .init(
-            services: [app, LongPollCloser(notifier: notifier)] + (tls.map { [CertificateReloader(tls: $0, logger: logger)] } ?? []),
+            services: services,
             gracefulShutdownSignals: [.sigterm, .sigint], logger: logger))
         guard let feed = store as? any CommitFeed else {
             try await group.run()

@@ -107,6 +107,26 @@ enum PostgresSchema {
                 used BIGINT
             )
             """]),
+        // Chunk garbage collection (ChunkCollector): an ownership's lease time (existing ones and
+        // rows written by an instance not yet upgraded count as touched now), uploads in flight,
+        // bodies being deleted; versions by sequence for the sweep's "what is new since the mark".
+        (5, [
+            "ALTER TABLE account_chunks ADD COLUMN touched BIGINT NOT NULL DEFAULT (extract(epoch FROM now()) * 1000000000)::bigint",
+            "CREATE INDEX account_chunks_hash ON account_chunks(hash)",
+            """
+            CREATE TABLE chunk_uploads (
+                id BIGSERIAL PRIMARY KEY,
+                hash TEXT COLLATE "C" NOT NULL CHECK (length(hash) = 64),
+                started BIGINT NOT NULL)
+            """,
+            "CREATE INDEX chunk_uploads_hash ON chunk_uploads(hash)",
+            """
+            CREATE TABLE chunk_deletions (
+                hash TEXT COLLATE "C" PRIMARY KEY CHECK (length(hash) = 64),
+                since BIGINT NOT NULL)
+            """,
+            "CREATE INDEX versions_seq ON versions(container_id, seq)",
+        ]),
     ]
 
     /// Arbitrary constant naming the advisory lock held while migrating ("nimbus" in ASCII).

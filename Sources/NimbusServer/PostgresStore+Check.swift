@@ -5,7 +5,8 @@ extension PostgresStore {
     /// The same invariants `SQLiteStore.consistencyProblems` checks: gap-free journals ending at
     /// their cursors, one current version equal to each item row, item versions matching their last
     /// journal entry, conflict counts, live items inside live folders, no orphan journal entries,
-    /// history pruning never reached the current version.
+    /// history pruning never reached the current version, every chunk a version refers to owned by
+    /// its container's account, no chunk being deleted that an account owns.
     /// Runs in one REPEATABLE READ transaction so concurrent commits cannot produce false alarms.
     public func consistencyProblems() async throws -> [String] {
         try await write(locking: nil) { db in
@@ -46,6 +47,23 @@ extension PostgresStore {
                 SELECT count(*) FROM journal j WHERE NOT EXISTS (SELECT 1 FROM items i WHERE i.container_id = j.container_id AND i.id = j.item_id)
                 """).first?.decode(Int64.self) ?? 0
             if orphans > 0 { problems.append("\(orphans) journal entries name items that do not exist") }
+            var owned = Set<ChunkOwnership>()
+            for row in try db.rows("SELECT account_id, hash FROM account_chunks") {
+                let (account, hash) = try row.decode((Int64, String).self)
+                owned.insert(ChunkOwnership(account: account, hash: hash))
+            }
+            var unowned = UnownedChunks()
+            for row in try db.rows("SELECT c.account_id, v.item_id, v.seq, v.state FROM versions v JOIN containers c ON c.id = v.container_id") {
+                let (account, item, seq, state) = try row.decode((Int64, String, Int64, String).self)
+                for c in try Codec.decodeState(state).content.chunks where !owned.contains(ChunkOwnership(account: account, hash: c.hash.hex)) {
+                    unowned.add(item: item, seq: seq, hash: c.hash, account: account)
+                }
+            }
+            problems += unowned.problems
+            let doomedOwned = try db.rows("""
+                SELECT count(*) FROM chunk_deletions d WHERE EXISTS (SELECT 1 FROM account_chunks a WHERE a.hash = d.hash)
+                """).first?.decode(Int64.self) ?? 0
+            if doomedOwned > 0 { problems.append("\(doomedOwned) chunk(s) being deleted are owned by an account") }
             return problems
         }
     }

@@ -71,18 +71,15 @@ extension PostgresStore {
 
     // MARK: chunks
 
-    public func recordChunk(account: Int64, hash: ContentHash, size: Int64) async throws {
-        try await write(locking: nil) { db in
-            try db.exec("INSERT INTO account_chunks(account_id, hash, size) VALUES (\(account), \(hash.hex), \(size)) ON CONFLICT DO NOTHING")
-        }
-    }
-
     public func ownedChunks(account: Int64, hashes: [ContentHash]) async throws -> [ContentHash: Int64] {
         try Self.ownedChunks(try await read(Self.ownedChunksQuery(account: account, hashes)))
     }
 
-    static func ownedChunksQuery(account: Int64, _ hashes: [ContentHash]) -> PostgresQuery {
-        "SELECT hash, size FROM account_chunks WHERE account_id = \(account) AND hash = ANY(\(Array(Set(hashes.map(\.hex)))))"
+    static func ownedChunksQuery(account: Int64, _ hashes: [ContentHash], lock: Bool = false) -> PostgresQuery {
+        let hexes = Array(Set(hashes.map(\.hex)))
+        return lock
+            ? "SELECT hash, size FROM account_chunks WHERE account_id = \(account) AND hash = ANY(\(hexes)) FOR KEY SHARE"
+            : "SELECT hash, size FROM account_chunks WHERE account_id = \(account) AND hash = ANY(\(hexes))"
     }
 
     static func ownedChunks(_ rows: [PostgresRow]) throws -> [ContentHash: Int64] {

@@ -362,7 +362,10 @@ struct PostgresTransaction: StoreTransaction {
         known.batch = b
     }
 
+    /// Locks the rows it finds (FOR KEY SHARE) until the commit ends: the garbage collector
+    /// deletes an ownership only under FOR UPDATE, so it either sees this commit's versions or
+    /// leaves the rows alone, and a row it deleted first is not found here (`missing_chunks`).
     func ownedChunks(_ hashes: [ContentHash]) throws -> [ContentHash: Int64] {
-        try PostgresStore.ownedChunks(try rows(PostgresStore.ownedChunksQuery(account: container.accountID, hashes)))
+        try PostgresStore.ownedChunks(try rows(PostgresStore.ownedChunksQuery(account: container.accountID, hashes, lock: true)))
     }
 }

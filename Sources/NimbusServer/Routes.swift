@@ -147,7 +147,9 @@ struct Routes: Sendable {
         v1.post("chunks/missing") { req, ctx in
             let d = try ctx.requireDevice()
             let body = try await self.decodeChunkList(ChunkList.self, req, ctx)
-            let owned = try await self.store.ownedChunks(account: d.accountID, hashes: body.hashes)
+            // Claims what it reports present: the garbage collector keeps those for its grace
+            // period from now, so the device can upload the rest and commit (ChunkCollector).
+            let owned = try await self.store.claimChunks(account: d.accountID, hashes: body.hashes, now: self.clock())
             var seen = Set<ContentHash>()
             let missing = body.hashes.filter { owned[$0] == nil && seen.insert($0).inserted }
             return JSONResponse.make(ChunkList(hashes: missing))
@@ -162,12 +164,7 @@ struct Routes: Sendable {
             return try await self.bodies.withReservation(device: d.id, bytes: declared ?? ProtocolLimits.maxChunkSize) {
                 let bytes = try await req.body.collect(upTo: ProtocolLimits.maxChunkSize)
                 guard bytes.readableBytes > 0 else { throw APIError(.badRequest, "a chunk cannot be empty") }
-                // An account that does not own the chunk gets the whole durable write, whether or
-                // not another account stored the same bytes: neither the answer nor its timing
-                // tells it that they exist.
-                let owned = try await self.store.ownedChunks(account: d.accountID, hashes: [hash])[hash] != nil
-                try await self.chunks.put(hash, bytes: bytes, ifStored: owned ? .skip : .store)
-                try await self.store.recordChunk(account: d.accountID, hash: hash, size: Int64(bytes.readableBytes))
+                try await ChunkUploads.store(bytes, as: hash, account: d.accountID, store: self.store, chunks: self.chunks, clock: self.clock)
                 self.metrics.bytesIn.increment(by: Int64(bytes.readableBytes))
                 return Response(status: .created)
             }

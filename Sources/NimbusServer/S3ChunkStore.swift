@@ -97,6 +97,11 @@ public struct S3ChunkStore: ChunkStore {
         return r.body
     }
 
+    public func delete(_ hash: ContentHash) async throws {
+        let r = try await send(.DELETE, objectPath(hash))
+        guard r.status == .noContent || r.status == .ok || r.status == .notFound else { throw unexpected(r, "delete chunk \(hash)") }
+    }
+
     // MARK: HTTP
 
     struct Reply {

@@ -5,7 +5,9 @@ extension SQLiteStore {
     /// Checks the invariants a crash must never break: the journal of each container has no gaps
     /// and ends at its cursor; every item has exactly one current version equal to its row; every
     /// item's version is its last journal entry; conflict counts match; live items live in live folders;
-    /// history pruning never reached the current version (earlier versions may have gaps: pruned).
+    /// history pruning never reached the current version (earlier versions may have gaps: pruned);
+    /// every chunk a version refers to is owned by its container's account (what commits check and
+    /// the garbage collector keeps); no chunk being deleted is owned by an account.
     public func consistencyProblems() async throws -> [String] {
         try await pool.read { db in
             var problems: [String] = []
@@ -47,6 +49,26 @@ extension SQLiteStore {
                 SELECT count(*) FROM journal j WHERE NOT EXISTS (SELECT 1 FROM items i WHERE i.container_id = j.container_id AND i.id = j.item_id)
                 """) ?? 0
             if orphans > 0 { problems.append("\(orphans) journal entries name items that do not exist") }
+            var owned = Set<ChunkOwnership>()
+            for row in try Row.fetchAll(db, sql: "SELECT account_id, hash FROM account_chunks") {
+                owned.insert(ChunkOwnership(account: row["account_id"], hash: row["hash"]))
+            }
+            var unowned = UnownedChunks()
+            let versions = try Row.fetchCursor(db, sql: """
+                SELECT c.account_id, v.item_id, v.seq, v.state FROM versions v JOIN containers c ON c.id = v.container_id
+                """)
+            while let row = try versions.next() {
+                let account: Int64 = row["account_id"]
+                for c in try Codec.decodeState(row["state"] as String).content.chunks
+                where !owned.contains(ChunkOwnership(account: account, hash: c.hash.hex)) {
+                    unowned.add(item: row["item_id"], seq: row["seq"], hash: c.hash, account: account)
+                }
+            }
+            problems += unowned.problems
+            let doomedOwned = try Int64.fetchOne(db, sql: """
+                SELECT count(*) FROM chunk_deletions d WHERE EXISTS (SELECT 1 FROM account_chunks a WHERE a.hash = d.hash)
+                """) ?? 0
+            if doomedOwned > 0 { problems.append("\(doomedOwned) chunk(s) being deleted are owned by an account") }
             return problems
         }
     }

@@ -139,6 +139,26 @@ public final class SQLiteStore: ServerStore {
                 )
                 """)
         }
+        // Chunk garbage collection (ChunkCollector): an ownership's lease time, uploads in
+        // flight, bodies being deleted; versions by sequence for the sweep's "what is new since
+        // the mark". Existing ownerships count as touched now, so nothing goes before a grace
+        // period has passed.
+        m.registerMigration("v5-chunk-gc") { db in
+            try db.execute(sql: """
+                ALTER TABLE account_chunks ADD COLUMN touched INTEGER NOT NULL DEFAULT 0;
+                UPDATE account_chunks SET touched = CAST(strftime('%s', 'now') AS INTEGER) * 1000000000;
+                CREATE INDEX account_chunks_hash ON account_chunks(hash);
+                CREATE TABLE chunk_uploads (
+                    id INTEGER PRIMARY KEY,
+                    hash TEXT NOT NULL CHECK (length(hash) = 64),
+                    started INTEGER NOT NULL);
+                CREATE INDEX chunk_uploads_hash ON chunk_uploads(hash);
+                CREATE TABLE chunk_deletions (
+                    hash TEXT PRIMARY KEY CHECK (length(hash) = 64),
+                    since INTEGER NOT NULL) WITHOUT ROWID;
+                CREATE INDEX versions_seq ON versions(container_id, seq);
+                """)
+        }
         return m
     }
 
@@ -315,13 +335,6 @@ public final class SQLiteStore: ServerStore {
 
     // MARK: chunks
 
-    public func recordChunk(account: Int64, hash: ContentHash, size: Int64) async throws {
-        try await pool.write { db in
-            try db.execute(sql: "INSERT INTO account_chunks(account_id, hash, size) VALUES (?, ?, ?) ON CONFLICT DO NOTHING",
-                           arguments: [account, hash.hex, size])
-        }
-    }
-
     public func ownedChunks(account: Int64, hashes: [ContentHash]) async throws -> [ContentHash: Int64] {
         try await pool.read { db in try Self.ownedChunks(db, account: account, hashes) }
     }
@@ -340,17 +353,6 @@ public final class SQLiteStore: ServerStore {
             }
         }
         return out
-    }
-
-    public func referencedChunks() async throws -> Set<ContentHash> {
-        try await pool.read { db in
-            var out = Set<ContentHash>()
-            let cursor = try String.fetchCursor(db, sql: "SELECT state FROM versions")
-            while let text = try cursor.next() {
-                for c in try Codec.decodeState(text).content.chunks { out.insert(c.hash) }
-            }
-            return out
-        }
     }
 
     static func storedItem(_ row: Row) throws -> StoredItem {

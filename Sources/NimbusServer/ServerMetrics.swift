@@ -10,6 +10,8 @@ public final class ServerMetrics: Sendable {
     let bytesIn: Counter
     let bytesOut: Counter
     let longPolls: Gauge
+    let chunksFreed: Counter
+    let chunkBytesFreed: Counter
     let announcements: [CommitNotifier.Source: Counter]
     let dbStatements: Counter
     let dbWaits: Counter
@@ -21,6 +23,8 @@ public final class ServerMetrics: Sendable {
         conflicts = registry.makeCounter(name: "nimbus_conflicts_total", help: "Commits that produced a conflict version.")
         bytesIn = registry.makeCounter(name: "nimbus_chunk_bytes_in_total", help: "Chunk bytes uploaded.")
         bytesOut = registry.makeCounter(name: "nimbus_chunk_bytes_out_total", help: "Chunk bytes downloaded.")
+        chunksFreed = registry.makeCounter(name: "nimbus_gc_chunks_freed_total", help: "Chunks deleted by this instance's garbage collection.")
+        chunkBytesFreed = registry.makeCounter(name: "nimbus_gc_bytes_freed_total", help: "Chunk bytes deleted by this instance's garbage collection.")
         longPolls = registry.makeGauge(name: "nimbus_longpolls_waiting", help: "Change requests waiting for a commit.")
         var announcements: [CommitNotifier.Source: Counter] = [:]
         for source in CommitNotifier.Source.allCases {
@@ -47,6 +51,12 @@ public final class ServerMetrics: Sendable {
         }
         if statements > 0 { dbStatements.increment(by: statements) }
         if waits > 0 { dbWaits.increment(by: waits) }
+    }
+
+    func collected(_ report: CollectionReport) {
+        guard !report.dryRun, !report.skipped else { return }
+        chunksFreed.increment(by: Int64(report.chunks))
+        chunkBytesFreed.increment(by: report.bytes)
     }
 
     func announced(_ source: CommitNotifier.Source) {

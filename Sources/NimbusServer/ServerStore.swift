@@ -47,18 +47,100 @@ public protocol ServerStore: Sendable {
     /// Current, previous and unresolved conflict versions of an item, newest first.
     func versions(of id: ItemID, in container: ContainerRecord) async throws -> [VersionRecord]
 
-    /// Records that the account owns a stored chunk (after its bytes were verified and written).
-    func recordChunk(account: Int64, hash: ContentHash, size: Int64) async throws
-    /// The sizes of those of `hashes` that the account owns.
-    func ownedChunks(account: Int64, hashes: [ContentHash]) async throws -> [ContentHash: Int64]
+    // Chunks. An account owns a chunk (a row of `account_chunks`) once its bytes are stored; the
+    // ownership carries a lease time (`touched`) that the garbage collector respects
+    // (`ChunkCollector`, where the rules that make it race-free are written down).
 
-    /// Every chunk any version refers to (for consistency checks and, later, garbage collection).
+    /// Records that the account owns a chunk, touched at `now`, without an upload (test fixtures
+    /// whose chunks have no bytes). `busy` while the chunk's bytes are being deleted.
+    func recordChunk(account: Int64, hash: ContentHash, size: Int64, now: Int64) async throws
+    /// The sizes of those of `hashes` that the account owns (no lease refresh: reads).
+    func ownedChunks(account: Int64, hashes: [ContentHash]) async throws -> [ContentHash: Int64]
+    /// Like `ownedChunks`, and touches each owned one at `now` (never back in time) in the same
+    /// write: what this answers stays owned for at least the collector's grace period from `now`.
+    func claimChunks(account: Int64, hashes: [ContentHash], now: Int64) async throws -> [ContentHash: Int64]
+    /// Starts an upload of `hash` by `account`: records it as in flight (the collector leaves its
+    /// chunk alone) and says whether the account already owns the chunk. `busy` while the
+    /// chunk's bytes are being deleted.
+    func beginChunkUpload(account: Int64, hash: ContentHash, now: Int64) async throws -> ChunkUpload
+    /// Ends an upload whose bytes are stored: the account owns the chunk, touched at `now`.
+    /// `busy` if the collector reclaimed the upload as stale meanwhile (the bytes may be gone:
+    /// upload again).
+    func finishChunkUpload(_ upload: ChunkUpload, size: Int64, now: Int64) async throws
+    /// Forgets an upload that failed.
+    func abandonChunkUpload(_ upload: ChunkUpload) async throws
+    /// Every chunk some account owns.
+    func ownedChunkHashes() async throws -> Set<ContentHash>
+
+    /// Every chunk any version refers to (for consistency checks and the collector's dry run).
     func referencedChunks() async throws -> Set<ContentHash>
+
+    // The collector's primitives (`ChunkCollector` holds the procedure).
+
+    /// Runs `body` while holding the store-wide collector lock; nil (without running it) when
+    /// another collector, in this or another process or instance, holds it. The lock dies with
+    /// its holder (a session advisory lock, a `flock`), so a crashed collector never blocks one.
+    func withCollectorLock<T: Sendable>(_ body: @Sendable () async throws -> T) async throws -> T?
+    /// Chunks whose bytes a collector set out to delete and did not confirm (it crashed or the
+    /// chunk store failed). Only meaningful under the collector lock.
+    func chunkDeletions() async throws -> [ContentHash]
+    /// Ends those deletions: their bytes are gone; uploads of them are accepted again.
+    func forgetChunkDeletions(_ hashes: [ContentHash]) async throws
+    /// One consistent snapshot: each container's cursor, and every chunk that no version refers
+    /// to and that has an ownership or upload last touched at or before `cutoff`.
+    func markChunks(staleAt cutoff: Int64) async throws -> ChunkMark
+    /// One transaction over `hashes` (candidates of `mark`): takes the ownerships and uploads
+    /// still untouched since `cutoff` of chunks that no version refers to now, and for each chunk
+    /// left with neither, records its deletion (`chunkDeletions`) before returning it.
+    func sweepChunks(_ hashes: [ContentHash], mark: ChunkMark, staleAt cutoff: Int64, now: Int64) async throws -> ChunkSweep
     /// Invariant violations found in the stored data; empty when consistent.
     func consistencyProblems() async throws -> [String]
     /// Statements sent to an external database and the times a thread waited for answers, so
     /// far (nil for the embedded engine).
     var databaseRoundTrips: DatabaseRoundTrips? { get }
+}
+
+/// An upload in flight (`beginChunkUpload`).
+public struct ChunkUpload: Sendable, Hashable {
+    public var id: Int64
+    public var account: Int64
+    public var hash: ContentHash
+    /// The account owned the chunk when the upload began.
+    public var owned: Bool
+}
+
+/// What `markChunks` saw.
+public struct ChunkMark: Sendable {
+    /// Each container's journal cursor at the mark. A version row is written with a new sequence
+    /// number of its container, so every version written after the mark has a sequence above it.
+    public var cursors: [Int64: Int64]
+    /// Unreferenced chunks with a stale ownership or upload.
+    public var candidates: [ContentHash: Candidate]
+
+    public struct Candidate: Sendable, Hashable {
+        /// The chunk's size, when an ownership records it.
+        public var size: Int64?
+        /// Every ownership and upload of the chunk is stale: a sweep would delete its bytes.
+        public var freeable: Bool
+    }
+
+    /// The containers whose journal moved since the mark, with the cursor to read versions after.
+    public func moved(now current: [Int64: Int64]) -> [(container: Int64, after: Int64)] {
+        current.compactMap { id, cursor in
+            let then = cursors[id] ?? 0
+            return cursor > then ? (id, then) : nil
+        }.sorted { $0.container < $1.container }
+    }
+}
+
+/// What one `sweepChunks` did.
+public struct ChunkSweep: Sendable {
+    /// Chunks that lost their last ownership and upload: their deletion is recorded, the caller
+    /// deletes their bytes next. Size nil when only an upload claimed the chunk.
+    public var doomed: [(hash: ContentHash, size: Int64?)] = []
+    /// Ownerships removed (of doomed chunks and of chunks another account still owns).
+    public var released = 0
+    public init() {}
 }
 
 /// A device as `nimbus admin list-devices` shows it.

@@ -20,14 +20,17 @@ public struct LiveServer: Sendable {
         return token
     }
 
-    /// `history` is the server's retention (`nimbus serve --keep-versions/--keep-days`).
+    /// `history` is the server's retention (`nimbus serve --keep-versions/--keep-days`);
+    /// `configure` sets anything else of the app before it starts (its clock, garbage collection).
     public static func with<T: Sendable>(history: HistoryRetention = .default, limits: ServerLimits = ServerLimits(),
+                                         configure: (inout NimbusServerApp) -> Void = { _ in },
                                          _ body: @Sendable (LiveServer) async throws -> T) async throws -> T {
         let dir = FileManager.default.temporaryDirectory.appendingPathComponent("nimbus-live-\(UUID().uuidString)").path
         defer { try? FileManager.default.removeItem(atPath: dir) }
         let app = try {
             var app = try NimbusServerApp.embedded(dataDir: dir, history: history)
             app.limits = limits
+            configure(&app)
             return app
         }()
         let capture = LogCapture()

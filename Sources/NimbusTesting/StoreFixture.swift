@@ -21,10 +21,11 @@ public struct StoreFixture: Sendable {
     }
 
     /// A chunk the account owns, with made-up bytes (the store only records hashes and sizes).
-    public func chunk(_ tag: String, size: Int64 = 100) async throws -> ChunkRef {
+    /// Recorded (touched) at server time `now` (ns), which the garbage collector's grace counts from.
+    public func chunk(_ tag: String, size: Int64 = 100, now: Int64 = 0) async throws -> ChunkRef {
         let hash = ContentHash(digest: Array(tag.utf8) + Array(repeating: 0, count: 32)).hex.prefix(64)
         let ref = ChunkRef(hash: ContentHash(hex: String(hash).padding(toLength: 64, withPad: "0", startingAt: 0))!, size: size)
-        try await store.recordChunk(account: a.accountID, hash: ref.hash, size: size)
+        try await store.recordChunk(account: a.accountID, hash: ref.hash, size: size, now: now)
         return ref
     }
 

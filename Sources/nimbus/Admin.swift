@@ -6,7 +6,7 @@ import NimbusServer
 struct Admin: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Administer a server's data directory (works while the server runs).",
-        subcommands: [AddDevice.self, ListDevices.self, RevokeDevice.self, Check.self])
+        subcommands: [AddDevice.self, ListDevices.self, RevokeDevice.self, Check.self, GC.self])
 
     struct AddDevice: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
@@ -124,6 +124,47 @@ struct Admin: AsyncParsableCommand {
             }
             for p in problems { print(p) }
             throw CLIFailure(.inconsistent, "\(problems.count) problem(s) found")
+        }
+    }
+
+    struct GC: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            commandName: "gc",
+            abstract: "Free the chunks no version refers to and nobody touched for --grace seconds; prints what was freed.",
+            discussion: """
+                Safe while servers run: uploads and commits in flight keep their chunks (docs/deploy.md, "Chunk garbage collection"). \
+                One collection runs at a time over a store; if another is running (a server's periodic one), this one does nothing and says so.
+                """)
+
+        @Option(help: "The server's data directory.") var data: String?
+        @Option(help: "The server's PostgreSQL database (postgres://…), when it uses one.") var database: String?
+        @Option(help: "The server's chunk directory or s3://BUCKET/PREFIX, when not DATA/chunks.") var chunks: String?
+        @Flag(name: .customLong("dry-run"), help: "Only report what would be freed.") var dryRun = false
+        @Option(help: ArgumentHelp("Keep chunks uploaded, or reported present to a device, less than this long ago.", valueName: "SECONDS"))
+        var grace: Int64 = 3_600
+
+        func validate() throws {
+            guard (0...ChunkCollector.maxGraceSeconds).contains(grace) else {
+                throw ValidationError("--grace takes 0…\(ChunkCollector.maxGraceSeconds) seconds (got \(grace))")
+            }
+        }
+
+        func run() async throws {
+            let storage = StorageOptions(dataDir: data, database: database, chunks: chunks)
+            if let problem = storage.problem { throw ValidationError(problem) }
+            var app: NimbusServerApp
+            do { app = try await storage.openApp(logger: Logger(label: "nimbus.admin")) } catch {
+                throw CLIFailure(.storage, "cannot open the storage (\(storage.summary)): \(error)")
+            }
+            app.gcGraceSeconds = grace
+            let outcome: Result<CollectionReport, any Error>
+            do { outcome = .success(try await app.collectGarbage(dryRun: dryRun)) } catch { outcome = .failure(error) }
+            await (app.store as? PostgresStore)?.shutdown()
+            switch outcome {
+            case .success(let report): print(report)
+            case .failure(let e as APIError): throw CLIFailure(.storage, "garbage collection failed: \(e.message)")
+            case .failure(let e): throw CLIFailure(.storage, "garbage collection failed: \(e)")
+            }
         }
     }
 }

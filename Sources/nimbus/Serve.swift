@@ -12,6 +12,7 @@ struct Serve: AsyncParsableCommand {
             Log lines go to stderr, timestamped; under systemd (stderr is the journal) with a syslog priority and no timestamp.
             Any number of instances may share one --database and one --chunks (see docs/deploy.md).
             s3:// chunks read AWS_ENDPOINT_URL, AWS_REGION, AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY.
+            Chunks no version refers to are freed every --gc-interval seconds once untouched for --gc-grace seconds (docs/deploy.md).
             History: an earlier version of an item is pruned when it is both beyond the item's last --keep-versions previous versions and older than --keep-days days, when the item next changes; the current and unresolved conflict versions are always kept (docs/deploy.md).
             """)
 
@@ -37,6 +38,14 @@ struct Serve: AsyncParsableCommand {
                        history: HistoryRetention(keepVersions: keepVersions, keepDays: keepDays) ?? .default)
     }
 
+    @Option(name: .customLong("gc-interval"), parsing: .unconditional,
+            help: ArgumentHelp("Collect unreferenced chunks every this many seconds (0: never; `nimbus admin gc` runs one by hand).", valueName: "SECONDS"))
+    var gcInterval: Int64 = 3_600
+
+    @Option(name: .customLong("gc-grace"), parsing: .unconditional,
+            help: ArgumentHelp("Keep chunks uploaded, or reported present to a device, less than this long ago.", valueName: "SECONDS"))
+    var gcGrace: Int64 = 3_600
+
     @Option(help: "Address to listen on, HOST:PORT.")
     var listen: String = "127.0.0.1:7070"
 
@@ -58,6 +67,12 @@ struct Serve: AsyncParsableCommand {
         if let problem = storage.problem { throw ValidationError(problem) }
         if (tlsCert == nil) != (tlsKey == nil) { throw ValidationError("--tls-cert and --tls-key go together (HTTPS needs both)") }
         if let problem = HistoryRetention.problem(keepVersions: keepVersions, keepDays: keepDays) { throw ValidationError(problem) }
+        guard (0...ChunkCollector.maxGraceSeconds).contains(gcInterval) else {
+            throw ValidationError("--gc-interval takes 0…\(ChunkCollector.maxGraceSeconds) seconds (got \(gcInterval))")
+        }
+        guard (0...ChunkCollector.maxGraceSeconds).contains(gcGrace) else {
+            throw ValidationError("--gc-grace takes 0…\(ChunkCollector.maxGraceSeconds) seconds (got \(gcGrace))")
+        }
     }
 
     func run() async throws {
@@ -82,8 +97,11 @@ struct Serve: AsyncParsableCommand {
             throw CLIFailure(.storage, "cannot open the storage (\(storage.summary)): \(error)")
         }
         app.trustedProxies = Set(trustedProxy)
+        app.gcInterval = gcInterval > 0 ? .seconds(gcInterval) : nil
+        app.gcGraceSeconds = gcGrace
         let dataDir = storage.summary
         logger.info("history: \(storage.history)")
+        logger.info(gcInterval > 0 ? "chunk garbage collection every \(gcInterval) s, grace \(gcGrace) s" : "chunk garbage collection off (--gc-interval 0)")
         if let tls { logger.info("HTTPS with \(tls.summary) (\(tls.certFile)); SIGHUP reads it again") }
         let scheme = tls == nil ? "http" : "https"
         let shownHost = host.contains(":") ? "[\(host)]" : host

@@ -117,4 +117,64 @@ import Testing
         let check = try await NimbusBinary.run(["admin", "check", "--data", dir])
         #expect(check.status == 0 && check.stdout == "consistent\n", "\(check.stdout) \(check.stderr)")
     }
+
+    /// `nimbus serve --gc-interval 1 --gc-grace 0` frees the chunk only a pruned version referred
+    /// to (counted in /metrics), keeps the current one and stops cleanly on SIGTERM; then
+    /// `nimbus admin gc` finds nothing left, `nimbus admin check` passes, bad values exit 64.
+    @Test func serveAndAdminCollectChunks() async throws {
+        let dir = Self.tempDir()
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        for args in [["serve", "--data", dir, "--gc-interval", "-1"], ["serve", "--data", dir, "--gc-grace", "x"],
+                     ["admin", "gc", "--data", dir, "--grace", "-1"]] {
+            let r = try await NimbusBinary.run(args, timeout: .seconds(30))
+            #expect(r.status == 64, "\(args): exit 64, got \(r.status): \(r.stderr)")
+        }
+        let add = try await NimbusBinary.run(["admin", "add-device", "--data", dir, "--account", "alice", "--device", "laptop"])
+        #expect(add.status == 0, "\(add.stderr)")
+        let server = ServerProcess(dataDir: dir, extraArgs: ["--keep-versions", "0", "--keep-days", "0", "--gc-interval", "1", "--gc-grace", "0"])
+        defer { server.stop() }
+        try await server.start()
+        let client = NimbusClient(baseURL: server.url, token: add.stdout.trimmingCharacters(in: .whitespacesAndNewlines))
+        _ = try await client.createContainer("com.example.cli")
+        let file = ItemID(UUID())
+        var base: Int64? = nil
+        var chunks: [ChunkRef] = []
+        for i in 0..<2 {
+            let bytes = Array(repeating: UInt8(i + 1), count: 1_000)
+            let draft = { (c: ChunkRef) in ItemDraft(kind: .file, parent: .root, name: ItemName(trusted: "g.bin"), chunks: [c], mode: 0o644, modified: Int64(i + 1)) }
+            // With a grace of 0 a collection may free the chunk between upload and commit: the
+            // commit then says missing_chunks and the device uploads again, as the engine does.
+            for attempt in 1...5 {
+                let chunk = try await client.upload(bytes)
+                do {
+                    base = try await client.commit("com.example.cli", CommitRequest(item: file, baseVersion: base, state: draft(chunk))).item.version
+                    chunks.append(chunk)
+                    break
+                } catch let e as RemoteError where e.code == .missingChunks && attempt < 5 {}
+            }
+        }
+        let anon = NimbusClient(baseURL: server.url, token: "")
+        func counter(_ name: String) async throws -> Int? {
+            let text = try await anon.send(.GET, "/metrics", authorized: false).text
+            return text.split(separator: "\n").first { $0.hasPrefix(name + " ") }.flatMap { Int($0.split(separator: " ").last ?? "") }
+        }
+        let deadline = ContinuousClock.now + .seconds(20)
+        while ContinuousClock.now < deadline, try await client.missingChunks([chunks[0].hash]).isEmpty {
+            try await Task.sleep(for: .milliseconds(200))
+        }
+        #expect(try await client.missingChunks(chunks.map(\.hash)) == [chunks[0].hash], "the pruned version's chunk is gone")
+        // At least that one; more if a collection caught a chunk between its upload and commit.
+        let freed = try #require(try await counter("nimbus_gc_chunks_freed_total"))
+        let bytesFreed = try await counter("nimbus_gc_bytes_freed_total")
+        #expect(freed >= 1 && bytesFreed == freed * 1_000, "freed \(freed), \(String(describing: bytesFreed)) bytes")
+        #expect(try await client.getChunk(chunks[1].hash).count == 1_000, "the current version's chunk reads")
+        await server.kill(SIGTERM)
+        #expect(server.exitStatus == 0, "a clean stop with the collector running")
+        let dry = try await NimbusBinary.run(["admin", "gc", "--data", dir, "--dry-run"])
+        #expect(dry.status == 0 && dry.stdout.hasPrefix("would free 0 chunk(s), 0 bytes"), "\(dry.stdout) \(dry.stderr)")
+        let gc = try await NimbusBinary.run(["admin", "gc", "--data", dir, "--grace", "0"])
+        #expect(gc.status == 0 && gc.stdout == "freed 0 chunk(s), 0 bytes (0 ownership(s) released)\n", "\(gc.stdout) \(gc.stderr)")
+        let check = try await NimbusBinary.run(["admin", "check", "--data", dir])
+        #expect(check.status == 0 && check.stdout == "consistent\n", "\(check.stdout) \(check.stderr)")
+    }
 }

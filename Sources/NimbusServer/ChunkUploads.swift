@@ -1,0 +1,23 @@
+import NIOCore
+import NimbusCore
+
+/// Storing an uploaded chunk (`PUT /v1/chunks/{hash}`), in the order the garbage collector relies
+/// on (`ChunkCollector`): the upload is recorded before the bytes are written, and the ownership
+/// after they are, in the transaction that ends the upload.
+public enum ChunkUploads {
+    /// Stores `bytes` as chunk `hash` for `account`. An account that does not own the chunk gets
+    /// the whole durable write, whether or not another account stored the same bytes: neither the
+    /// answer nor its timing tells it that they exist. `busy` while the chunk's bytes are being
+    /// freed, or when the collector reclaimed this upload as stale: upload again.
+    public static func store(_ bytes: ByteBuffer, as hash: ContentHash, account: Int64, store: any ServerStore,
+                             chunks: any ChunkStore, clock: @Sendable () -> Int64) async throws {
+        let upload = try await store.beginChunkUpload(account: account, hash: hash, now: clock())
+        do {
+            try await chunks.put(hash, bytes: bytes, ifStored: upload.owned ? .skip : .store)
+            try await store.finishChunkUpload(upload, size: Int64(bytes.readableBytes), now: clock())
+        } catch {
+            try? await store.abandonChunkUpload(upload)
+            throw error
+        }
+    }
+}
