@@ -10,18 +10,26 @@ import Glibc
 #endif
 
 /// Where chunk bytes live. Chunks are immutable and addressed by their SHA-256, so a chunk that
-/// exists is always complete and correct. The directory store is the default; an S3-compatible
-/// store comes with the scale-out issue.
+/// exists is always complete and correct. Bodies stream both ways in pieces (`ChunkPiece.size`):
+/// no store holds a whole chunk in memory. The directory store is the default; `S3ChunkStore`
+/// serves scaled deployments.
 public protocol ChunkStore: Sendable {
-    /// Stores `bytes` as chunk `hash` after checking that they hash to it. Idempotent.
-    /// `ifStored` says what to do when the chunk is already there: `.skip` answers at once;
-    /// `.store` does the whole durable write again, so that the answer's timing does not tell the
-    /// caller whether the chunk existed (an upload by an account that does not own the chunk).
-    func put(_ hash: ContentHash, bytes: ByteBuffer, ifStored: IfStored) async throws
+    /// Stores chunk `hash` from `body`, which must deliver exactly `size` bytes hashing to `hash`
+    /// (checked as they pass, `CheckedUpload`); otherwise nothing is stored and the error says
+    /// why (`hash_mismatch`, `body_too_large` for more bytes, `bad_request` for fewer). Errors
+    /// `body` throws (a client gone mid-body) come back as they are. A crash or a failure at any
+    /// point leaves the chunk whole or absent. Idempotent.
+    /// `ifStored` says what to do when the chunk is already there: `.skip` reads and checks the
+    /// body without storing it; `.store` does the whole durable write again, so that the answer's
+    /// timing does not tell the caller whether the chunk existed (an upload by an account that
+    /// does not own the chunk).
+    func put<Body: AsyncSequence & Sendable>(_ hash: ContentHash, size: Int64, body: Body, ifStored: IfStored) async throws
+        where Body.Element == ByteBuffer
     /// The chunk's size, or nil if it is not stored.
     func size(of hash: ContentHash) async throws -> Int64?
-    /// Bytes `range` of the chunk (all of it when nil), or nil if it is not stored.
-    func read(_ hash: ContentHash, range: Range<Int64>?) async throws -> ByteBuffer?
+    /// A reader of bytes `range` of the chunk (all of it when nil: then checked against its name
+    /// as it streams), or nil if it is not stored. A range past the end is cut at the end.
+    func open(_ hash: ContentHash, range: Range<Int64>?) async throws -> ChunkReader?
     /// Removes the chunk's bytes; a chunk that is not stored is not an error. Only the garbage
     /// collector calls it, and only for a chunk no account owns and no upload claims
     /// (`ChunkCollector`): chunks are shared by content between accounts.
@@ -41,9 +49,11 @@ public enum ChunkHashing {
     }
 }
 
-/// Chunks as files `ROOT/ab/cdef…` (first two hex digits as a fan-out folder). A put writes a temp
-/// file in `ROOT/tmp`, fsyncs it, renames it into place and fsyncs the folder, so a crash leaves
-/// either no chunk or a whole one (plus, at worst, a temp file that the next start removes).
+/// Chunks as files `ROOT/ab/cdef…` (first two hex digits as a fan-out folder). A put streams the
+/// body into a temp file in `ROOT/tmp` (checking size and hash as it goes), fsyncs it, renames it
+/// into place and fsyncs the folder, so a crash leaves either no chunk or a whole one (plus, at
+/// worst, a temp file that the next start removes). Reads stream `ChunkPiece.size` pieces with
+/// pread on the thread pool.
 public struct DirectoryChunkStore: ChunkStore {
     public let root: String
     let pool: NIOThreadPool
@@ -65,46 +75,34 @@ public struct DirectoryChunkStore: ChunkStore {
         return "\(root)/\(hex.prefix(2))/\(hex.dropFirst(2))"
     }
 
-    public func put(_ hash: ContentHash, bytes: ByteBuffer, ifStored: IfStored) async throws {
-        guard ChunkHashing.sha256(bytes) == hash else {
-            throw APIError(.hashMismatch, "the uploaded bytes do not hash to \(hash); nothing was stored — re-read the chunk and upload it again")
-        }
+    public func put<Body: AsyncSequence & Sendable>(_ hash: ContentHash, size: Int64, body: Body, ifStored: IfStored) async throws
+        where Body.Element == ByteBuffer {
+        let upload = CheckedUpload(base: body, hash: hash, size: size)
         let final = path(hash)
-        let root = self.root
-        try await pool.runIfActive {
-            // Rewriting replaces the file with identical bytes by rename: readers keep theirs.
-            if ifStored == .skip, access(final, F_OK) == 0 { return }
-            let dir = String(final.dropLast(62))
-            if mkdir(dir, 0o700) != 0 && errno != EEXIST { throw Self.ioError("create folder", dir) }
-            let tmp = "\(root)/tmp/\(UUID().uuidString)"
-            let fd = Glibc.open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
-            guard fd >= 0 else { throw Self.ioError("create", tmp) }
-            var ok = false
-            defer {
-                if !ok { unlink(tmp) }
-            }
-            do {
-                defer { close(fd) }
-                try bytes.withUnsafeReadableBytes { raw in
-                    var offset = 0
-                    while offset < raw.count {
-                        let n = Glibc.write(fd, raw.baseAddress! + offset, raw.count - offset)
-                        if n < 0 {
-                            if errno == EINTR { continue }
-                            throw Self.ioError("write", tmp)
-                        }
-                        offset += n
-                    }
+        // Rewriting replaces the file with identical bytes by rename: readers keep theirs.
+        if ifStored == .skip, try await pool.runIfActive({ access(final, F_OK) == 0 }) {
+            try await upload.drain()
+            return
+        }
+        let file = try await pool.runIfActive { try TempChunkFile(root: root) }
+        do {
+            var pending = ByteBuffer()
+            for try await piece in upload {
+                pending.writeImmutableBuffer(piece)
+                if pending.readableBytes >= ChunkPiece.size {
+                    let full = pending
+                    try await pool.runIfActive { try file.write(full) }
+                    pending.clear()
                 }
-                guard fsync(fd) == 0 else { throw Self.ioError("fsync", tmp) }
             }
-            guard rename(tmp, final) == 0 else { throw Self.ioError("rename", final) }
-            ok = true
-            let dfd = Glibc.open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
-            if dfd >= 0 {
-                fsync(dfd)
-                close(dfd)
+            let rest = pending
+            try await pool.runIfActive {
+                try file.write(rest)
+                try file.commit(as: final)
             }
+        } catch {
+            file.discard()
+            throw error
         }
     }
 
@@ -120,35 +118,23 @@ public struct DirectoryChunkStore: ChunkStore {
         }
     }
 
-    public func read(_ hash: ContentHash, range: Range<Int64>?) async throws -> ByteBuffer? {
+    public func open(_ hash: ContentHash, range: Range<Int64>?) async throws -> ChunkReader? {
         let p = path(hash)
-        return try await pool.runIfActive { () throws -> ByteBuffer? in
-            let fd = Glibc.open(p, O_RDONLY | O_CLOEXEC)
-            guard fd >= 0 else {
-                if errno == ENOENT { return nil }
-                throw Self.ioError("open", p)
+        guard let file = try await pool.runIfActive({ try OpenChunkFile(path: p) }) else { return nil }
+        let r = range ?? 0..<file.size
+        let lo = max(0, min(r.lowerBound, file.size)), hi = max(lo, min(r.upperBound, file.size))
+        let pool = self.pool
+        return ChunkReader(length: hi - lo, of: hash, whole: range == nil, store: "chunk directory") {
+            var offset = lo
+            return {
+                guard offset < hi else { return nil }
+                let count = Int(min(Int64(ChunkPiece.size), hi - offset))
+                let at = offset
+                let piece = try await pool.runIfActive { try file.read(at: at, count: count) }
+                offset += Int64(piece.readableBytes)
+                // A file shorter than it was at open ends the pieces; the reader reports it.
+                return piece.readableBytes > 0 ? piece : nil
             }
-            defer { close(fd) }
-            var st = stat()
-            guard fstat(fd, &st) == 0 else { throw Self.ioError("stat", p) }
-            let size = Int64(st.st_size)
-            let r = range ?? 0..<size
-            let lo = max(0, min(r.lowerBound, size)), hi = max(lo, min(r.upperBound, size))
-            var buffer = ByteBufferAllocator().buffer(capacity: Int(hi - lo))
-            try buffer.writeWithUnsafeMutableBytes(minimumWritableBytes: Int(hi - lo)) { raw in
-                var done = 0
-                while done < Int(hi - lo) {
-                    let n = pread(fd, raw.baseAddress! + done, Int(hi - lo) - done, off_t(lo) + off_t(done))
-                    if n < 0 {
-                        if errno == EINTR { continue }
-                        throw Self.ioError("read", p)
-                    }
-                    if n == 0 { break }
-                    done += n
-                }
-                return done
-            }
-            return buffer
         }
     }
 
@@ -166,6 +152,107 @@ public struct DirectoryChunkStore: ChunkStore {
         }
         return APIError(.unavailable, "the server could not \(what) a chunk file (errno \(e)); retry later")
     }
+}
+
+/// A put's temp file in `ROOT/tmp`, written in order and then renamed into place or removed.
+/// @unchecked Sendable: one put uses it, one step at a time (each on the thread pool).
+final class TempChunkFile: @unchecked Sendable {
+    let path: String
+    private var fd: Int32
+
+    init(root: String) throws {
+        path = "\(root)/tmp/\(UUID().uuidString)"
+        fd = Glibc.open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
+        guard fd >= 0 else { throw DirectoryChunkStore.ioError("create", path) }
+    }
+
+    func write(_ bytes: ByteBuffer) throws {
+        try bytes.withUnsafeReadableBytes { raw in
+            var offset = 0
+            while offset < raw.count {
+                let n = Glibc.write(fd, raw.baseAddress! + offset, raw.count - offset)
+                if n < 0 {
+                    if errno == EINTR { continue }
+                    throw DirectoryChunkStore.ioError("write", path)
+                }
+                offset += n
+            }
+        }
+    }
+
+    /// fsync, rename to `final` (making its fan-out folder) and fsync the folder.
+    func commit(as final: String) throws {
+        guard fsync(fd) == 0 else { throw DirectoryChunkStore.ioError("fsync", path) }
+        close(fd)
+        fd = -1
+        let dir = String(final.dropLast(62))
+        if mkdir(dir, 0o700) != 0 && errno != EEXIST { throw DirectoryChunkStore.ioError("create folder", dir) }
+        guard rename(path, final) == 0 else { throw DirectoryChunkStore.ioError("rename", final) }
+        let dfd = Glibc.open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        if dfd >= 0 {
+            fsync(dfd)
+            close(dfd)
+        }
+    }
+
+    /// Removes the file (after a failure). Harmless after `commit`: the name is gone by then.
+    func discard() {
+        if fd >= 0 {
+            close(fd)
+            fd = -1
+        }
+        unlink(path)
+    }
+
+    deinit {
+        if fd >= 0 { close(fd) }
+    }
+}
+
+/// A chunk file open for reading; closed when the last reader lets go of it.
+/// @unchecked Sendable: the descriptor is only read with pread (no shared offset), and closed in deinit.
+final class OpenChunkFile: @unchecked Sendable {
+    let fd: Int32
+    let size: Int64
+    let path: String
+
+    /// nil when the chunk is not there.
+    init?(path: String) throws {
+        self.path = path
+        fd = Glibc.open(path, O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else {
+            if errno == ENOENT { return nil }
+            throw DirectoryChunkStore.ioError("open", path)
+        }
+        var st = stat()
+        guard fstat(fd, &st) == 0 else {
+            let error = DirectoryChunkStore.ioError("stat", path)
+            close(fd)
+            throw error
+        }
+        size = Int64(st.st_size)
+    }
+
+    /// Up to `count` bytes at `offset` (fewer only at the end of the file).
+    func read(at offset: Int64, count: Int) throws -> ByteBuffer {
+        var buffer = ByteBufferAllocator().buffer(capacity: count)
+        try buffer.writeWithUnsafeMutableBytes(minimumWritableBytes: count) { raw in
+            var done = 0
+            while done < count {
+                let n = pread(fd, raw.baseAddress! + done, count - done, off_t(offset) + off_t(done))
+                if n < 0 {
+                    if errno == EINTR { continue }
+                    throw DirectoryChunkStore.ioError("read", path)
+                }
+                if n == 0 { break }
+                done += n
+            }
+            return done
+        }
+        return buffer
+    }
+
+    deinit { close(fd) }
 }
 
 /// Server data is the accounts' data: folders 0700, files 0600, whatever the umask.

@@ -9,15 +9,25 @@ public enum ChunkUploads {
     /// the whole durable write, whether or not another account stored the same bytes: neither the
     /// answer nor its timing tells it that they exist. `busy` while the chunk's bytes are being
     /// freed, or when the collector reclaimed this upload as stale: upload again.
-    public static func store(_ bytes: ByteBuffer, as hash: ContentHash, account: Int64, store: any ServerStore,
-                             chunks: any ChunkStore, clock: @Sendable () -> Int64) async throws {
+    /// `body` streams the chunk's `size` bytes (checked against `hash` as they pass,
+    /// `ChunkStore.put`).
+    public static func store<Body: AsyncSequence & Sendable>(_ hash: ContentHash, size: Int64, body: Body, account: Int64,
+                                                             store: any ServerStore, chunks: any ChunkStore,
+                                                             clock: @Sendable () -> Int64) async throws where Body.Element == ByteBuffer {
         let upload = try await store.beginChunkUpload(account: account, hash: hash, now: clock())
         do {
-            try await chunks.put(hash, bytes: bytes, ifStored: upload.owned ? .skip : .store)
-            try await store.finishChunkUpload(upload, size: Int64(bytes.readableBytes), now: clock())
+            try await chunks.put(hash, size: size, body: body, ifStored: upload.owned ? .skip : .store)
+            try await store.finishChunkUpload(upload, size: size, now: clock())
         } catch {
             try? await store.abandonChunkUpload(upload)
             throw error
         }
+    }
+
+    /// The same with the bytes at hand (tests, tools).
+    public static func store(_ bytes: ByteBuffer, as hash: ContentHash, account: Int64, store: any ServerStore,
+                             chunks: any ChunkStore, clock: @Sendable () -> Int64) async throws {
+        try await Self.store(hash, size: Int64(bytes.readableBytes), body: SingleBuffer(buffer: bytes), account: account, store: store,
+                             chunks: chunks, clock: clock)
     }
 }

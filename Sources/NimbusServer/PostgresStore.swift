@@ -48,11 +48,12 @@ public final class PostgresStore: ServerStore {
                             history: HistoryRetention = .default) async throws -> PostgresStore {
         let store = PostgresStore(location: location, logger: logger, history: history)
         do {
+            try await location.probe(logger: logger)
             let applied = try await store.client.withConnection { conn in try await PostgresSchema.migrate(conn, logger: logger) }
             if !applied.isEmpty { logger.info("applied schema migrations \(applied) to \(location)") }
         } catch {
             await store.shutdown()
-            throw APIError(.unavailable, "cannot open the PostgreSQL metadata database \(location): \(String(reflecting: error)); check that the server runs, the URL, user and password are right and the database exists (createdb)")
+            throw APIError(.unavailable, "cannot open the PostgreSQL metadata database \(location): \(location.connectFailure(error)); check that the server runs, the URL, user and password are right and the database exists (createdb)")
         }
         return store
     }

@@ -154,18 +154,16 @@ struct Routes: Sendable {
             let missing = body.hashes.filter { owned[$0] == nil && seen.insert($0).inserted }
             return JSONResponse.make(ChunkList(hashes: missing))
         }
+        // A chunk streams through in pieces both ways (docs/deploy.md "Bodies"): the store
+        // checks size and hash as the bytes pass, so no whole chunk is ever held in memory.
         v1.put("chunks/:hash") { req, ctx in
             let d = try ctx.requireDevice()
             let hash = try Self.hash(ctx)
-            let declared = try Self.contentLength(req)
-            if let declared, declared > ProtocolLimits.maxChunkSize {
-                throw APIError(.bodyTooLarge, "a chunk can be at most \(ProtocolLimits.maxChunkSize) bytes; split it")
-            }
-            return try await self.bodies.withReservation(device: d.id, bytes: declared ?? ProtocolLimits.maxChunkSize) {
-                let bytes = try await req.body.collect(upTo: ProtocolLimits.maxChunkSize)
-                guard bytes.readableBytes > 0 else { throw APIError(.badRequest, "a chunk cannot be empty") }
-                try await ChunkUploads.store(bytes, as: hash, account: d.accountID, store: self.store, chunks: self.chunks, clock: self.clock)
-                self.metrics.bytesIn.increment(by: Int64(bytes.readableBytes))
+            let size = try Self.chunkSize(req)
+            return try await self.bodies.withReservation(device: d.id, bytes: Int(size)) {
+                try await ChunkUploads.store(hash, size: size, body: req.body, account: d.accountID, store: self.store,
+                                             chunks: self.chunks, clock: self.clock)
+                self.metrics.bytesIn.increment(by: size)
                 return Response(status: .created)
             }
         }
@@ -185,11 +183,32 @@ struct Routes: Sendable {
                 status = .partialContent
                 headers[.contentRange] = "bytes \(r.lowerBound)-\(r.upperBound - 1)/\(size)"
             }
-            guard let body = try await self.chunks.read(hash, range: range) else {
-                throw APIError(.unavailable, "chunk \(hash) is recorded but its bytes are missing on the server; re-upload it")
+            let missing = APIError(.unavailable, "chunk \(hash) is recorded but its bytes are missing on the server; re-upload it")
+            guard let reader = try await self.chunks.open(hash, range: range) else { throw missing }
+            if range == nil, reader.length != size {
+                ctx.logger.error("chunk \(hash) is recorded with \(size) bytes but the chunk store holds \(reader.length)")
+                throw APIError(.unavailable, "chunk \(hash) is damaged on the server (\(reader.length) bytes stored, \(size) recorded); re-upload it from a device that has it")
             }
-            self.metrics.bytesOut.increment(by: Int64(body.readableBytes))
-            return Response(status: status, headers: headers, body: .init(byteBuffer: body))
+            // The status line is sent before the bytes: a failure while they stream (the store
+            // cut off, a damaged chunk caught before its last byte) can only cut the connection,
+            // which the device sees as a body shorter than its Content-Length.
+            let metrics = self.metrics, logger = ctx.logger
+            let body = ResponseBody(contentLength: Int(reader.length)) { writer in
+                var pieces = reader.makeAsyncIterator()
+                while true {
+                    let piece: ByteBuffer?
+                    do { piece = try await pieces.next() } catch {
+                        let reason = (error as? APIError)?.message ?? "\(error)"
+                        logger.error("GET chunk \(hash): cut the response: \(reason)")
+                        throw error
+                    }
+                    guard let piece else { break }
+                    try await writer.write(piece)  // waits while the device is slower than the store
+                    metrics.bytesOut.increment(by: Int64(piece.readableBytes))
+                }
+                try await writer.finish(nil)
+            }
+            return Response(status: status, headers: headers, body: body)
         }
     }
 
@@ -261,6 +280,21 @@ struct Routes: Sendable {
         let s = try ctx.parameters.require("hash")
         guard let h = ContentHash(hex: s) else { throw APIError(.badRequest, "a chunk is named by the SHA-256 of its bytes in hex (64 digits)") }
         return h
+    }
+
+    /// A chunk upload's size, from its Content-Length: 1 … `maxChunkSize`. The body streams to
+    /// the store, which needs its length before the first byte (one plain S3 PUT), so a body
+    /// without one (chunked) is refused; so is one over the limit, before a byte of it is read.
+    static func chunkSize(_ req: Request) throws -> Int64 {
+        guard let declared = try contentLength(req) else {
+            if req.headers[.transferEncoding] == nil { throw APIError(.badRequest, "a chunk cannot be empty") }
+            throw APIError(.badRequest, "a chunk upload needs its Content-Length (1 … \(ProtocolLimits.maxChunkSize) bytes); send the body with its length, not chunked")
+        }
+        if declared > ProtocolLimits.maxChunkSize {
+            throw APIError(.bodyTooLarge, "a chunk can be at most \(ProtocolLimits.maxChunkSize) bytes; split it")
+        }
+        guard declared > 0 else { throw APIError(.badRequest, "a chunk cannot be empty") }
+        return Int64(declared)
     }
 
     /// The declared body size, if any; a malformed Content-Length is refused.

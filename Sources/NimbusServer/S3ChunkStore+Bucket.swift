@@ -6,24 +6,23 @@ import NIOCore
 extension S3ChunkStore {
     /// Creates the bucket if it does not exist.
     public func createBucket() async throws {
-        let r = try await send(.PUT, "/" + S3Signer.encode(bucket))
+        let r = try await send(.PUT, key: nil)
         guard r.status == .ok || r.status == .conflict else { throw unexpected(r, "create bucket \(bucket)") }
     }
 
     /// Deletes every object of the bucket, then the bucket.
     public func deleteBucket() async throws {
-        let path = "/" + S3Signer.encode(bucket)
         while true {
-            let list = try await send(.GET, path, query: [("list-type", "2"), ("max-keys", "1000")])
+            let list = try await send(.GET, key: nil, query: [("list-type", "2"), ("max-keys", "1000")])
             guard list.status == .ok else { throw unexpected(list, "list bucket \(bucket)") }
             let keys = Self.keys(inListing: String(buffer: list.body))
             if keys.isEmpty { break }
             for key in keys {
-                let r = try await send(.DELETE, path + "/" + S3Signer.encode(key, keepSlash: true))
+                let r = try await send(.DELETE, key: key)
                 guard r.status == .noContent || r.status == .ok else { throw unexpected(r, "delete \(key)") }
             }
         }
-        let r = try await send(.DELETE, path)
+        let r = try await send(.DELETE, key: nil)
         guard r.status == .noContent || r.status == .ok || r.status == .notFound else { throw unexpected(r, "delete bucket \(bucket)") }
     }
 

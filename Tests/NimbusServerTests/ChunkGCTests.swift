@@ -14,9 +14,12 @@ final class CountingChunkStore: ChunkStore {
     let inner: any ChunkStore
     let deletions = Mutex<[ContentHash: Int]>([:])
     init(_ inner: any ChunkStore) { self.inner = inner }
-    func put(_ hash: ContentHash, bytes: ByteBuffer, ifStored: IfStored) async throws { try await inner.put(hash, bytes: bytes, ifStored: ifStored) }
+    func put<Body: AsyncSequence & Sendable>(_ hash: ContentHash, size: Int64, body: Body, ifStored: IfStored) async throws
+        where Body.Element == ByteBuffer {
+        try await inner.put(hash, size: size, body: body, ifStored: ifStored)
+    }
     func size(of hash: ContentHash) async throws -> Int64? { try await inner.size(of: hash) }
-    func read(_ hash: ContentHash, range: Range<Int64>?) async throws -> ByteBuffer? { try await inner.read(hash, range: range) }
+    func open(_ hash: ContentHash, range: Range<Int64>?) async throws -> ChunkReader? { try await inner.open(hash, range: range) }
     func delete(_ hash: ContentHash) async throws {
         deletions.withLock { $0[hash, default: 0] += 1 }
         try await inner.delete(hash)
