@@ -64,9 +64,11 @@ struct S3StreamingTests {
     /// then all 8 downloaded at once, plus ranges. Holding whole bodies, the server would need
     /// at least 8 × 8 MiB = 64 MiB on top of its baseline for the uploads alone (each body read
     /// whole before its PUT), and as much again for the downloads. Streaming, each transfer holds
-    /// a few pieces (128 KiB from the disk, the socket's reads from S3 and the device), so the
-    /// high-water mark may rise by a fraction of one chunk: the bound is 24 MiB, under half of
-    /// what whole bodies cost, with room for the allocator and the debug build.
+    /// a few pieces (128 KiB from the disk, the socket's reads from S3 and the device). Measured
+    /// rise: 7–11 MiB on an idle machine; up to 31 MiB while a build ran beside it (slower readers
+    /// leave more pieces queued, and the allocator's arenas keep what they once held). The bound,
+    /// 48 MiB, is three quarters of what the uploads alone cost holding whole bodies (they raised
+    /// it by 93 MiB for both phases), so a return to whole bodies fails it on any machine.
     @Test func sixtyFourMiBThroughTheServerInBoundedMemory() async throws {
         try await Self.withServer { server, client, store, token in
             // Warm up: the connection pools, the thread pool and the allocator's arenas exist after
@@ -114,7 +116,7 @@ struct S3StreamingTests {
             let afterDownload = try Self.memory(server.pid, "VmHWM")
             let rss = try Self.memory(server.pid, "VmRSS")
             print("s3 memory figures: nimbus serve VmHWM \(baseline / 1024) MiB after warm-up, \(afterUpload / 1024) MiB after 8×8 MiB uploads at once (\(upTime)), \(afterDownload / 1024) MiB after 8×8 MiB downloads at once (\(downTime)); VmRSS now \(rss / 1024) MiB; rise \((afterDownload - baseline) / 1024) MiB")
-            #expect(afterDownload - baseline < 24 << 10, "the server's high-water mark rose by \((afterDownload - baseline) / 1024) MiB moving 64 MiB")
+            #expect(afterDownload - baseline < 48 << 10, "the server's high-water mark rose by \((afterDownload - baseline) / 1024) MiB moving 64 MiB")
         }
     }
 
