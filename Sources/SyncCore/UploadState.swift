@@ -50,6 +50,10 @@ public struct UploadState<Instant: InstantProtocol>: Sendable, Equatable where I
     public var pacing = UploadPacing<Instant>()
     /// Paced (`UploadPacing`): the item keeps its place in the queue and is not pushed before then.
     public var notBefore: Instant?
+    /// The server answered `missing_chunks`: chunks it once had are gone (freed by its garbage
+    /// collection after their last version was pruned). The next push asks which chunks it lacks
+    /// even when the content is the base's, instead of taking the base's word for it.
+    public var chunksMissing = false
 
     public init() {}
 
@@ -66,6 +70,6 @@ public struct UploadState<Instant: InstantProtocol>: Sendable, Equatable where I
     /// Nothing worth remembering: the item's record forgets its upload phase.
     public func isIdle(at now: Instant, rules: UploadPacing<Instant>.Rules) -> Bool {
         failure == nil && error == nil && !writing && !waitingForLock && !deviceLocal && pushedAhead == 0 && !relocate
-            && !snapshotDue && snapshotSent == nil && notBefore == nil && pacing.isIdle(at: now, rules: rules)
+            && !snapshotDue && snapshotSent == nil && notBefore == nil && !chunksMissing && pacing.isIdle(at: now, rules: rules)
     }
 }

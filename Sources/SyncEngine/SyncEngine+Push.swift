@@ -146,6 +146,7 @@ extension SyncEngine: ChangeObserver {
             s.inFlight = nil; s.upload = nil
             s.items[id]?.upload.failure = nil
             s.items[id]?.upload.error = nil
+            s.items[id]?.upload.chunksMissing = false
             if !s.queue.items.contains(where: { s.items[$0]?.upload.failure != nil }) { s.lastError = nil }
             if closed { s.items[id]?.upload.writing = false }
             return (s.queue.isEmpty ? s.skippedRemote() : [], held)
@@ -168,6 +169,7 @@ extension SyncEngine: ChangeObserver {
             s.upload = nil
             s.lastError = "upload of \(id): \(error)"
             s.items[id, default: SyncItem()].upload.error = "upload failed: \(error)"
+            if (error as? RemoteError)?.code == .missingChunks { s.items[id]?.upload.chunksMissing = true }
             let delay: Int
             switch failure {
             case .unauthorized:
@@ -691,7 +693,8 @@ extension SyncEngine: ChangeObserver {
         } else if fs.isBeingWritten(id) {
             return nil
         }
-        if refs == known { return refs }
+        // The base's chunks are on the server (it sent them), unless it said they are gone since.
+        if refs == known, state.withLock({ $0.items[id]?.upload.chunksMissing != true }) { return refs }
         let missing = Set(try await client.missingChunks(Array(Set(refs.map(\.hash)))))
         var sent = Set<ContentHash>()
         let total = spans.filter { missing.contains($0.ref.hash) }.reduce(Int64(0)) { $0 + $1.ref.size }

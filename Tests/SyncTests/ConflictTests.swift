@@ -20,6 +20,34 @@ struct ConflictTests {
         }
     }
 
+    /// A device offline while its file's old version was pruned and its chunks collected: its
+    /// edit on that old base (a chmod: the content is still the base's) gets `missing_chunks`.
+    /// The device then asks which chunks the server lacks instead of trusting its base, uploads
+    /// them, and the commit goes in as a conflict — nothing stays queued for ever, nothing lost.
+    @Test func anEditOnABaseWhoseChunksWereCollectedUploadsThemAgain() async throws {
+        try await SyncWorld.run("gc-base", serve: ["--keep-versions", "0", "--keep-days", "0", "--gc-interval", "0"]) { w in
+            let a = try await w.mount("a"), b = try await w.mount("b")
+            try sh("printf 'first words' > \(q(a))/doc.txt")
+            try await eventually("v1 on B", "test \"$(cat \(q(b))/doc.txt)\" = 'first words'")
+            try sh("\(q(Self.nimbus)) pause \(q(a))")
+            try sh("printf 'second words' > \(q(b))/doc.txt")
+            try await eventually("B's edit uploaded", "test \"$(getfattr --absolute-names --only-values -n user.nimbus.status \(q(b))/doc.txt)\" = current")
+            // v1 is pruned at once (no history kept); its chunk is referenced by nothing now.
+            let gc = try await w.admin("gc", ["--grace", "0"])
+            #expect(gc.contains("freed 1 chunk"), "\(gc)")
+            try sh("chmod 600 \(q(a))/doc.txt")
+            try sh("\(q(Self.nimbus)) resume \(q(a))")
+            try await eventually("A's edit committed", seconds: 30,
+                                 "grep -q '^upload-queue: 0$' \(q(a))/.nimbus/status && test \"$(getfattr --absolute-names --only-values -n user.nimbus.conflicts \(q(a))/doc.txt)\" = 1")
+            try await eventually("the conflict on B", seconds: 30,
+                                 "test \"$(getfattr --absolute-names --only-values -n user.nimbus.conflicts \(q(b))/doc.txt)\" = 1")
+            // Both contents are kept: the current one and A's as the conflict version.
+            let rows = try Self.versions(b + "/doc.txt")
+            #expect(rows.count >= 2, "\(rows)")
+            _ = try await w.admin("check", [])  // fails (non-zero exit) on any inconsistency
+        }
+    }
+
     @Test func airplaneModeEndsAsCurrentPlusAConflictVersionAndResolvesEverywhere() async throws {
         try await SyncWorld.run("airplane") { w in
             let a = try await w.mount("a"), b = try await w.mount("b")

@@ -72,13 +72,14 @@ final class SyncWorld: @unchecked Sendable {
 
     /// Starts the server(s). On `.postgresS3` a fresh database and bucket, removed by `dropStorage()`
     /// (`SyncWorld.run` calls it).
-    init(_ label: String, backend: SyncBackend = .embedded) async throws {
+    /// `serve`: extra `nimbus serve` options (embedded backend).
+    init(_ label: String, backend: SyncBackend = .embedded, serve: [String] = []) async throws {
         self.backend = backend
         base = try sh("mktemp -d /tmp/nimbus-sync-\(label)-XXXXXX").trimmingCharacters(in: .whitespacesAndNewlines)
         do {
             switch backend {
             case .embedded:
-                servers = [ServerProcess(dataDir: base + "/server")]
+                servers = [ServerProcess(dataDir: base + "/server", extraArgs: serve)]
             case .tls, .nginx:
                 let tls = base + "/tls"
                 try sh("""
@@ -110,8 +111,9 @@ final class SyncWorld: @unchecked Sendable {
     }
 
     /// Runs `body` in a new world and always cleans up: mounts, servers, database and bucket.
-    static func run(_ label: String, _ backend: SyncBackend = .embedded, _ body: (SyncWorld) async throws -> Void) async throws {
-        let w = try await SyncWorld(label, backend: backend)
+    static func run(_ label: String, _ backend: SyncBackend = .embedded, serve: [String] = [],
+                    _ body: (SyncWorld) async throws -> Void) async throws {
+        let w = try await SyncWorld(label, backend: backend, serve: serve)
         do { try await body(w) } catch {
             w.printLogs()
             w.cleanup()
