@@ -251,7 +251,7 @@ extension SyncEngine: ChangeObserver {
         switch r {
         case .transport, .certificate: return .retry
         case .unexpected(let status, _): return status == 401 ? .unauthorized : status >= 500 ? .retry : .rejected
-        case .server(let status, _, _, _):
+        case .server(let status, _, _, _, _):
             let code = r.code
             if code == .unauthorized || status == 401 { return .unauthorized }
             if status >= 500 || status == 413 || status == 429 { return .retry }
