@@ -31,7 +31,7 @@ public struct UploadState<Instant: InstantProtocol>: Sendable, Equatable where I
     }
 
     /// How long an item refused for the account's quota waits before it is tried again: room
-    /// appears when the admin raises the quota or the garbage collector frees deleted content,
+    /// appears when the admin raises the quota or the garbage collector frees content no version refers to any more,
     /// neither of which the device hears of.
     public static var quotaRetrySeconds: Int { 60 }
 

@@ -198,7 +198,7 @@ extension SyncEngine: ChangeObserver {
                 s.items[id]?.upload.failure = .refused(at: now + .seconds(delay))
             case .overQuota(let figures):
                 // Room appears when the admin raises the quota or the server's garbage
-                // collection frees deleted content; the device hears of neither, so it asks
+                // collection frees content no version refers to any more; the device hears of neither, so it asks
                 // again after a while.
                 delay = UploadState<ContinuousClock.Instant>.quotaRetrySeconds
                 s.items[id]?.upload.failure = .overQuota(at: now + .seconds(delay), figures)
@@ -283,7 +283,7 @@ extension SyncEngine: ChangeObserver {
     /// What `user.nimbus.error` and `sync-error` say of an item refused for the quota.
     static func overQuotaMessage(_ f: QuotaFigures?) -> String {
         let numbers = f.map { f in "it stores \(f.usage) bytes" + (f.quota.map { " of its quota of \($0) bytes" } ?? "") } ?? "the server gave no figures"
-        return "not uploaded: the account is over its quota on the server (\(numbers)); the change is kept here and uploads by itself once there is room — delete files (freed when the server's garbage collection runs) or ask the server's admin to raise the quota"
+        return "not uploaded: the account is over its quota on the server (\(numbers)); the change is kept here and uploads by itself once there is room — free space on the server or ask its admin to raise the quota"
     }
 
     static func isTransport(_ e: any Error) -> Bool {
