@@ -35,6 +35,9 @@ public enum APIErrorCode: String, Sendable, Codable, CaseIterable {
     case notAConflict = "not_a_conflict"
     case methodNotAllowed = "method_not_allowed"
     case storageFull = "storage_full"
+    /// A chunk upload would take the account beyond its quota (`nimbus admin set-quota`); the
+    /// error carries the account's `usage` and `quota` in bytes.
+    case quotaExceeded = "quota_exceeded"
     case busy
     case unavailable
     case `internal`
@@ -52,7 +55,7 @@ public enum APIErrorCode: String, Sendable, Codable, CaseIterable {
         case .bodyTooLarge: return 413
         case .rateLimited: return 429
         case .rangeNotSatisfiable: return 416
-        case .storageFull: return 507
+        case .storageFull, .quotaExceeded: return 507
         case .unavailable, .busy: return 503
         case .internal: return 500
         }

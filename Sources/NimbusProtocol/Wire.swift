@@ -298,15 +298,34 @@ public struct ErrorBody: Hashable, Sendable, Codable {
         public var code: String
         public var message: String
         public var missing: [ContentHash]?
-        public init(code: String, message: String, missing: [ContentHash]? = nil) {
+        /// `quota_exceeded`: the bytes the account stores (its chunks, each counted once, with
+        /// uploads under way) and its quota, both in bytes.
+        public var usage: Int64?
+        public var quota: Int64?
+        public init(code: String, message: String, missing: [ContentHash]? = nil, usage: Int64? = nil, quota: Int64? = nil) {
             self.code = code
             self.message = message
             self.missing = missing
+            self.usage = usage
+            self.quota = quota
         }
     }
     public var error: Detail
-    public init(code: String, message: String, missing: [ContentHash]? = nil) {
-        error = Detail(code: code, message: message, missing: missing)
+    public init(code: String, message: String, missing: [ContentHash]? = nil, usage: Int64? = nil, quota: Int64? = nil) {
+        error = Detail(code: code, message: message, missing: missing, usage: usage, quota: quota)
+    }
+}
+
+/// An account's stored bytes against its quota, as `quota_exceeded` and `nimbus admin quota`
+/// report them.
+public struct QuotaFigures: Hashable, Sendable, Codable {
+    /// Bytes of the chunks the account owns, each counted once, plus uploads under way.
+    public var usage: Int64
+    /// The most the account may store; nil: no quota.
+    public var quota: Int64?
+    public init(usage: Int64, quota: Int64?) {
+        self.usage = usage
+        self.quota = quota
     }
 }
 

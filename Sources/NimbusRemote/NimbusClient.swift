@@ -11,14 +11,15 @@ import NimbusProtocol
 /// `APIErrorCode`), or the request never got an answer (`transport`), or the server's certificate
 /// is not one this device trusts for its address (`certificate`: the reason and what to do).
 public enum RemoteError: Error, CustomStringConvertible, Sendable {
-    case server(status: Int, code: String, message: String, missing: [ContentHash]?)
+    /// `quota` carries the account's usage and quota of a `quota_exceeded` answer.
+    case server(status: Int, code: String, message: String, missing: [ContentHash]?, quota: QuotaFigures? = nil)
     case transport(String)
     case certificate(String)
     case unexpected(status: Int, String)
 
     public var description: String {
         switch self {
-        case .server(let status, let code, let message, _): return "server answered \(status) \(code): \(message)"
+        case .server(let status, let code, let message, _, _): return "server answered \(status) \(code): \(message)"
         case .transport(let why): return "cannot reach the server: \(why)"
         case .certificate(let why): return "cannot trust the server: \(why)"
         case .unexpected(let status, let why): return "unexpected answer \(status): \(why)"
@@ -28,7 +29,13 @@ public enum RemoteError: Error, CustomStringConvertible, Sendable {
     /// The server's error code (docs/errors.md); nil for a transport failure, an answer that is
     /// not a protocol error, or a code this client does not know (a newer server's).
     public var code: APIErrorCode? {
-        if case .server(_, let code, _, _) = self { return APIErrorCode(rawValue: code) }
+        if case .server(_, let code, _, _, _) = self { return APIErrorCode(rawValue: code) }
+        return nil
+    }
+
+    /// The account's usage and quota, when the server refused an upload for its quota.
+    public var quota: QuotaFigures? {
+        if case .server(_, _, _, _, let quota) = self { return quota }
         return nil
     }
 }
@@ -234,7 +241,8 @@ public struct NimbusClient: Sendable {
     private func check(_ r: RawResponse) throws {
         guard r.status >= 300 else { return }
         if let e = try? JSONDecoder().decode(ErrorBody.self, from: Data(buffer: r.body)) {
-            throw RemoteError.server(status: r.status, code: e.error.code, message: e.error.message, missing: e.error.missing)
+            let quota = e.error.usage.map { QuotaFigures(usage: $0, quota: e.error.quota) }
+            throw RemoteError.server(status: r.status, code: e.error.code, message: e.error.message, missing: e.error.missing, quota: quota)
         }
         throw RemoteError.unexpected(status: r.status, String(r.text.prefix(200)))
     }

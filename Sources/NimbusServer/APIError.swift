@@ -9,11 +9,14 @@ public struct APIError: Error, Sendable, CustomStringConvertible {
     public var code: APIErrorCode
     public var message: String
     public var missing: [ContentHash]?
+    /// `quota_exceeded`: the account's usage and quota, sent as structured fields.
+    public var quota: QuotaFigures?
 
-    public init(_ code: APIErrorCode, _ message: String, missing: [ContentHash]? = nil) {
+    public init(_ code: APIErrorCode, _ message: String, missing: [ContentHash]? = nil, quota: QuotaFigures? = nil) {
         self.code = code
         self.message = message
         self.missing = missing
+        self.quota = quota
     }
 
     public var description: String { "\(code.rawValue): \(message)" }
@@ -25,6 +28,11 @@ public struct APIError: Error, Sendable, CustomStringConvertible {
     /// reclaimed as stale): a second later the upload goes through.
     static func chunkBeingFreed(_ hash: ContentHash) -> APIError {
         APIError(.busy, "chunk \(hash) is being freed by the server's garbage collection; upload it again in a second")
+    }
+    /// A chunk upload of `size` bytes that the account's quota has no room for: nothing is stored.
+    static func quotaExceeded(usage: Int64, quota: Int64, size: Int64) -> APIError {
+        APIError(.quotaExceeded, "this account stores \(usage) bytes of its quota of \(quota) bytes, and this chunk of \(size) bytes would exceed it; nothing was stored — free space by deleting files (their bytes count until the server's history retention and garbage collection free them) or ask the server's admin to raise the quota (nimbus admin set-quota)",
+                 quota: QuotaFigures(usage: usage, quota: quota))
     }
     static func itemNotFound(_ id: ItemID) -> APIError {
         APIError(.itemNotFound, "no item \(id) in this container; pull changes and retry")

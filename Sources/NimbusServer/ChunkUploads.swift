@@ -14,7 +14,7 @@ public enum ChunkUploads {
     public static func store<Body: AsyncSequence & Sendable>(_ hash: ContentHash, size: Int64, body: Body, account: Int64,
                                                              store: any ServerStore, chunks: any ChunkStore,
                                                              clock: @Sendable () -> Int64) async throws where Body.Element == ByteBuffer {
-        let upload = try await store.beginChunkUpload(account: account, hash: hash, now: clock())
+        let upload = try await store.beginChunkUpload(account: account, hash: hash, size: size, now: clock())
         do {
             try await chunks.put(hash, size: size, body: body, ifStored: upload.owned ? .skip : .store)
             try await store.finishChunkUpload(upload, size: size, now: clock())

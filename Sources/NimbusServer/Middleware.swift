@@ -73,7 +73,8 @@ struct ErrorMiddleware: RouterMiddleware {
     }
 
     static func response(for error: APIError) -> Response {
-        let body = ErrorBody(code: error.code.rawValue, message: error.message, missing: error.missing)
+        let body = ErrorBody(code: error.code.rawValue, message: error.message, missing: error.missing,
+                             usage: error.quota?.usage, quota: error.quota?.quota)
         return JSONResponse.make(body, status: .init(code: error.code.httpStatus))
     }
 

@@ -127,6 +127,15 @@ enum PostgresSchema {
             """,
             "CREATE INDEX versions_seq ON versions(container_id, seq)",
         ]),
+        // Quotas (Quotas.swift): an account's quota in bytes (NULL: none), and the account and
+        // size of each upload in flight, which count against it until the upload ends. Uploads
+        // recorded by an instance not yet upgraded have neither and do not count.
+        (6, [
+            "ALTER TABLE accounts ADD COLUMN quota BIGINT CHECK (quota IS NULL OR quota >= 0)",
+            "ALTER TABLE chunk_uploads ADD COLUMN account_id BIGINT REFERENCES accounts(id)",
+            "ALTER TABLE chunk_uploads ADD COLUMN size BIGINT CHECK (size IS NULL OR size > 0)",
+            "CREATE INDEX chunk_uploads_account ON chunk_uploads(account_id, hash)",
+        ]),
     ]
 
     /// Arbitrary constant naming the advisory lock held while migrating ("nimbus" in ASCII).

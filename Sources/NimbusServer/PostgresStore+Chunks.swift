@@ -11,7 +11,8 @@ import PostgresNIO
 ///   advisory lock on the chunk's hash (`hashLock`; the sweep only tries it, and leaves the
 ///   chunk for the next run when it is taken);
 /// - one collector at a time across all instances: a session advisory lock held for the run.
-/// Lock order: an upload takes its hash's lock, then (ending) its ownership row; a commit takes
+/// Lock order: an upload takes its hash's lock, then (beginning one of a chunk it does not own)
+/// its account's row for the quota, or (ending) its ownership row; a commit takes
 /// ownership rows only; the sweep takes ownership rows, then hash locks, but only ever tries
 /// (`SKIP LOCKED`, `pg_try_advisory_xact_lock`), so it never waits and no cycle can form.
 extension PostgresStore {
@@ -59,13 +60,26 @@ extension PostgresStore {
         }
     }
 
-    public func beginChunkUpload(account: Int64, hash: ContentHash, now: Int64) async throws -> ChunkUpload {
+    public func beginChunkUpload(account: Int64, hash: ContentHash, size: Int64, now: Int64) async throws -> ChunkUpload {
         try await write(locking: nil) { db in
             try Self.lockHash(db, hash)
             try Self.refuseIfDeleting(db, hash)
-            guard let id = try db.rows("INSERT INTO chunk_uploads(hash, started) VALUES (\(hash.hex), \(now)) RETURNING id").first?
-                .decode(Int64.self) else { throw APIError(.internal, "recording an upload returned no id") }
             let owned = !(try db.rows("SELECT 1 FROM account_chunks WHERE account_id = \(account) AND hash = \(hash.hex)")).isEmpty
+            if !owned {
+                // Quota: the account's row locked until this transaction, which records the
+                // upload, commits: uploads of one account are admitted one at a time on every
+                // instance (Quotas.swift).
+                let quota = try db.rows("SELECT quota FROM accounts WHERE id = \(account) FOR NO KEY UPDATE").first?.decode(Int64?.self) ?? nil
+                if let quota {
+                    let underWay = !(try db.rows("""
+                        SELECT 1 FROM chunk_uploads WHERE account_id = \(account) AND hash = \(hash.hex) AND size IS NOT NULL
+                        """)).isEmpty
+                    if !underWay { try Quotas.admit(usage: try Self.usage(db, account: account), quota: quota, size: size) }
+                }
+            }
+            guard let id = try db.rows("""
+                INSERT INTO chunk_uploads(hash, started, account_id, size) VALUES (\(hash.hex), \(now), \(account), \(size)) RETURNING id
+                """).first?.decode(Int64.self) else { throw APIError(.internal, "recording an upload returned no id") }
             return ChunkUpload(id: id, account: account, hash: hash, owned: owned)
         }
     }

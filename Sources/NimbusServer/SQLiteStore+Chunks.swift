@@ -63,15 +63,22 @@ extension SQLiteStore {
         }
     }
 
-    public func beginChunkUpload(account: Int64, hash: ContentHash, now: Int64) async throws -> ChunkUpload {
+    public func beginChunkUpload(account: Int64, hash: ContentHash, size: Int64, now: Int64) async throws -> ChunkUpload {
         try await immediate { db in
             try Self.refuseIfDeleting(db, hash)
-            guard let id = try Int64.fetchOne(db, sql: "INSERT INTO chunk_uploads(hash, started) VALUES (?, ?) RETURNING id",
-                                              arguments: [hash.hex, now]) else {
-                throw APIError(.internal, "recording an upload returned no id")
-            }
             let owned = try Bool.fetchOne(db, sql: "SELECT 1 FROM account_chunks WHERE account_id = ? AND hash = ?",
                                           arguments: [account, hash.hex]) ?? false
+            // Quota: decided in this IMMEDIATE transaction, which also records the upload, so
+            // uploads of one account are admitted one at a time (Quotas.swift).
+            if !owned, let quota = try Int64?.fetchOne(db, sql: "SELECT quota FROM accounts WHERE id = ?", arguments: [account]) {
+                let underWay = try Bool.fetchOne(db, sql: "SELECT 1 FROM chunk_uploads WHERE account_id = ? AND hash = ? AND size IS NOT NULL",
+                                                 arguments: [account, hash.hex]) ?? false
+                if !underWay { try Quotas.admit(usage: try Self.usage(db, account: account), quota: quota, size: size) }
+            }
+            guard let id = try Int64.fetchOne(db, sql: "INSERT INTO chunk_uploads(hash, started, account_id, size) VALUES (?, ?, ?, ?) RETURNING id",
+                                              arguments: [hash.hex, now, account, size]) else {
+                throw APIError(.internal, "recording an upload returned no id")
+            }
             return ChunkUpload(id: id, account: account, hash: hash, owned: owned)
         }
     }

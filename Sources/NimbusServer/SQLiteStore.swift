@@ -159,6 +159,17 @@ public final class SQLiteStore: ServerStore {
                 CREATE INDEX versions_seq ON versions(container_id, seq);
                 """)
         }
+        // Quotas (Quotas.swift): an account's quota in bytes (NULL: none), and the account and
+        // size of each upload in flight, which count against it until the upload ends. Uploads
+        // recorded before this migration have neither and do not count.
+        m.registerMigration("v6-quota") { db in
+            try db.execute(sql: """
+                ALTER TABLE accounts ADD COLUMN quota INTEGER CHECK (quota IS NULL OR quota >= 0);
+                ALTER TABLE chunk_uploads ADD COLUMN account_id INTEGER REFERENCES accounts(id);
+                ALTER TABLE chunk_uploads ADD COLUMN size INTEGER CHECK (size IS NULL OR size > 0);
+                CREATE INDEX chunk_uploads_account ON chunk_uploads(account_id, hash);
+                """)
+        }
         return m
     }
 

@@ -59,16 +59,25 @@ public protocol ServerStore: Sendable {
     /// Like `ownedChunks`, and touches each owned one at `now` (never back in time) in the same
     /// write: what this answers stays owned for at least the collector's grace period from `now`.
     func claimChunks(account: Int64, hashes: [ContentHash], now: Int64) async throws -> [ContentHash: Int64]
-    /// Starts an upload of `hash` by `account`: records it as in flight (the collector leaves its
-    /// chunk alone) and says whether the account already owns the chunk. `busy` while the
-    /// chunk's bytes are being deleted.
-    func beginChunkUpload(account: Int64, hash: ContentHash, now: Int64) async throws -> ChunkUpload
+    /// Starts an upload of `hash` (`size` bytes) by `account`: records it as in flight (the
+    /// collector leaves its chunk alone, and its size counts against the account's quota until
+    /// it ends) and says whether the account already owns the chunk. `busy` while the chunk's
+    /// bytes are being deleted; `quota_exceeded` when the account does not own the chunk, no
+    /// upload of it by the account is under way, and its usage (`accountUsage`) plus `size`
+    /// would pass its quota — decided in one transaction serialized per account (Quotas.swift).
+    func beginChunkUpload(account: Int64, hash: ContentHash, size: Int64, now: Int64) async throws -> ChunkUpload
     /// Ends an upload whose bytes are stored: the account owns the chunk, touched at `now`.
     /// `busy` if the collector reclaimed the upload as stale meanwhile (the bytes may be gone:
     /// upload again).
     func finishChunkUpload(_ upload: ChunkUpload, size: Int64, now: Int64) async throws
     /// Forgets an upload that failed.
     func abandonChunkUpload(_ upload: ChunkUpload) async throws
+    /// Sets the quota of `account` in bytes (nil: none) and returns its usage as now.
+    /// `bad_request` when there is no such account. Lowering it below the usage refuses further
+    /// uploads of new chunks only (Quotas.swift).
+    func setQuota(account: String, bytes: Int64?) async throws -> AccountUsage
+    /// The usage and quota of every account (or of `account`; empty if unknown), by name.
+    func accountUsage(account: String?) async throws -> [AccountUsage]
     /// Every chunk some account owns.
     func ownedChunkHashes() async throws -> Set<ContentHash>
 

@@ -46,7 +46,7 @@ public enum ChunkGCConformance: String, CaseIterable, Sendable {
     static func uncommittedUploadsSurvive(_ g: GCFixture) async throws {
         let x = try await g.upload("x", now: 0)
         let y = g.bytes("y")
-        let inFlight = try await g.f.store.beginChunkUpload(account: g.f.a.accountID, hash: ChunkHashing.sha256(y), now: 0)
+        let inFlight = try await g.f.store.beginChunkUpload(account: g.f.a.accountID, hash: ChunkHashing.sha256(y), size: Int64(y.readableBytes), now: 0)
         let r0 = try await g.collect(now: 3_599 * s, grace: hour)
         try check(r0.chunks == 0 && r0.released == 0, "nothing is freed within the grace, got \(r0)")
         try await g.expect(x, stored: true, ownedBy: g.f.a)
@@ -58,7 +58,7 @@ public enum ChunkGCConformance: String, CaseIterable, Sendable {
 
         // Reclaimed: begun long ago, ended after a collection.
         let z = g.bytes("z")
-        let stale = try await g.f.store.beginChunkUpload(account: g.f.a.accountID, hash: ChunkHashing.sha256(z), now: 0)
+        let stale = try await g.f.store.beginChunkUpload(account: g.f.a.accountID, hash: ChunkHashing.sha256(z), size: Int64(z.readableBytes), now: 0)
         try await g.chunks.put(stale.hash, bytes: z, ifStored: .store)
         let r = try await g.collect(now: 2 * hour * s, grace: hour)
         try check(r.chunks == 1 && r.bytes == Int64(z.readableBytes), "the stale upload's bytes are freed, got \(r)")

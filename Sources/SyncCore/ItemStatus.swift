@@ -13,7 +13,7 @@ public enum ItemStatus: String, Sendable, CaseIterable {
     case current
     /// Changed here and not on the server yet: queued, being pushed, or still being written.
     case uploading
-    /// The server refused its upload, or this device's token.
+    /// The server refused its upload (also for the account's quota), or this device's token.
     case error
     /// Never leaves this device (SQLite's journals).
     case local
@@ -60,11 +60,11 @@ public struct StatusFacts: Sendable, Equatable {
 }
 
 extension SyncItem {
-    /// The item's status, first match wins: refused upload, device-local, conflict versions,
+    /// The item's status, first match wins: refused upload (its state or the quota), device-local, conflict versions,
     /// local changes waiting (an error while the token is refused), a newer version held back,
     /// then presence.
     public func status(_ f: StatusFacts) -> ItemStatus {
-        if upload.refused { return .error }
+        if upload.refused || upload.overQuota != nil { return .error }
         if upload.deviceLocal { return .local }
         if let b = f.base, b.conflicts > 0 { return .conflict }
         if f.queued || upload.writing || (f.base == nil && !f.isRoot) { return f.unauthorized ? .error : .uploading }

@@ -1,3 +1,5 @@
+import NimbusProtocol
+
 /// What the engine knows about one item's local changes on their way up, besides the queue's
 /// order (`UploadQueue`): why its upload failed and when it is tried again, whether a program is
 /// writing it or holds it locked, the snapshot of a file kept open, the pacing of a file that
@@ -11,9 +13,13 @@ public struct UploadState<Instant: InstantProtocol>: Sendable, Equatable where I
         /// The server refuses this state as it is (`user.nimbus.status` says `error`): tried
         /// again when it changes, at the next start, or at `at`.
         case refused(at: Instant)
+        /// The server refused a chunk for the account's quota (`quota_exceeded`; its usage and
+        /// quota when it said them): `user.nimbus.status` says `error`, and the item is tried
+        /// again at `at` (`quotaRetrySeconds`) or at the next start.
+        case overQuota(at: Instant, QuotaFigures?)
 
         public var at: Instant {
-            switch self { case .retrying(let at, _), .refused(let at): at }
+            switch self { case .retrying(let at, _), .refused(let at), .overQuota(let at, _): at }
         }
 
         /// The back-off after another transport failure: 1 s doubling to 30 s (30 s after a
@@ -23,6 +29,11 @@ public struct UploadState<Instant: InstantProtocol>: Sendable, Equatable where I
             return 30
         }
     }
+
+    /// How long an item refused for the account's quota waits before it is tried again: room
+    /// appears when the admin raises the quota or the garbage collector frees content no version refers to any more,
+    /// neither of which the device hears of.
+    public static var quotaRetrySeconds: Int { 60 }
 
     public var failure: Failure?
     /// The last failure of an upload or download of the item (`user.nimbus.error`).
@@ -65,6 +76,13 @@ public struct UploadState<Instant: InstantProtocol>: Sendable, Equatable where I
     public var refused: Bool {
         if case .refused = failure { return true }
         return false
+    }
+
+    /// The account's usage and quota of the last `quota_exceeded` (with nil figures when the
+    /// server gave none); nil when the item does not wait on the quota.
+    public var overQuota: QuotaFigures?? {
+        if case .overQuota(_, let figures) = failure { return .some(figures) }
+        return nil
     }
 
     /// Nothing worth remembering: the item's record forgets its upload phase.

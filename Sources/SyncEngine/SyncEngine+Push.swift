@@ -88,6 +88,7 @@ extension SyncEngine: ChangeObserver {
                 case .unauthorized: log("upload of \(id) refused: \(error); uploads wait for a valid token (mount again with --token-file)")
                 case .retry: log("upload of \(id) failed: \(error); retrying in \(delay) s")
                 case .rejected: log("upload of \(id) refused: \(error); kept queued, retrying in \(delay) s or when it changes")
+                case .overQuota: log("upload of \(id) refused for the account's quota: \(error); kept queued, retrying in \(delay) s")
                 case .reverted:
                     // The conflict rule for crossing moves (DESIGN §3): the mover's device puts
                     // the folder back where the server has it. Only the refused move is undone;
@@ -167,8 +168,14 @@ extension SyncEngine: ChangeObserver {
         let delay: Int = state.withLock { s in
             s.inFlight = nil
             s.upload = nil
-            s.lastError = "upload of \(id): \(error)"
-            s.items[id, default: SyncItem()].upload.error = "upload failed: \(error)"
+            if case .overQuota(let figures) = failure {
+                let why = Self.overQuotaMessage(figures)
+                s.lastError = "upload of \(id): \(why)"
+                s.items[id, default: SyncItem()].upload.error = why
+            } else {
+                s.lastError = "upload of \(id): \(error)"
+                s.items[id, default: SyncItem()].upload.error = "upload failed: \(error)"
+            }
             if (error as? RemoteError)?.code == .missingChunks { s.items[id]?.upload.chunksMissing = true }
             let delay: Int
             switch failure {
@@ -191,6 +198,12 @@ extension SyncEngine: ChangeObserver {
                 // tried again when it changes, at the next start, or in five minutes.
                 delay = 300
                 s.items[id]?.upload.failure = .refused(at: now + .seconds(delay))
+            case .overQuota(let figures):
+                // Room appears when the admin raises the quota or the server's garbage
+                // collection frees content no version refers to any more; the device hears of neither, so it asks
+                // again after a while.
+                delay = UploadState<ContinuousClock.Instant>.quotaRetrySeconds
+                s.items[id]?.upload.failure = .overQuota(at: now + .seconds(delay), figures)
             }
             s.queue.prepend(id)
             return delay
@@ -242,20 +255,23 @@ extension SyncEngine: ChangeObserver {
         }
     }
 
-    enum Failure { case retry, rejected, unauthorized, reverted }
+    enum Failure: Equatable { case retry, rejected, unauthorized, reverted, overQuota(QuotaFigures?) }
 
     /// Transport failures, server-side trouble (5xx, `busy`, `storage_full`) and ordering races
     /// are retried with a back-off; a 401 stops uploads until the token is accepted again; a
     /// state the server refuses for what it is (a bad name, a kind change) is `rejected`: shown on
-    /// the item and tried again later. None of them drops the change.
+    /// the item and tried again later; a chunk refused for the account's quota is `overQuota`:
+    /// shown on the item with the server's figures and tried again in a minute. None of them
+    /// drops the change.
     static func classify(_ e: any Error) -> Failure {
         guard let r = e as? RemoteError else { return e is ChunkReadError ? .rejected : .retry }
         switch r {
         case .transport, .certificate: return .retry
         case .unexpected(let status, _): return status == 401 ? .unauthorized : status >= 500 ? .retry : .rejected
-        case .server(let status, _, _, _):
+        case .server(let status, _, _, _, let quota):
             let code = r.code
             if code == .unauthorized || status == 401 { return .unauthorized }
+            if code == .quotaExceeded { return .overQuota(quota) }
             if status >= 500 || status == 413 || status == 429 { return .retry }
             switch code {
             case .moveCycle: return .reverted
@@ -264,6 +280,12 @@ extension SyncEngine: ChangeObserver {
             default: return .rejected
             }
         }
+    }
+
+    /// What `user.nimbus.error` and `sync-error` say of an item refused for the quota.
+    static func overQuotaMessage(_ f: QuotaFigures?) -> String {
+        let numbers = f.map { f in "it stores \(f.usage) bytes" + (f.quota.map { " of its quota of \($0) bytes" } ?? "") } ?? "the server gave no figures"
+        return "not uploaded: the account is over its quota on the server (\(numbers)); the change is kept here and uploads by itself once there is room — free space on the server or ask its admin to raise the quota"
     }
 
     static func isTransport(_ e: any Error) -> Bool {

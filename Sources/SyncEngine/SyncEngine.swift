@@ -305,8 +305,18 @@ public final class SyncEngine: Sendable {
             lines += [("bytes-downloaded", "\(s.bytesDownloaded)"), ("bytes-uploaded", "\(s.bytesUploaded)"),
                       ("cache-used", "\(s.cacheUsed)"), ("cache-limit", options.cacheLimit.map { "\($0)" } ?? "none"),
                       ("cache-evicted", "\(s.evicted)"), ("pinned", "\(s.pinned.count)"),
-                      ("read-timeout", "\(options.hydrationSeconds) s"),
-                      ("sync-error", s.lastError ?? "none")]
+                      ("read-timeout", "\(options.hydrationSeconds) s")]
+            // Items the server refused for the account's quota, with the figures of the latest
+            // refusal (shown only while some wait).
+            let overQuota = s.items.busyItems.compactMap { e in e.item.upload.failure.flatMap { f -> (at: ContinuousClock.Instant, figures: QuotaFigures?)? in
+                if case .overQuota(let at, let figures) = f { return (at, figures) }
+                return nil
+            } }
+            if let latest = overQuota.max(by: { $0.at < $1.at }) {
+                let numbers = latest.figures.map { f in "uses \(f.usage) bytes" + (f.quota.map { " of \($0)" } ?? "") } ?? "no figures"
+                lines.append(("quota", "over (\(numbers)); \(overQuota.count) item(s) wait for room, retried every \(UploadState<ContinuousClock.Instant>.quotaRetrySeconds) s"))
+            }
+            lines.append(("sync-error", s.lastError ?? "none"))
             return lines
         }
     }

@@ -6,7 +6,7 @@ import NimbusServer
 struct Admin: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Administer a server's data directory (works while the server runs).",
-        subcommands: [AddDevice.self, ListDevices.self, RevokeDevice.self, Check.self, GC.self])
+        subcommands: [AddDevice.self, ListDevices.self, RevokeDevice.self, SetQuota.self, Quota.self, Check.self, GC.self])
 
     struct AddDevice: AsyncParsableCommand {
         static let configuration = CommandConfiguration(

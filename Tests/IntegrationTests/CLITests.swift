@@ -31,6 +31,30 @@ import Testing
         #expect(check.status == 0 && check.stdout == "consistent\n")
     }
 
+    /// `nimbus admin set-quota` and `quota`: sizes with suffixes, `none`, a clear refusal of a bad
+    /// size (64) and of an unknown account (2) (docs/deploy.md "Quotas").
+    @Test func setQuotaAndQuota() async throws {
+        let dir = Self.tempDir()
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        #expect(try await NimbusBinary.run(["admin", "add-device", "--data", dir, "--account", "alice", "--device", "laptop"]).status == 0)
+        #expect(try await NimbusBinary.run(["admin", "add-device", "--data", dir, "--account", "bob", "--device", "phone"]).status == 0)
+        let set = try await NimbusBinary.run(["admin", "set-quota", "--data", dir, "--account", "alice", "2G"])
+        #expect(set.status == 0 && set.stdout == "alice\tused 0 (0 B)\tquota 2147483648 (2.0 GiB)\tfree 2147483648\tchunks 0\n", "\(set)")
+        let all = try await NimbusBinary.run(["admin", "quota", "--data", dir])
+        #expect(all.status == 0 && all.stdout.split(separator: "\n").count == 2 && all.stdout.contains("bob\tused 0 (0 B)\tquota none\tfree unlimited"),
+                "\(all)")
+        let none = try await NimbusBinary.run(["admin", "set-quota", "--data", dir, "--account", "alice", "none"])
+        #expect(none.status == 0 && none.stdout.contains("\tquota none\t"), "\(none)")
+        for bad in ["0x10", "12X", "1.5G", "", "99999999999T"] {
+            let r = try await NimbusBinary.run(["admin", "set-quota", "--data", dir, "--account", "alice", bad])
+            #expect(r.status == 64 && r.stderr.contains("number of bytes"), "\(bad): \(r)")
+        }
+        let unknown = try await NimbusBinary.run(["admin", "set-quota", "--data", dir, "--account", "carol", "1M"])
+        #expect(unknown.status == 2 && unknown.stderr.hasPrefix("nimbus: ") && unknown.stderr.contains("carol"), "\(unknown)")
+        let unknownQuota = try await NimbusBinary.run(["admin", "quota", "--data", dir, "--account", "carol"])
+        #expect(unknownQuota.status == 2, "\(unknownQuota)")
+    }
+
     @Test func aDeviceRevokedWhileTheServerRunsIsRefusedWithinASecond() async throws {
         let dir = Self.tempDir()
         defer { try? FileManager.default.removeItem(atPath: dir) }

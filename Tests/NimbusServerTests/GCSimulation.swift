@@ -178,7 +178,7 @@ struct GCSimulation {
             log.append("sweep: \(sweep.doomed.count) doomed")
             for (hash, _) in sweep.doomed {
                 // While the deletion is recorded the chunk can be neither uploaded nor committed.
-                let upload = try? await g.f.store.beginChunkUpload(account: accounts[0].device.accountID, hash: hash, now: now)
+                let upload = try? await g.f.store.beginChunkUpload(account: accounts[0].device.accountID, hash: hash, size: 1, now: now)
                 try require(upload == nil, "an upload of a chunk being deleted began")
                 try require(try await g.f.store.claimChunks(account: accounts[0].device.accountID, hashes: [hash], now: now).isEmpty,
                             "a chunk being deleted is reported present")
@@ -193,7 +193,7 @@ struct GCSimulation {
         /// it kept its chunk, accepted) and uploading again works.
         mutating func staleUpload() async throws {
             let t = tag(), b = g.bytes(t), hash = ChunkHashing.sha256(b)
-            guard let upload = try? await g.f.store.beginChunkUpload(account: accounts[0].device.accountID, hash: hash, now: now) else { return }
+            guard let upload = try? await g.f.store.beginChunkUpload(account: accounts[0].device.accountID, hash: hash, size: Int64(b.readableBytes), now: now) else { return }
             log.append("slow upload \(t) at \(now / s)")
             now += (grace + 1) * s
             try await collect()

@@ -11,7 +11,7 @@ import Testing
     static let partial = B(version: 5, conflicts: 0, complete: false, anyPresent: true)
     static let conflicted = B(version: 5, conflicts: 2, complete: true, anyPresent: true)
 
-    enum Record { case none, refused, deviceLocal, writing, heldV6, heldV5, refusedAndWriting }
+    enum Record { case none, refused, deviceLocal, writing, heldV6, heldV5, refusedAndWriting, overQuota, overQuotaNoFigures }
 
     static func item(_ r: Record) -> SyncItem<T> {
         var i = SyncItem<T>()
@@ -23,6 +23,8 @@ import Testing
         case .heldV6: i.remote.forLock = RemoteHoldsTests.v(6)
         case .heldV5: i.remote.forWriter = RemoteHoldsTests.v(5)
         case .refusedAndWriting: i.upload.failure = .refused(at: .s(300)); i.upload.writing = true
+        case .overQuota: i.upload.failure = .overQuota(at: .s(60), QuotaFigures(usage: 90, quota: 100))
+        case .overQuotaNoFigures: i.upload.failure = .overQuota(at: .s(60), nil)
         }
         return i
     }
@@ -43,6 +45,10 @@ import Testing
         (.writing, StatusFacts(base: synced), .uploading),
         (.refused, StatusFacts(base: synced), .error),
         (.refusedAndWriting, StatusFacts(base: conflicted, queued: true), .error),
+        // Waiting for room under the account's quota: an error, also never uploaded or queued.
+        (.overQuota, StatusFacts(base: nil, queued: true), .error),
+        (.overQuota, StatusFacts(base: synced, queued: true), .error),
+        (.overQuotaNoFigures, StatusFacts(base: conflicted), .error),
         (.deviceLocal, StatusFacts(base: nil), .local),
         (.none, StatusFacts(base: conflicted), .conflict),
         (.writing, StatusFacts(base: conflicted), .conflict),

@@ -1,0 +1,58 @@
+import NimbusCore
+import NimbusProtocol
+
+// Per-account quotas (`nimbus admin set-quota`, docs/deploy.md "Quotas").
+//
+// What counts: the bytes of the chunks the account owns (`account_chunks`: one row per chunk
+// and account, so a chunk the account uploads twice, or refers to from many files, counts once),
+// plus the chunks the account is uploading right now and does not own yet (`chunk_uploads` rows
+// carry the account and size; several uploads of one chunk count once). Chunks another account
+// also stores count for each owner: an account never learns that another has the same bytes. A
+// chunk stops counting when the garbage collector takes the account's ownership (no version
+// refers to it any more and the grace has passed: ChunkCollector), or when its upload ends
+// without storing it.
+//
+// Where it is enforced: only when an upload begins (`beginChunkUpload`), before any byte is
+// read or stored. The check and the record of the upload are one transaction that is
+// serialized per account — SQLite's single writer; on PostgreSQL the account's row locked
+// `FOR NO KEY UPDATE` (which leaves the `FOR KEY SHARE` of foreign-key checks alone) — so every
+// upload admitted sees every other admitted upload's size. The bound is therefore exact: no
+// interleaving of concurrent uploads takes owned + in-flight bytes past the quota. (An upload
+// reclaimed by the collector as stale stops counting and its end answers `busy`; a server that
+// crashed mid-upload leaves its size counted until the collector reclaims it after the grace.)
+//
+// Commits are never refused for quota: every chunk a commit refers to must already be owned
+// (else `missing_chunks`), so it was counted when it was uploaded. Deletes, renames, moves and
+// commits of content the account already stores go through even over quota (after the admin
+// lowered it below the usage): only new bytes are refused.
+public struct AccountUsage: Hashable, Sendable {
+    public var account: String
+    public var figures: QuotaFigures
+    /// Chunks the account owns.
+    public var chunks: Int64
+
+    public init(account: String, figures: QuotaFigures, chunks: Int64) {
+        self.account = account
+        self.figures = figures
+        self.chunks = chunks
+    }
+
+    /// Bytes still free under the quota (0 when over it); nil without a quota.
+    public var free: Int64? { figures.quota.map { max(0, $0 - figures.usage) } }
+}
+
+enum Quotas {
+    /// The most a quota may be (a wire-safe byte count; 8 EiB is far beyond any disk).
+    static let maxBytes = Int64.max / 2
+
+    /// Refuses an upload of `size` bytes when `usage + size` would exceed `quota`.
+    static func admit(usage: Int64, quota: Int64?, size: Int64) throws {
+        guard let quota else { return }
+        let (total, overflow) = usage.addingReportingOverflow(size)
+        if overflow || total > quota { throw APIError.quotaExceeded(usage: usage, quota: quota, size: size) }
+    }
+
+    static func unknownAccount(_ name: String) -> APIError {
+        APIError(.badRequest, "no account named \(name.debugDescription); accounts are made by `nimbus admin add-device` (list them with `nimbus admin list-devices`)")
+    }
+}
