@@ -97,46 +97,59 @@ struct ErrorMiddleware: RouterMiddleware {
     }
 }
 
-/// Authenticates `Authorization: Bearer TOKEN` and puts the device in the context. Tokens are looked
-/// up by their SHA-256. A known device is remembered for `recheck` and then looked up again, so a
-/// device revoked by `nimbus admin revoke-device` (on this instance or any other sharing the
-/// database) is refused within that time.
-struct AuthMiddleware: RouterMiddleware {
-    typealias Context = NimbusContext
+/// Authenticates `Authorization: Bearer TOKEN`. Tokens are looked up by their SHA-256. A known
+/// device is remembered for `recheck` and then looked up again, so a device revoked by
+/// `nimbus admin revoke-device` (on this instance or any other sharing the database) is refused
+/// within that time.
+struct Authenticator: Sendable {
     struct Known: Sendable {
         var device: DeviceRecord
         var checked: ContinuousClock.Instant
     }
     static let recheck: Duration = .seconds(1)
     let store: any ServerStore
-    let cache: LockedDictionary<Known>
+    let cache = LockedDictionary<Known>()
 
-    init(store: any ServerStore) {
-        self.store = store
-        self.cache = LockedDictionary()
-    }
-
-    func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {
+    func device(for request: Request) async throws -> DeviceRecord {
         guard let header = request.headers[.authorization], header.hasPrefix("Bearer ") else {
             throw APIError(.unauthorized, "this request needs a device token: send \"Authorization: Bearer TOKEN\" (create one with `nimbus admin add-device`)")
         }
         let token = header.dropFirst("Bearer ".count).trimmingCharacters(in: .whitespaces)
         let hash = TokenHash.of(token)
         let now = ContinuousClock.now
-        var device: DeviceRecord?
-        if let known = cache[hash], now - known.checked < Self.recheck {
-            device = known.device
-        } else {
-            device = try await store.device(tokenHash: hash)
-            cache[hash] = device.map { Known(device: $0, checked: now) }
-        }
+        if let known = cache[hash], now - known.checked < Self.recheck { return known.device }
+        let device = try await store.device(tokenHash: hash)
+        cache[hash] = device.map { Known(device: $0, checked: now) }
         guard let device else {
             throw APIError(.unauthorized, "this device token is not known to the server or was revoked; enroll the device again with a new token (`nimbus admin add-device`)")
         }
-        var context = context
-        context.device = device
-        return try await next(request, context)
+        return device
     }
+}
+
+/// Registers routes under `v1/` that need a device: each handler runs with the authenticated
+/// device in its context. Authentication runs before the handler rather than around it (as a
+/// middleware would), so its frames are gone by the time a handler waits: a long-poll holds the
+/// deepest chain of async frames its connection's task ever reached for as long as it waits, and
+/// 10,000 idle devices hold 10,000 of them (scripts/bench-server).
+struct DeviceRoutes {
+    let router: Router<NimbusContext>
+    let auth: Authenticator
+
+    typealias Handler = @Sendable (Request, NimbusContext) async throws -> Response
+
+    func on(_ path: String, _ method: HTTPRequest.Method, _ handler: @escaping Handler) {
+        let auth = auth
+        router.on(RouterPath("v1/" + path), method: method) { request, context in
+            var context = context
+            context.device = try await auth.device(for: request)
+            return try await handler(request, context)
+        }
+    }
+
+    func get(_ path: String, _ handler: @escaping Handler) { on(path, .get, handler) }
+    func put(_ path: String, _ handler: @escaping Handler) { on(path, .put, handler) }
+    func post(_ path: String, _ handler: @escaping Handler) { on(path, .post, handler) }
 }
 
 public enum TokenHash {

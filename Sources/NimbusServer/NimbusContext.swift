@@ -1,7 +1,7 @@
 import Hummingbird
 import NimbusProtocol
 
-/// The request context: Hummingbird's core storage plus the device authenticated by `AuthMiddleware`.
+/// The request context: Hummingbird's core storage plus the device authenticated by `Authenticator`.
 public struct NimbusContext: RequestContext {
     public var coreContext: CoreRequestContextStorage
     public var device: DeviceRecord?
@@ -16,7 +16,7 @@ public struct NimbusContext: RequestContext {
 
     public var maxUploadSize: Int { ProtocolLimits.maxJSONBody }
 
-    /// The authenticated device; routes behind `AuthMiddleware` always have one.
+    /// The authenticated device; routes registered through `DeviceRoutes` always have one.
     func requireDevice() throws -> DeviceRecord {
         guard let device else { throw APIError(.unauthorized, "this request needs a device token") }
         return device

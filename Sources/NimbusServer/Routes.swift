@@ -60,7 +60,7 @@ struct Routes: Sendable {
             }
             return JSONResponse.make(PairResult(token: token, account: d.accountName, device: d.name, deviceID: d.id))
         }
-        let v1 = router.group("v1").add(middleware: AuthMiddleware(store: store))
+        let v1 = DeviceRoutes(router: router, auth: Authenticator(store: store))
         v1.post("devices/pairing") { req, ctx in
             let d = try ctx.requireDevice()
             let body = try await Self.decode(PairingRequest.self, req)

@@ -75,6 +75,15 @@ final class RequestReadDeadline: ChannelInboundHandler, RemovableChannelHandler 
 
     init(limit: Duration) { self.limit = TimeAmount(limit) }
 
+    /// Also sizes the connection's receive buffer: it starts at 512 bytes instead of NIO's 2 KiB
+    /// and grows while reads fill it (bodies). A connection keeps its buffer between reads, so an
+    /// idle device's long-poll holds it for as long as it waits.
+    func handlerAdded(context: ChannelHandlerContext) {
+        context.channel.setOption(ChannelOptions.recvAllocator,
+                                  value: AdaptiveRecvByteBufferAllocator(minimum: 64, initial: 512, maximum: 65_536))
+            .whenFailure { _ in }
+    }
+
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
         switch unwrapInboundIn(data) {
         case .head:
