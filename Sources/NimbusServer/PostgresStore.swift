@@ -95,24 +95,9 @@ public final class PostgresStore: ServerStore {
             let parent = place.map(\.parent).flatMap { $0.isRoot || $0 == item ? nil : $0 }
             let parentID = parent?.description ?? ""
             let (placeParent, placeName) = (place?.parent.description ?? "", place?.name ?? "")
-            guard let row = try db.rows("""
-                SELECT c.cursor, (SELECT cursor FROM containers WHERE id = \(container.id)),
-                       i.id, i.version, i.conflicts, i.state, v.seq, v.was_current,
-                       coalesce(h.seqs, '{}'), coalesce(h.roles, '{}'), coalesce(h.was, '{}'), coalesce(h.retired, '{}'),
-                       p.id, p.version, p.conflicts, p.state,
-                       EXISTS (SELECT 1 FROM items n WHERE n.container_id = c.id AND n.parent_id = \(placeParent) AND n.name = \(placeName)
-                               AND NOT n.deleted AND n.id <> \(item.description))
-                FROM containers c
-                LEFT JOIN items i ON i.container_id = c.id AND i.id = \(item.description)
-                LEFT JOIN versions v ON v.container_id = c.id AND v.item_id = \(item.description) AND v.role = 'current'
-                LEFT JOIN items p ON p.container_id = c.id AND p.id = \(parentID)
-                LEFT JOIN LATERAL (
-                    SELECT array_agg(e.seq ORDER BY e.seq) AS seqs, array_agg(e.role ORDER BY e.seq) AS roles,
-                           array_agg(e.was_current ORDER BY e.seq) AS was, array_agg(coalesce(e.retired, -1) ORDER BY e.seq) AS retired
-                    FROM versions e WHERE e.container_id = c.id AND e.item_id = \(item.description) AND e.role IN ('previous', 'discarded')
-                ) h ON true
-                WHERE c.id = \(container.id) FOR UPDATE OF c
-                """).first else { throw APIError.containerNotFound(container.name) }
+            guard let row = try db.rows(prepared: CommitPrefetch(
+                container: container.id, item: item.description, parent: parentID,
+                placeParent: placeParent, placeName: placeName)).first else { throw APIError.containerNotFound(container.name) }
             let (cursor, seen, iid, iversion, iconflicts, istate, seq, wasCurrent, seqs, roles, wereCurrent, retired,
                  pid, pversion, pconflicts, pstate, taken) = try row.decode(
                     (Int64, Int64, String?, Int64?, Int64?, String?, Int64?, Bool?, [Int64], [String], [Bool], [Int64],

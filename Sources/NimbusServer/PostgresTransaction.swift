@@ -32,6 +32,22 @@ final class PostgresSync {
         return try answer.wait().rows
     }
 
+    /// Runs a prepared statement — parsed and planned once per connection instead of at every
+    /// call (planning the commit's first statement costs PostgreSQL more than running it) — and
+    /// waits for its rows. PostgresNIO runs prepared statements only from async code, so a task
+    /// hands it over; it is written to the connection after every statement queued before it.
+    func rows<S: PostgresPreparedStatement>(prepared statement: S) throws -> [PostgresRow] where S.Row == PostgresRow {
+        let conn = conn, logger = logger
+        let answer = conn.eventLoop.makeFutureWithTask {
+            var out: [PostgresRow] = []
+            for try await row in try await conn.execute(statement, logger: logger) { out.append(row) }
+            return out
+        }
+        counters?.statement(waited: true)
+        try settle()
+        return try answer.wait()
+    }
+
     /// Sends `q` and waits for it (and for every write queued before it).
     func exec(_ q: PostgresQuery) throws {
         send(q)
@@ -73,6 +89,54 @@ final class PostgresCounters: Sendable {
 
     var statements: Int64 { counts.load(ordering: .relaxed) }
     var waitsForAnswers: Int64 { waits.load(ordering: .relaxed) }
+}
+
+/// The commit's first statement: locks the container row and reads what the commit reads first
+/// (`PostgresPrefetch`). `seen` is the cursor as of the statement's start, before it waited for the
+/// lock; when it differs from the locked one, another commit ran in between and the rows read are
+/// not used.
+struct CommitPrefetch: PostgresPreparedStatement {
+    typealias Row = PostgresRow
+    static let name = "nimbus_commit_prefetch"
+    static let sql = """
+        SELECT c.cursor, (SELECT cursor FROM containers WHERE id = $1),
+               i.id, i.version, i.conflicts, i.state, v.seq, v.was_current,
+               coalesce(h.seqs, '{}'), coalesce(h.roles, '{}'), coalesce(h.was, '{}'), coalesce(h.retired, '{}'),
+               p.id, p.version, p.conflicts, p.state,
+               EXISTS (SELECT 1 FROM items n WHERE n.container_id = c.id AND n.parent_id = $4 AND n.name = $5
+                       AND NOT n.deleted AND n.id <> $2)
+        FROM containers c
+        LEFT JOIN items i ON i.container_id = c.id AND i.id = $2
+        LEFT JOIN versions v ON v.container_id = c.id AND v.item_id = $2 AND v.role = 'current'
+        LEFT JOIN items p ON p.container_id = c.id AND p.id = $3
+        LEFT JOIN LATERAL (
+            SELECT array_agg(e.seq ORDER BY e.seq) AS seqs, array_agg(e.role ORDER BY e.seq) AS roles,
+                   array_agg(e.was_current ORDER BY e.seq) AS was, array_agg(coalesce(e.retired, -1) ORDER BY e.seq) AS retired
+            FROM versions e WHERE e.container_id = c.id AND e.item_id = $2 AND e.role IN ('previous', 'discarded')
+        ) h ON true
+        WHERE c.id = $1 FOR UPDATE OF c
+        """
+    static let bindingDataTypes: [PostgresDataType] = [.int8, .text, .text, .text, .text]
+
+    var container: Int64
+    var item: String
+    /// The parent folder whose row is read ("" for none).
+    var parent: String
+    /// The place whose name is checked ("" for none).
+    var placeParent: String
+    var placeName: String
+
+    func makeBindings() throws -> PostgresBindings {
+        var b = PostgresBindings(capacity: 5)
+        b.append(container)
+        b.append(item)
+        b.append(parent)
+        b.append(placeParent)
+        b.append(placeName)
+        return b
+    }
+
+    func decodeRow(_ row: PostgresRow) throws -> PostgresRow { row }
 }
 
 /// What the commit transaction read together with the container lock (one statement instead
