@@ -184,4 +184,11 @@ enum JSONResponse {
         headers[.contentType] = "application/json"
         return Response(status: .ok, headers: headers, body: .init(byteBuffer: ByteBuffer(bytes: FastJSON.encode(page))))
     }
+
+    /// A commit's answer, written by `FastJSON`.
+    static func make(_ answer: CommitResponse) -> Response {
+        var headers = HTTPFields()
+        headers[.contentType] = "application/json"
+        return Response(status: .ok, headers: headers, body: .init(byteBuffer: ByteBuffer(bytes: FastJSON.encode(answer))))
+    }
 }

@@ -380,6 +380,9 @@ enum Codec {
         e.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
         return String(decoding: try e.encode(value), as: UTF8.self)
     }
+    /// The stored forms written most (every commit), by hand (`FastJSON`).
+    static func encode(_ state: ItemState) throws -> String { FastJSON.encode(state) }
+    static func encode(_ record: ItemRecord) throws -> String { FastJSON.encode(record: record) }
     static func decode<T: Decodable>(_ type: T.Type, _ text: String) throws -> T {
         try JSONDecoder().decode(type, from: Data(text.utf8))
     }

@@ -89,6 +89,34 @@ import Testing
 
     /// Odd and hostile documents: the public readers give exactly what `JSONDecoder` gives —
     /// the same value, or an error.
+    /// Stored states, journal records and commit answers written by hand read back as what was
+    /// written, with `JSONDecoder` and with the fast reader; a state without control characters
+    /// is the very text `JSONEncoder` writes with sorted keys (what rows held before).
+    @Test func statesRecordsAndCommitAnswersDecodeToWhatWasWritten() throws {
+        let standard = JSONEncoder()
+        standard.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+        for (n, record) in randomItems(300).enumerated() {
+            let state = ItemState(kind: record.kind, location: ItemLocation(parent: record.parent, name: record.name),
+                                  content: ItemContent(chunks: record.chunks, symlinkTarget: record.symlinkTarget), mode: record.mode,
+                                  modified: record.modified, modifiedBy: record.modifiedBy, deleted: record.deleted,
+                                  extra: record.extra?.serialized())
+            let text = FastJSON.encode(state)
+            #expect(try JSONDecoder().decode(ItemState.self, from: Data(text.utf8)) == state)
+            #expect(try FastJSON.fastItemState(Array(text.utf8)) == state)
+            if !state.location.name.value.utf8.contains(where: { $0 < 0x20 }), !(state.content.symlinkTarget ?? "").utf8.contains(where: { $0 < 0x20 }) {
+                #expect(text == String(decoding: try standard.encode(state), as: UTF8.self))
+            }
+            let recordText = FastJSON.encode(record: record)
+            #expect(try JSONDecoder().decode(ItemRecord.self, from: Data(recordText.utf8)) == record)
+            let outcomes: [CommitOutcome] = [.applied, .unchanged, .conflict]
+            let answer = CommitResponse(outcome: outcomes[n % 3], yours: n % 3 == 2 ? "conflict" : nil, item: record, renamed: n % 2 == 0,
+                                        restored: (0..<(n % 3)).map { _ in ItemID(UUID()) }, cursor: Int64(n) * 1_000_000_007)
+            let bytes = FastJSON.encode(answer)
+            #expect(try JSONDecoder().decode(CommitResponse.self, from: Data(bytes)) == answer)
+            #expect(try JSONSerialization.jsonObject(with: Data(bytes)) is [String: Any])
+        }
+    }
+
     @Test func oddDocumentsGetTheStandardAnswer() throws {
         let id = "0b7a3c2e-5f7e-4c52-9a47-0e1a2b3c4d5e", dev = "9d6f1e2a-0000-4000-8000-000000000001"
         let hash = String(repeating: "ab", count: 32)
