@@ -88,20 +88,31 @@ public final class PostgresStore: ServerStore {
     /// The statement reads as of its start; when it had to wait for the lock, another commit to
     /// the container may have changed those rows meanwhile. Every commit that writes moves the
     /// cursor, so the cursor as of the start (`seen`, a subquery: not read again after the wait)
-    /// equal to the locked row's means nothing changed; otherwise nothing prefetched is used.
+    /// equal to the locked row's means nothing changed; otherwise the statement runs once more
+    /// under the lock it now holds, and reads the latest rows.
     func commitTransaction(_ container: ContainerRecord, item: ItemID, place: (parent: ItemID, name: String)?,
                            _ body: @escaping @Sendable (PostgresTransaction) throws -> CommitResponse) async throws -> CommitResponse {
         try await transaction { db in
             let parent = place.map(\.parent).flatMap { $0.isRoot || $0 == item ? nil : $0 }
             let parentID = parent?.description ?? ""
             let (placeParent, placeName) = (place?.parent.description ?? "", place?.name ?? "")
-            guard let row = try db.rows(prepared: CommitPrefetch(
-                container: container.id, item: item.description, parent: parentID,
-                placeParent: placeParent, placeName: placeName)).first else { throw APIError.containerNotFound(container.name) }
+            let statement = CommitPrefetch(container: container.id, item: item.description, parent: parentID,
+                                           placeParent: placeParent, placeName: placeName)
+            typealias Columns = (Int64, Int64, String?, Int64?, Int64?, String?, Int64?, Bool?, [Int64], [String], [Bool], [Int64],
+                                 String?, Int64?, Int64?, String?, Bool)
+            func read() throws -> Columns {
+                guard let row = try db.rows(prepared: statement).first else { throw APIError.containerNotFound(container.name) }
+                return try row.decode(Columns.self)
+            }
+            var columns = try read()
+            if columns.0 != columns.1 {
+                // Another commit went in while this one waited for the lock, so the rows read are
+                // older than it. Read again: the lock is held now, and a new statement reads the
+                // latest rows.
+                columns = try read()
+            }
             let (cursor, seen, iid, iversion, iconflicts, istate, seq, wasCurrent, seqs, roles, wereCurrent, retired,
-                 pid, pversion, pconflicts, pstate, taken) = try row.decode(
-                    (Int64, Int64, String?, Int64?, Int64?, String?, Int64?, Bool?, [Int64], [String], [Bool], [Int64],
-                     String?, Int64?, Int64?, String?, Bool).self)
+                 pid, pversion, pconflicts, pstate, taken) = columns
             var prefetch: PostgresPrefetch?
             if seen == cursor {
                 var p = PostgresPrefetch(cursor: cursor, item: item, row: try Self.storedItem(iid, iversion, iconflicts, istate),

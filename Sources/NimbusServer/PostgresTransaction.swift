@@ -13,11 +13,19 @@ import Synchronization
 /// event loop sends each as soon as the one before is answered, and the thread waits only at the
 /// next read or at COMMIT (`settle`). A failed write aborts the transaction, so the first error
 /// of the queued writes is the one reported, whatever failed after it.
+///
+/// Prepared statements (parsed and planned once per connection instead of at every call: planning
+/// the commit's statements cost PostgreSQL more than running them) run only from async code in
+/// PostgresNIO, so a task hands each over. Statements after one of them wait for its answer
+/// (`chain`) and so reach the connection in the order they were made.
 final class PostgresSync {
     let conn: PostgresConnection
     let logger: Logger
     private let counters: PostgresCounters?
-    private var pending: [EventLoopFuture<PostgresQueryResult>] = []
+    private var pending: [EventLoopFuture<Void>] = []
+    /// Answered when the last prepared statement handed to a task and every statement queued
+    /// after it are; nil when nothing waits on a task.
+    private var chain: EventLoopFuture<Void>?
 
     init(conn: PostgresConnection, logger: Logger, counters: PostgresCounters? = nil) {
         self.conn = conn
@@ -25,24 +33,48 @@ final class PostgresSync {
         self.counters = counters
     }
 
+    /// `q`'s answer, sent now or after the chain.
+    private func start(_ q: PostgresQuery) -> EventLoopFuture<PostgresQueryResult> {
+        let conn = conn, logger = logger
+        guard let chain else { return conn.query(q, logger: logger) }
+        let answer = chain.flatMap { conn.query(q, logger: logger) }
+        self.chain = answer.map { _ in }
+        return answer
+    }
+
+    /// Runs a prepared statement in a task (after the chain, if any) and collects its rows.
+    private func start<S: PostgresPreparedStatement>(_ statement: S) -> EventLoopFuture<[PostgresRow]> where S.Row == PostgresRow {
+        let conn = conn, logger = logger
+        let run = { @Sendable () -> EventLoopFuture<[PostgresRow]> in
+            let promise = conn.eventLoop.makePromise(of: [PostgresRow].self)
+            // On the connection's own event loop: the statement is written and its rows are read
+            // there, with no thread between them and the connection.
+            Task(executorPreference: LoopTaskExecutor(conn.eventLoop)) {
+                do {
+                    var out: [PostgresRow] = []
+                    for try await row in try await conn.execute(statement, logger: logger) { out.append(row) }
+                    promise.succeed(out)
+                } catch {
+                    promise.fail(error)
+                }
+            }
+            return promise.futureResult
+        }
+        let answer = chain.map { $0.flatMap(run) } ?? run()
+        chain = answer.map { _ in }
+        return answer
+    }
+
     func rows(_ q: PostgresQuery) throws -> [PostgresRow] {
-        let answer = conn.query(q, logger: logger)
+        let answer = start(q)
         counters?.statement(waited: true)
         try settle()
         return try answer.wait().rows
     }
 
-    /// Runs a prepared statement — parsed and planned once per connection instead of at every
-    /// call (planning the commit's first statement costs PostgreSQL more than running it) — and
-    /// waits for its rows. PostgresNIO runs prepared statements only from async code, so a task
-    /// hands it over; it is written to the connection after every statement queued before it.
+    /// Runs a prepared statement and waits for its rows.
     func rows<S: PostgresPreparedStatement>(prepared statement: S) throws -> [PostgresRow] where S.Row == PostgresRow {
-        let conn = conn, logger = logger
-        let answer = conn.eventLoop.makeFutureWithTask {
-            var out: [PostgresRow] = []
-            for try await row in try await conn.execute(statement, logger: logger) { out.append(row) }
-            return out
-        }
+        let answer = start(statement)
         counters?.statement(waited: true)
         try settle()
         return try answer.wait()
@@ -57,20 +89,39 @@ final class PostgresSync {
 
     /// Queues `q`; its outcome is checked at the next read, `exec` or `settle`.
     func send(_ q: PostgresQuery) {
-        pending.append(conn.query(q, logger: logger))
+        pending.append(start(q).map { _ in })
+        counters?.statement(waited: false)
+    }
+
+    /// Queues a prepared statement whose rows nothing needs.
+    func send<S: PostgresPreparedStatement>(prepared statement: S) where S.Row == PostgresRow {
+        pending.append(start(statement).map { _ in })
         counters?.statement(waited: false)
     }
 
     /// Waits for the queued writes; throws the first one's error.
     func settle() throws {
-        guard !pending.isEmpty else { return }
         let queued = pending
         pending = []
+        defer { chain = nil }
+        guard !queued.isEmpty else { return }
         var first: (any Error)?
         for answer in queued {
-            do { _ = try answer.wait() } catch { if first == nil { first = error } }
+            do { try answer.wait() } catch { if first == nil { first = error } }
         }
         if let first { throw first }
+    }
+}
+
+/// Runs tasks on one event loop (a task that only talks to a connection of that loop).
+final class LoopTaskExecutor: TaskExecutor {
+    let loop: any EventLoop
+    init(_ loop: any EventLoop) { self.loop = loop }
+
+    func enqueue(_ job: consuming ExecutorJob) {
+        let job = UnownedJob(job)
+        let executor = asUnownedTaskExecutor()
+        loop.execute { job.runSynchronously(on: executor) }
     }
 }
 
@@ -139,6 +190,74 @@ struct CommitPrefetch: PostgresPreparedStatement {
     func decodeRow(_ row: PostgresRow) throws -> PostgresRow { row }
 }
 
+/// The writes a commit gathers (`PostgresTransaction.Batch`), as one statement of fixed shape so
+/// that it is prepared once per connection: rows go in as arrays, a missing item row, cursor or
+/// notification as NULL.
+struct CommitWrites: PostgresPreparedStatement {
+    typealias Row = PostgresRow
+    static let name = "nimbus_commit_writes"
+    static let sql = """
+        WITH w0 AS (INSERT INTO versions(container_id, item_id, seq, role, was_current, device_id, state)
+                    SELECT $1, v.item, v.seq, v.role, v.was, v.device, v.state
+                    FROM unnest($2::text[], $3::int8[], $4::text[], $5::bool[], $6::text[], $7::text[]) AS v(item, seq, role, was, device, state)),
+             w1 AS (INSERT INTO items(container_id, id, parent_id, name, kind, deleted, version, conflicts, state)
+                    SELECT $1, $8, $9, $10, $11, $12, $13, $14, $15 WHERE $8::text IS NOT NULL
+                    ON CONFLICT (container_id, id) DO UPDATE SET parent_id = excluded.parent_id, name = excluded.name,
+                        deleted = excluded.deleted, version = excluded.version, conflicts = excluded.conflicts, state = excluded.state),
+             w2 AS (INSERT INTO journal(container_id, seq, item_id, kind, device_id, record)
+                    SELECT $1, j.seq, j.item, j.kind, j.device, j.record
+                    FROM unnest($16::int8[], $17::text[], $18::text[], $19::text[], $20::text[]) AS j(seq, item, kind, device, record)),
+             w3 AS (UPDATE containers SET cursor = $21 WHERE id = $1 AND $21::int8 IS NOT NULL)
+        SELECT pg_notify($22, $23) WHERE $23::text IS NOT NULL
+        """
+    static let bindingDataTypes: [PostgresDataType] = [
+        .int8, .textArray, .int8Array, .textArray, .boolArray, .textArray, .textArray,
+        .text, .text, .text, .text, .bool, .int8, .int8, .text,
+        .int8Array, .textArray, .textArray, .textArray, .textArray,
+        .int8, .text, .text,
+    ]
+
+    struct Versions {
+        var item: [String] = [], seq: [Int64] = [], role: [String] = [], wasCurrent: [Bool] = [], device: [String] = [], state: [String] = []
+        mutating func append(item: String, seq: Int64, role: String, wasCurrent: Bool, device: String, state: String) {
+            self.item.append(item); self.seq.append(seq); self.role.append(role)
+            self.wasCurrent.append(wasCurrent); self.device.append(device); self.state.append(state)
+        }
+    }
+    struct Item {
+        var id: String, parent: String, name: String, kind: String, deleted: Bool, version: Int64, conflicts: Int64, state: String
+    }
+    struct Journal {
+        var seq: [Int64] = [], item: [String] = [], kind: [String] = [], device: [String] = [], record: [String] = []
+        mutating func append(seq: Int64, item: String, kind: String, device: String, record: String) {
+            self.seq.append(seq); self.item.append(item); self.kind.append(kind); self.device.append(device); self.record.append(record)
+        }
+    }
+
+    var container: Int64
+    var versions: Versions
+    var item: Item?
+    var journal: Journal
+    var cursor: Int64?
+    /// (channel, payload)
+    var notify: (String, String)?
+
+    func makeBindings() throws -> PostgresBindings {
+        var b = PostgresBindings(capacity: 23)
+        b.append(container)
+        b.append(versions.item); b.append(versions.seq); b.append(versions.role)
+        b.append(versions.wasCurrent); b.append(versions.device); b.append(versions.state)
+        b.append(item?.id); b.append(item?.parent); b.append(item?.name); b.append(item?.kind)
+        b.append(item?.deleted); b.append(item?.version); b.append(item?.conflicts); b.append(item?.state)
+        b.append(journal.seq); b.append(journal.item); b.append(journal.kind); b.append(journal.device); b.append(journal.record)
+        b.append(cursor)
+        b.append(notify?.0); b.append(notify?.1)
+        return b
+    }
+
+    func decodeRow(_ row: PostgresRow) throws -> PostgresRow { row }
+}
+
 /// What the commit transaction read together with the container lock (one statement instead
 /// of five): the container's cursor, the committed item's row and current version, and for a
 /// commit that places the item, its parent's row and whether its name is taken there.
@@ -198,23 +317,12 @@ struct PostgresTransaction: StoreTransaction {
         init(cursor: Int64) { self.cursor = cursor }
     }
 
-    /// Writes sent together as one statement.
+    /// Writes sent together as one statement (`CommitWrites`).
     struct Batch {
-        var versions: [String] = []
-        var item: String?
-        var journal: [String] = []
-        var binds = PostgresBindings()
-        var isEmpty: Bool { versions.isEmpty && item == nil && journal.isEmpty }
-
-        mutating func bind<T: PostgresDynamicTypeEncodable>(_ value: T) -> String {
-            binds.append(value)
-            return "$\(binds.count)"
-        }
-
-        mutating func bind<T: PostgresDynamicTypeEncodable>(_ value: T?) -> String {
-            binds.append(value)
-            return "$\(binds.count)"
-        }
+        var versions = CommitWrites.Versions()
+        var item: CommitWrites.Item?
+        var journal = CommitWrites.Journal()
+        var isEmpty: Bool { versions.item.isEmpty && item == nil && journal.seq.isEmpty }
     }
 
     init(db: PostgresSync, container: ContainerRecord, cursor: Int64, prefetched: PostgresPrefetch?) {
@@ -238,33 +346,17 @@ struct PostgresTransaction: StoreTransaction {
 
     /// Sends the gathered writes as one statement (not waited for).
     private func flush() {
-        var b = known.batch
+        let b = known.batch
         known.batch = Batch()
-        var parts: [String] = []
-        if !b.versions.isEmpty {
-            parts.append("INSERT INTO versions(container_id, item_id, seq, role, was_current, device_id, state) VALUES \(b.versions.joined(separator: ", "))")
-        }
-        if let item = b.item { parts.append(item) }
-        if !b.journal.isEmpty {
-            parts.append("INSERT INTO journal(container_id, seq, item_id, kind, device_id, record) VALUES \(b.journal.joined(separator: ", "))")
-        }
-        if known.cursorMoved {
-            parts.append("UPDATE containers SET cursor = \(b.bind(known.cursor)) WHERE id = \(b.bind(cid))")
-            known.cursorMoved = false
-        }
-        var tail = "SELECT 1"
-        if let payload = known.notify {
-            tail = "SELECT pg_notify(\(b.bind(PostgresStore.channel)), \(b.bind(payload)))"
-            known.notify = nil
-        }
-        guard !parts.isEmpty || tail != "SELECT 1" else { return }
-        let ctes = parts.enumerated().map { "w\($0.offset) AS (\($0.element))" }
-        let sql = (ctes.isEmpty ? "" : "WITH " + ctes.joined(separator: ", ") + " ") + tail
-        db.send(PostgresQuery(unsafeSQL: sql, binds: b.binds))
+        let cursor = known.cursorMoved ? known.cursor : nil
+        known.cursorMoved = false
+        let notify = known.notify
+        known.notify = nil
+        guard !b.isEmpty || cursor != nil || notify != nil else { return }
+        db.send(prepared: CommitWrites(container: cid, versions: b.versions, item: b.item, journal: b.journal,
+                                       cursor: cursor, notify: notify.map { (PostgresStore.channel, $0) }))
     }
 
-    /// Writes the cursor the sequences of this transaction reached and the notification, with
-    /// whatever writes are gathered. Called once, after the engine's operation, before COMMIT.
     func finish(notify payload: String?) {
         known.notify = payload
         flush()
@@ -322,15 +414,9 @@ struct PostgresTransaction: StoreTransaction {
         if known.batch.item != nil { flush() }
         known.items[item.id] = .some(item)
         known.nameCheck = nil
-        var b = known.batch
-        b.item = """
-            INSERT INTO items(container_id, id, parent_id, name, kind, deleted, version, conflicts, state)
-            VALUES (\(b.bind(cid)), \(b.bind(item.id.description)), \(b.bind(s.location.parent.description)), \(b.bind(s.location.name.value)),
-                    \(b.bind(s.kind.rawValue)), \(b.bind(s.deleted)), \(b.bind(item.version)), \(b.bind(Int64(item.conflicts))), \(b.bind(try encode(s))))
-            ON CONFLICT (container_id, id) DO UPDATE SET parent_id = excluded.parent_id, name = excluded.name,
-                deleted = excluded.deleted, version = excluded.version, conflicts = excluded.conflicts, state = excluded.state
-            """
-        known.batch = b
+        known.batch.item = CommitWrites.Item(id: item.id.description, parent: s.location.parent.description, name: s.location.name.value,
+                                             kind: s.kind.rawValue, deleted: s.deleted, version: item.version,
+                                             conflicts: Int64(item.conflicts), state: try encode(s))
     }
 
     func currentVersionSeq(of id: ItemID) throws -> Int64? {
@@ -345,9 +431,8 @@ struct PostgresTransaction: StoreTransaction {
         if role == .current { known.currentSeqs[item] = .some(seq) }
         known.wasCurrent[item, default: [:]][seq] = wasCurrent
         if role.isEarlier { known.earlier[item] = nil }  // not made by the engine; read if asked
-        var b = known.batch
-        b.versions.append("(\(b.bind(cid)), \(b.bind(item.description)), \(b.bind(seq)), \(b.bind(role.rawValue)), \(b.bind(wasCurrent)), \(b.bind(state.modifiedBy.description)), \(b.bind(try encode(state))))")
-        known.batch = b
+        known.batch.versions.append(item: item.description, seq: seq, role: role.rawValue, wasCurrent: wasCurrent,
+                                    device: state.modifiedBy.description, state: try encode(state))
     }
 
     func setRole(item: ItemID, seq: Int64, role: StoredRole, at time: Int64) throws {
@@ -421,9 +506,8 @@ struct PostgresTransaction: StoreTransaction {
     }
 
     func appendJournal(seq: Int64, kind: ChangeKind, item: StoredItem, device: DeviceID) throws {
-        var b = known.batch
-        b.journal.append("(\(b.bind(cid)), \(b.bind(seq)), \(b.bind(item.id.description)), \(b.bind(kind.rawValue)), \(b.bind(device.description)), \(b.bind(try Codec.encode(item.record))))")
-        known.batch = b
+        known.batch.journal.append(seq: seq, item: item.id.description, kind: kind.rawValue, device: device.description,
+                                   record: try Codec.encode(item.record))
     }
 
     /// Locks the rows it finds (FOR KEY SHARE) until the commit ends: the garbage collector
