@@ -192,10 +192,10 @@ public final class SQLiteStore: ServerStore {
 
     public func device(tokenHash: String) async throws -> DeviceRecord? {
         try await pool.read { db in
-            guard let row = try Row.fetchOne(db, sql: """
+            guard let row = try Row.fetchOne(db.cachedStatement(sql: """
                 SELECT d.id, d.name, d.account_id, a.name AS account FROM devices d JOIN accounts a ON a.id = d.account_id
                 WHERE d.token_hash = ? AND d.revoked IS NULL
-                """, arguments: [tokenHash]),
+                """), arguments: [tokenHash]),
                 let id = DeviceID(row["id"] as String)
             else { return nil }
             return DeviceRecord(id: id, name: row["name"], accountID: row["account_id"], accountName: row["account"])
@@ -274,7 +274,7 @@ public final class SQLiteStore: ServerStore {
     }
 
     static func cursor(_ db: Database, _ container: Int64) throws -> Int64 {
-        try Int64.fetchOne(db, sql: "SELECT cursor FROM containers WHERE id = ?", arguments: [container]) ?? 0
+        try Int64.fetchOne(db.cachedStatement(sql: "SELECT cursor FROM containers WHERE id = ?"), arguments: [container]) ?? 0
     }
 
     // MARK: commits
@@ -297,9 +297,9 @@ public final class SQLiteStore: ServerStore {
 
     public func changes(in container: ContainerRecord, since: Int64, limit: Int) async throws -> ChangesResponse {
         try await pool.read { db in
-            let rows = try Row.fetchAll(db, sql: """
+            let rows = try Row.fetchAll(db.cachedStatement(sql: """
                 SELECT seq, kind, device_id, record FROM journal WHERE container_id = ? AND seq > ? ORDER BY seq LIMIT ?
-                """, arguments: [container.id, since, limit + 1])
+                """), arguments: [container.id, since, limit + 1])
             let more = rows.count > limit
             let changes = try rows.prefix(limit).map { row -> Change in
                 Change(seq: row["seq"], kind: ChangeKind(rawValue: row["kind"]) ?? .update,
@@ -313,10 +313,10 @@ public final class SQLiteStore: ServerStore {
 
     public func items(in container: ContainerRecord, after: ItemID?, limit: Int) async throws -> ItemsResponse {
         try await pool.read { db in
-            let rows = try Row.fetchAll(db, sql: """
+            let rows = try Row.fetchAll(db.cachedStatement(sql: """
                 SELECT id, version, conflicts, state FROM items
                 WHERE container_id = ? AND deleted = 0 AND id > ? ORDER BY id LIMIT ?
-                """, arguments: [container.id, after?.description ?? "", limit + 1])
+                """), arguments: [container.id, after?.description ?? "", limit + 1])
             let items = try rows.prefix(limit).map { try Self.storedItem($0).record }
             let next = rows.count > limit ? items.last?.id : nil
             return ItemsResponse(items: items, cursor: try Self.cursor(db, container.id), next: next)
@@ -331,11 +331,11 @@ public final class SQLiteStore: ServerStore {
 
     public func versions(of id: ItemID, in container: ContainerRecord) async throws -> [VersionRecord] {
         try await pool.read { db in
-            let rows = try Row.fetchAll(db, sql: """
+            let rows = try Row.fetchAll(db.cachedStatement(sql: """
                 SELECT v.seq, v.role, v.state, coalesce(d.name, 'unknown device') AS device
                 FROM versions v LEFT JOIN devices d ON d.id = v.device_id
                 WHERE v.container_id = ? AND v.item_id = ? AND v.role != 'discarded' ORDER BY v.seq DESC
-                """, arguments: [container.id, id.description])
+                """), arguments: [container.id, id.description])
             return try rows.map { row in
                 let state = try Codec.decodeState(row["state"] as String)
                 return VersionRecord(version: row["seq"], role: VersionRole(rawValue: row["role"]) ?? .previous,
