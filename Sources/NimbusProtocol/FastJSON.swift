@@ -38,19 +38,8 @@ public enum FastJSON {
         string(r.name.value, &out)
         out.append(contentsOf: #","size":"#.utf8)
         int(r.size, &out)
-        out.append(contentsOf: #","chunks":["#.utf8)
-        for (i, c) in r.chunks.enumerated() {
-            out.append(contentsOf: i == 0 ? #"{"hash":"#.utf8 : #",{"hash":"#.utf8)
-            string(c.hash.hex, &out)
-            out.append(contentsOf: #","size":"#.utf8)
-            int(c.size, &out)
-            out.append(UInt8(ascii: "}"))
-        }
-        out.append(UInt8(ascii: "]"))
-        if let t = r.symlinkTarget {
-            out.append(contentsOf: #","symlinkTarget":"#.utf8)
-            string(t, &out)
-        }
+        out.append(contentsOf: #","chunks":"#.utf8)
+        content(r.chunks, r.symlinkTarget, &out)
         out.append(contentsOf: #","mode":"#.utf8)
         int(Int64(r.mode), &out)
         out.append(contentsOf: #","modified":"#.utf8)
@@ -97,19 +86,8 @@ public enum FastJSON {
     public static func encode(_ state: ItemState) -> String {
         var out: [UInt8] = []
         out.reserveCapacity(256 + state.content.chunks.count * 100)
-        out.append(contentsOf: #"{"content":{"chunks":["#.utf8)
-        for (i, c) in state.content.chunks.enumerated() {
-            out.append(contentsOf: i == 0 ? #"{"hash":"#.utf8 : #",{"hash":"#.utf8)
-            string(c.hash.hex, &out)
-            out.append(contentsOf: #","size":"#.utf8)
-            int(c.size, &out)
-            out.append(UInt8(ascii: "}"))
-        }
-        out.append(UInt8(ascii: "]"))
-        if let t = state.content.symlinkTarget {
-            out.append(contentsOf: #","symlinkTarget":"#.utf8)
-            string(t, &out)
-        }
+        out.append(contentsOf: #"{"content":{"chunks":"#.utf8)
+        content(state.content.chunks, state.content.symlinkTarget, &out)
         out.append(contentsOf: state.deleted ? #"},"deleted":true"#.utf8 : #"},"deleted":false"#.utf8)
         if let extra = state.extra {
             out.append(contentsOf: #","extra":"#.utf8)
@@ -137,6 +115,24 @@ public enum FastJSON {
         out.reserveCapacity(256 + r.chunks.count * 100)
         encode(r, &out)
         return String(decoding: out, as: UTF8.self)
+    }
+
+    /// A chunk list and, for a symlink, `,"symlinkTarget":…` after it (the same in an item record
+    /// and in a state's content).
+    static func content(_ chunks: [ChunkRef], _ target: String?, _ out: inout [UInt8]) {
+        out.append(UInt8(ascii: "["))
+        for (i, c) in chunks.enumerated() {
+            out.append(contentsOf: i == 0 ? #"{"hash":"#.utf8 : #",{"hash":"#.utf8)
+            string(c.hash.hex, &out)
+            out.append(contentsOf: #","size":"#.utf8)
+            int(c.size, &out)
+            out.append(UInt8(ascii: "}"))
+        }
+        out.append(UInt8(ascii: "]"))
+        if let target {
+            out.append(contentsOf: #","symlinkTarget":"#.utf8)
+            string(target, &out)
+        }
     }
 
     static func int(_ v: Int64, _ out: inout [UInt8]) {
