@@ -15,7 +15,7 @@ import Synchronization
 /// of the queued writes is the one reported, whatever failed after it.
 ///
 /// Prepared statements (parsed and planned once per connection instead of at every call: planning
-/// the commit's statements cost PostgreSQL more than running them) run only from async code in
+/// the commit's statements costs PostgreSQL more than running them) run only from async code in
 /// PostgresNIO, so a task hands each over. Statements after one of them wait for its answer
 /// (`chain`) and so reach the connection in the order they were made.
 final class PostgresSync {
