@@ -125,4 +125,9 @@ public final class CommitNotifier: Sendable {
 public protocol CommitFeed: Sendable {
     /// Announces other instances' commits to `notifier` until the task is cancelled.
     func follow(into notifier: CommitNotifier) async
+
+    /// Makes sure commits to `container` made through any instance are announced for at least
+    /// as long as the longest long-poll (`ProtocolLimits.maxWaitSeconds`). A poll calls it before
+    /// it reads the changes it may then wait after.
+    func watch(_ container: ContainerRecord) async throws
 }

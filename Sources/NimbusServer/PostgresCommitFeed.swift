@@ -1,4 +1,5 @@
 import Logging
+import NimbusProtocol
 import NIOCore
 import PostgresNIO
 
@@ -9,9 +10,34 @@ import PostgresNIO
 ///   When the connection drops, it reconnects (after `reconnectDelay`) and re-subscribes.
 /// - Every `catchUpInterval`, the cursors of the containers someone is waiting on are read and
 ///   announced (also right after each reconnect, for what was sent while disconnected).
+///
+/// A commit NOTIFYs only while its container is watched (`containers.watched_until` in the
+/// future): every listening instance is woken by every notification, so commits to containers
+/// no device is waiting on would cost each instance for nothing. A long-poll, before it reads
+/// the changes it may wait after, makes sure its container is watched for longer than a poll
+/// lasts (`watch`); an instance renews that at most every few minutes per container. No commit
+/// can slip between the two: the watch's UPDATE takes the container's row lock, which every
+/// commit holds from its first statement to COMMIT. A commit that locked the row first has
+/// committed before the poll reads; one that locks it after reads the new `watched_until`.
 extension PostgresStore: CommitFeed {
     static let catchUpInterval: Duration = .seconds(2)
     static let reconnectDelay: Duration = .seconds(1)
+    /// How long one `watch` keeps a container watched.
+    static let watchLease: Duration = .seconds(600)
+    /// A watch is renewed when less than this is left: longer than any long-poll waits.
+    static let watchRenewal: Duration = .seconds(2 * ProtocolLimits.maxWaitSeconds)
+
+    public func watch(_ container: ContainerRecord) async throws {
+        let now = ContinuousClock.now
+        if let until = watched.withLock({ $0[container.id] }), until - now > Self.watchRenewal { return }
+        // The lease is counted from before the statement is sent: PostgreSQL's now() is later.
+        let seconds = Int64(Self.watchLease.components.seconds)
+        _ = try await read("""
+            UPDATE containers SET watched_until = greatest(watched_until, now() + make_interval(secs => \(seconds)))
+            WHERE id = \(container.id)
+            """)
+        watched.withLock { $0[container.id] = max($0[container.id] ?? now, now + Self.watchLease) }
+    }
 
     public func follow(into notifier: CommitNotifier) async {
         await withTaskGroup(of: Void.self) { group in
@@ -53,6 +79,8 @@ extension PostgresStore: CommitFeed {
         while !Task.isCancelled {
             try? await Task.sleep(for: Self.catchUpInterval)
             await catchUp(into: notifier)
+            let now = ContinuousClock.now
+            watched.withLock { $0 = $0.filter { $0.value > now } }
         }
     }
 

@@ -136,6 +136,9 @@ enum PostgresSchema {
             "ALTER TABLE chunk_uploads ADD COLUMN size BIGINT CHECK (size IS NULL OR size > 0)",
             "CREATE INDEX chunk_uploads_account ON chunk_uploads(account_id, hash)",
         ]),
+        // Until when a long-poll may wait on the container through some instance: a commit sends
+        // its NOTIFY only before then (PostgresCommitFeed.swift, `watch`).
+        (7, ["ALTER TABLE containers ADD COLUMN watched_until TIMESTAMPTZ"]),
     ]
 
     /// Arbitrary constant naming the advisory lock held while migrating ("nimbus" in ASCII).

@@ -5,6 +5,7 @@ import NIOPosix
 import NimbusCore
 import NimbusProtocol
 import PostgresNIO
+import Synchronization
 
 /// The scale-out metadata engine: PostgreSQL, shared by any number of `nimbus serve` instances.
 ///
@@ -27,6 +28,8 @@ public final class PostgresStore: ServerStore {
     public let history: HistoryRetention
     /// The NOTIFY channel on which commits announce "CONTAINER:CURSOR".
     static let channel = "nimbus_commits"
+    /// Until when (this process's clock) each container is known watched (`watch`).
+    let watched = Mutex<[Int64: ContinuousClock.Instant]>([:])
 
     private init(location: PostgresLocation, logger: Logger, history: HistoryRetention) {
         self.location = location
@@ -85,6 +88,10 @@ public final class PostgresStore: ServerStore {
     /// folder and name a commit puts the item in — that folder and whether the name is taken),
     /// then `body` runs `CommitEngine`, then the gathered writes go out with the notification.
     ///
+    /// It runs first as a task on the connection's event loop (`commitOnLoop`), where no thread
+    /// waits for the database: the common commit reads nothing beyond the prefetch. A commit that
+    /// needs another read there is rolled back and run again on a pool thread, where reads wait.
+    ///
     /// The statement reads as of its start; when it had to wait for the lock, another commit to
     /// the container may have changed those rows meanwhile. Every commit that writes moves the
     /// cursor, so the cursor as of the start (`seen`, a subquery: not read again after the wait)
@@ -92,50 +99,109 @@ public final class PostgresStore: ServerStore {
     /// under the lock it now holds, and reads the latest rows.
     func commitTransaction(_ container: ContainerRecord, item: ItemID, place: (parent: ItemID, name: String)?,
                            _ body: @escaping @Sendable (PostgresTransaction) throws -> CommitResponse) async throws -> CommitResponse {
-        try await transaction { db in
-            let parent = place.map(\.parent).flatMap { $0.isRoot || $0 == item ? nil : $0 }
-            let parentID = parent?.description ?? ""
-            let (placeParent, placeName) = (place?.parent.description ?? "", place?.name ?? "")
-            let statement = CommitPrefetch(container: container.id, item: item.description, parent: parentID,
-                                           placeParent: placeParent, placeName: placeName)
-            typealias Columns = (Int64, Int64, String?, Int64?, Int64?, String?, Int64?, Bool?, [Int64], [String], [Bool], [Int64],
-                                 String?, Int64?, Int64?, String?, Bool)
-            func read() throws -> Columns {
-                guard let row = try db.rows(prepared: statement).first else { throw APIError.containerNotFound(container.name) }
-                return try row.decode(Columns.self)
-            }
-            var columns = try read()
-            if columns.0 != columns.1 {
-                // Another commit went in while this one waited for the lock, so the rows read are
-                // older than it. Read again: the lock is held now, and a new statement reads the
-                // latest rows.
-                columns = try read()
-            }
-            let (cursor, seen, iid, iversion, iconflicts, istate, seq, wasCurrent, seqs, roles, wereCurrent, retired,
-                 pid, pversion, pconflicts, pstate, taken) = columns
-            var prefetch: PostgresPrefetch?
-            if seen == cursor {
-                var p = PostgresPrefetch(cursor: cursor, item: item, row: try Self.storedItem(iid, iversion, iconflicts, istate),
-                                         current: seq.map { ($0, wasCurrent ?? true) })
-                guard roles.count == seqs.count, wereCurrent.count == seqs.count, retired.count == seqs.count else {
-                    throw APIError(.internal, "corrupt earlier versions of item \(item) in the database")
-                }
-                p.earlier = try seqs.indices.map { k in
-                    guard let role = StoredRole(rawValue: roles[k]), retired[k] >= 0 else {
-                        throw APIError(.internal, "corrupt earlier version \(seqs[k]) of item \(item) in the database")
-                    }
-                    return EarlierVersion(seq: seqs[k], role: role, wasCurrent: wereCurrent[k], retired: retired[k])
-                }
-                if let parent { p.parent = (parent, try Self.storedItem(pid, pversion, pconflicts, pstate)) }
-                if let place { p.nameCheck = (place.parent, place.name, taken) }
-                prefetch = p
-            }
-            let tx = PostgresTransaction(db: db, container: container, cursor: cursor, prefetched: prefetch)
-            let response = try body(tx)
-            // Other instances' long-polls learn of it by NOTIFY, sent by PostgreSQL on COMMIT only.
-            tx.finish(notify: response.cursor > 0 ? "\(container.id):\(response.cursor)" : nil)
+        let parent = place.map(\.parent).flatMap { $0.isRoot || $0 == item ? nil : $0 }
+        let statement = CommitPrefetch(container: container.id, item: item.description, parent: parent?.description ?? "",
+                                       placeParent: place?.parent.description ?? "", placeName: place?.name ?? "")
+        let prefetch = { @Sendable (columns: CommitPrefetch.Columns) throws -> PostgresPrefetch? in
+            try Self.prefetch(columns, item: item, parent: parent, place: place)
+        }
+        if let response = try await retrying({
+            try await self.commitOnLoop(container, statement: statement, prefetch: prefetch, body)
+        }) {
             return response
         }
+        return try await transaction { db in
+            func read() throws -> CommitPrefetch.Columns {
+                guard let row = try db.rows(prepared: statement).first else { throw APIError.containerNotFound(container.name) }
+                return try row.decode(CommitPrefetch.Columns.self)
+            }
+            var columns = try read()
+            // Another commit went in while this one waited for the lock: read again under it.
+            if columns.0 != columns.1 { columns = try read() }
+            let tx = PostgresTransaction(db: db, container: container, cursor: columns.0, prefetched: try prefetch(columns))
+            let response = try body(tx)
+            // Other instances' long-polls learn of it by NOTIFY, sent by PostgreSQL on COMMIT only.
+            tx.finish(notify: Self.notification(container, response, watched: columns.17))
+            return response
+        }
+    }
+
+    /// `commitTransaction` as a task on the connection's event loop: BEGIN and the prefetch, `body`
+    /// with reads refused (`PostgresSync.deferring`), then its writes and COMMIT, each awaited
+    /// without holding a thread. nil: `body` needed a read; the transaction was rolled back.
+    private func commitOnLoop(_ container: ContainerRecord, statement: CommitPrefetch,
+                              prefetch: @escaping @Sendable (CommitPrefetch.Columns) throws -> PostgresPrefetch?,
+                              _ body: @escaping @Sendable (PostgresTransaction) throws -> CommitResponse) async throws -> CommitResponse? {
+        let logger = logger, counters = counters
+        return try await client.withConnection { conn in
+            try await withTaskExecutorPreference(LoopTaskExecutor(conn.eventLoop)) {
+                func read() async throws -> CommitPrefetch.Columns {
+                    counters.statement(waited: true)
+                    var rows: [PostgresRow] = []
+                    for try await row in try await conn.execute(statement, logger: logger) { rows.append(row) }
+                    guard let row = rows.first else { throw APIError.containerNotFound(container.name) }
+                    return try row.decode(CommitPrefetch.Columns.self)
+                }
+                // BEGIN goes out with the prefetch, in order: both are written before any wait.
+                counters.statement(waited: false)
+                let begun = PostgresSync.start("BEGIN", on: conn, logger: logger)
+                do {
+                    var columns = try await read()
+                    try await begun.get()
+                    // Another commit went in while this one waited for the lock: read again under it.
+                    if columns.0 != columns.1 { columns = try await read() }
+                    let db = PostgresSync(conn: conn, logger: logger, counters: counters, deferring: true)
+                    let tx = PostgresTransaction(db: db, container: container, cursor: columns.0, prefetched: try prefetch(columns))
+                    let response: CommitResponse
+                    do {
+                        response = try body(tx)
+                    } catch is PostgresSync.WouldWait {
+                        _ = try await PostgresSync.start("ROLLBACK", on: conn, logger: logger).get()
+                        return nil
+                    }
+                    tx.finish(notify: Self.notification(container, response, watched: columns.17))
+                    for write in db.deferred {
+                        counters.waited()
+                        try await write(conn, logger)
+                    }
+                    counters.statement(waited: true)
+                    _ = try await PostgresSync.start("COMMIT", on: conn, logger: logger).get()
+                    return response
+                } catch {
+                    _ = try? await PostgresSync.start("ROLLBACK", on: conn, logger: logger).get()
+                    throw error
+                }
+            }
+        }
+    }
+
+    /// The NOTIFY payload announcing `response` ("CONTAINER:CURSOR"), sent by PostgreSQL on COMMIT
+    /// only; none when nothing was committed or no long-poll can be waiting on the container.
+    static func notification(_ container: ContainerRecord, _ response: CommitResponse, watched: Bool) -> String? {
+        response.cursor > 0 && watched ? "\(container.id):\(response.cursor)" : nil
+    }
+
+    /// The prefetch's columns as what `PostgresTransaction` knows; nil when another commit changed
+    /// the rows after they were read (`seen` ≠ `cursor`).
+    static func prefetch(_ columns: CommitPrefetch.Columns, item: ItemID, parent: ItemID?,
+                         place: (parent: ItemID, name: String)?) throws -> PostgresPrefetch? {
+        let (cursor, seen, iid, iversion, iconflicts, istate, seq, wasCurrent, seqs, roles, wereCurrent, retired,
+             pid, pversion, pconflicts, pstate, taken, _) = columns
+        guard seen == cursor else { return nil }
+        var p = PostgresPrefetch(cursor: cursor, item: item, row: try storedItem(iid, iversion, iconflicts, istate),
+                                 current: seq.map { ($0, wasCurrent ?? true) })
+        guard roles.count == seqs.count, wereCurrent.count == seqs.count, retired.count == seqs.count else {
+            throw APIError(.internal, "corrupt earlier versions of item \(item) in the database")
+        }
+        p.earlier = try seqs.indices.map { k in
+            guard let role = StoredRole(rawValue: roles[k]), retired[k] >= 0 else {
+                throw APIError(.internal, "corrupt earlier version \(seqs[k]) of item \(item) in the database")
+            }
+            return EarlierVersion(seq: seqs[k], role: role, wasCurrent: wereCurrent[k], retired: retired[k])
+        }
+        if let parent { p.parent = (parent, try storedItem(pid, pversion, pconflicts, pstate)) }
+        if let place { p.nameCheck = (place.parent, place.name, taken) }
+        return p
     }
 
     /// A row of `items` read through a LEFT JOIN (all nil: no row).
@@ -149,28 +215,36 @@ public final class PostgresStore: ServerStore {
     /// costs no wait). Rolls back on any error; retries the whole transaction on deadlock or
     /// serialization failure.
     private func transaction<R: Sendable>(_ body: @escaping @Sendable (PostgresSync) throws -> R) async throws -> R {
-        var attempt = 0
-        while true {
-            attempt += 1
-            do {
-                return try await client.withConnection { conn in
-                    try await threads.runIfActive {
-                        let db = PostgresSync(conn: conn, logger: self.logger, counters: self.counters)
-                        db.send("BEGIN")
-                        do {
-                            let result = try body(db)
-                            try db.exec("COMMIT")
-                            return result
-                        } catch {
-                            try? db.settle()
-                            try? db.exec("ROLLBACK")
-                            throw error
-                        }
+        try await retrying {
+            try await self.client.withConnection { conn in
+                try await self.threads.runIfActive {
+                    let db = PostgresSync(conn: conn, logger: self.logger, counters: self.counters)
+                    db.send("BEGIN")
+                    do {
+                        let result = try body(db)
+                        try db.exec("COMMIT")
+                        return result
+                    } catch {
+                        try? db.settle()
+                        try? db.exec("ROLLBACK")
+                        throw error
                     }
                 }
-            } catch let error as PSQLError where Self.isRetryable(error) && attempt < 8 {
+            }
+        }
+    }
+
+    /// Runs `attempt` again on deadlock or serialization failure (up to 8 times); other database
+    /// errors become `unavailable`.
+    private func retrying<R: Sendable>(_ attempt: @Sendable () async throws -> R) async throws -> R {
+        var count = 0
+        while true {
+            count += 1
+            do {
+                return try await attempt()
+            } catch let error as PSQLError where Self.isRetryable(error) && count < 8 {
                 logger.debug("retrying a transaction after \(error.serverInfo?[.sqlState] ?? "?")")
-                try await Task.sleep(for: .milliseconds(Int.random(in: 1...(5 * attempt))))
+                try await Task.sleep(for: .milliseconds(Int.random(in: 1...(5 * count))))
             } catch let error as PSQLError {
                 throw Self.unavailable(error)
             }

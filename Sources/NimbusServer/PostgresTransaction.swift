@@ -18,6 +18,11 @@ import Synchronization
 /// the commit's statements costs PostgreSQL more than running them) run only from async code in
 /// PostgresNIO, so a task hands each over. Statements after one of them wait for its answer
 /// (`chain`) and so reach the connection in the order they were made.
+///
+/// A commit that runs on the connection's event loop (`PostgresStore.commitOnLoop`) must never
+/// wait there: its `PostgresSync` is `deferring`, so a read throws `WouldWait` (the commit is
+/// rolled back and run again on a pool thread) and writes are kept in `deferred` for the caller to
+/// send, in order, when the synchronous part is done.
 final class PostgresSync {
     let conn: PostgresConnection
     let logger: Logger
@@ -26,11 +31,24 @@ final class PostgresSync {
     /// Answered when the last prepared statement handed to a task and every statement queued
     /// after it are; nil when nothing waits on a task.
     private var chain: EventLoopFuture<Void>?
+    /// Writes are kept, reads throw `WouldWait`.
+    let deferring: Bool
+    /// The writes kept by a `deferring` transaction, in the order they were made.
+    private(set) var deferred: [@Sendable (PostgresConnection, Logger) async throws -> Void] = []
 
-    init(conn: PostgresConnection, logger: Logger, counters: PostgresCounters? = nil) {
+    /// A deferring transaction needed an answer from the database before it could go on.
+    struct WouldWait: Error {}
+
+    init(conn: PostgresConnection, logger: Logger, counters: PostgresCounters? = nil, deferring: Bool = false) {
         self.conn = conn
         self.logger = logger
         self.counters = counters
+        self.deferring = deferring
+    }
+
+    /// Sends `q` now (written before the caller's next wait, in the order of the calls).
+    static func start(_ q: PostgresQuery, on conn: PostgresConnection, logger: Logger) -> EventLoopFuture<PostgresQueryResult> {
+        conn.query(q, logger: logger)
     }
 
     /// `q`'s answer, sent now or after the chain.
@@ -66,6 +84,7 @@ final class PostgresSync {
     }
 
     func rows(_ q: PostgresQuery) throws -> [PostgresRow] {
+        if deferring { throw WouldWait() }
         let answer = start(q)
         counters?.statement(waited: true)
         try settle()
@@ -74,6 +93,7 @@ final class PostgresSync {
 
     /// Runs a prepared statement and waits for its rows.
     func rows<S: PostgresPreparedStatement>(prepared statement: S) throws -> [PostgresRow] where S.Row == PostgresRow {
+        if deferring { throw WouldWait() }
         let answer = start(statement)
         counters?.statement(waited: true)
         try settle()
@@ -82,6 +102,7 @@ final class PostgresSync {
 
     /// Sends `q` and waits for it (and for every write queued before it).
     func exec(_ q: PostgresQuery) throws {
+        if deferring { throw WouldWait() }
         send(q)
         counters?.waited()
         try settle()
@@ -89,14 +110,24 @@ final class PostgresSync {
 
     /// Queues `q`; its outcome is checked at the next read, `exec` or `settle`.
     func send(_ q: PostgresQuery) {
-        pending.append(start(q).map { _ in })
         counters?.statement(waited: false)
+        if deferring {
+            deferred.append { conn, logger in _ = try await Self.start(q, on: conn, logger: logger).get() }
+            return
+        }
+        pending.append(start(q).map { _ in })
     }
 
     /// Queues a prepared statement whose rows nothing needs.
     func send<S: PostgresPreparedStatement>(prepared statement: S) where S.Row == PostgresRow {
-        pending.append(start(statement).map { _ in })
         counters?.statement(waited: false)
+        if deferring {
+            deferred.append { conn, logger in
+                for try await _ in try await conn.execute(statement, logger: logger) {}
+            }
+            return
+        }
+        pending.append(start(statement).map { _ in })
     }
 
     /// Waits for the queued writes; throws the first one's error.
@@ -110,18 +141,6 @@ final class PostgresSync {
             do { try answer.wait() } catch { if first == nil { first = error } }
         }
         if let first { throw first }
-    }
-}
-
-/// Runs tasks on one event loop (a task that only talks to a connection of that loop).
-final class LoopTaskExecutor: TaskExecutor {
-    let loop: any EventLoop
-    init(_ loop: any EventLoop) { self.loop = loop }
-
-    func enqueue(_ job: consuming ExecutorJob) {
-        let job = UnownedJob(job)
-        let executor = asUnownedTaskExecutor()
-        loop.execute { job.runSynchronously(on: executor) }
     }
 }
 
@@ -155,7 +174,8 @@ struct CommitPrefetch: PostgresPreparedStatement {
                coalesce(h.seqs, '{}'), coalesce(h.roles, '{}'), coalesce(h.was, '{}'), coalesce(h.retired, '{}'),
                p.id, p.version, p.conflicts, p.state,
                EXISTS (SELECT 1 FROM items n WHERE n.container_id = c.id AND n.parent_id = $4 AND n.name = $5
-                       AND NOT n.deleted AND n.id <> $2)
+                       AND NOT n.deleted AND n.id <> $2),
+               coalesce(c.watched_until > now(), false)
         FROM containers c
         LEFT JOIN items i ON i.container_id = c.id AND i.id = $2
         LEFT JOIN versions v ON v.container_id = c.id AND v.item_id = $2 AND v.role = 'current'
@@ -168,6 +188,12 @@ struct CommitPrefetch: PostgresPreparedStatement {
         WHERE c.id = $1 FOR UPDATE OF c
         """
     static let bindingDataTypes: [PostgresDataType] = [.int8, .text, .text, .text, .text]
+    /// cursor, seen, the item (id, version, conflicts, state), its current version (seq,
+    /// was_current), its earlier versions (seqs, roles, was_current, retired), the parent (id,
+    /// version, conflicts, state), whether the name is taken, whether a long-poll may wait on the
+    /// container (`PostgresStore.watch`: the commit NOTIFYs only then).
+    typealias Columns = (Int64, Int64, String?, Int64?, Int64?, String?, Int64?, Bool?, [Int64], [String], [Bool], [Int64],
+                         String?, Int64?, Int64?, String?, Bool, Bool)
 
     var container: Int64
     var item: String

@@ -135,6 +135,7 @@ struct Routes: Sendable {
             let since = try Self.intParam(req, "since", default: 0, range: 0...Int64.max)
             let wait = try Self.intParam(req, "wait", default: 0, range: 0...Int64(ProtocolLimits.maxWaitSeconds))
             let limit = Int(try Self.intParam(req, "limit", default: 500, range: 1...Int64(ProtocolLimits.maxPage)))
+            if wait > 0, let feed = self.store as? any CommitFeed { try await feed.watch(c) }
             var page = try await self.store.changes(in: c, since: since, limit: limit)
             if page.changes.isEmpty, wait > 0 {
                 self.metrics.longPolls.increment()

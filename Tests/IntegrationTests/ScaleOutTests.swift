@@ -82,6 +82,38 @@ struct ScaleOutTests {
         }
     }
 
+    /// Commits NOTIFY only containers a long-poll may wait on: commits into a container nobody
+    /// polls wake no instance; a poll makes its container watched before it reads, so the next
+    /// commit there wakes it by NOTIFY.
+    @Test func onlyWatchedContainersAreNotified() async throws {
+        try await Self.withCluster(2) { servers, tokens, _, _ in
+            let a = NimbusClient(baseURL: servers[0].url, token: tokens[0])
+            let b = NimbusClient(baseURL: servers[1].url, token: tokens[1])
+            let quiet = "com.example.quiet", watched = "com.example.watched"
+            _ = try await a.createContainer(quiet)
+            _ = try await a.createContainer(watched)
+            let chunk = try await a.upload(Array("x".utf8))
+            for k in 0..<20 {
+                _ = try await a.commit(quiet, CommitRequest(item: ItemID(UUID()), baseVersion: nil, state: Self.draft("q\(k)", chunk, t: 1)))
+            }
+            let start = try await b.changes(watched, since: 0).cursor
+            let poll = Task { try await b.changes(watched, since: start, wait: 20) }
+            try await Task.sleep(for: .milliseconds(300))  // let the poll park on instance 2
+            _ = try await a.commit(watched, CommitRequest(item: ItemID(UUID()), baseVersion: nil, state: Self.draft("w", chunk, t: 1)))
+            #expect(try await poll.value.changes.count == 1)
+            // One LISTEN connection delivers notifications in commit order: had the 20 commits into
+            // the quiet container sent any, they would have been counted before this one.
+            #expect(try await Self.announcements(b, source: "notification", atLeast: 1) == 1)
+            // A poll on the quiet container watches it from then on: the next commit wakes it.
+            let quietCursor = try await b.changes(quiet, since: 0).cursor
+            let quietPoll = Task { try await b.changes(quiet, since: quietCursor, wait: 20) }
+            try await Task.sleep(for: .milliseconds(300))
+            _ = try await a.commit(quiet, CommitRequest(item: ItemID(UUID()), baseVersion: nil, state: Self.draft("q", chunk, t: 1)))
+            #expect(try await quietPoll.value.changes.count == 1)
+            #expect(try await Self.announcements(b, source: "notification", atLeast: 2) == 2)
+        }
+    }
+
     /// The value of `nimbus_journal_announcements_total{source=...}` on `client`'s instance, waiting
     /// (up to 10 s) for it to reach `atLeast`.
     static func announcements(_ client: NimbusClient, source: String, atLeast: Int) async throws -> Int {
