@@ -72,12 +72,9 @@ public struct NimbusServerApp: Sendable {
     /// With `tls`, HTTPS only (the pair is read again on SIGHUP).
     public func run(host: String, port: Int, tls: ServerTLS? = nil, logger: Logger,
                     onReady: @escaping @Sendable (Int) async -> Void) async throws {
-        let configuration = HTTP1Channel.Configuration(
-            additionalChannelHandlers: [RequestReadDeadline(limit: self.limits.requestReadTimeout)],
-            idleTimeout: TimeAmount(limits.idleTimeout))
-        let http1 = HTTPServerBuilder { responder in
-            LoopBoundHTTP1Channel(base: HTTP1Channel(responder: responder, configuration: configuration))
-        }
+        let http1 = HTTPServerBuilder.http1(configuration: .init(
+            additionalChannelHandlers: [RequestReadDeadline(limit: limits.requestReadTimeout)],
+            idleTimeout: TimeAmount(limits.idleTimeout)))
         let app = Application(
             router: router(),
             server: try tls.map { try .tls(http1, tlsConfiguration: $0.configuration) } ?? http1,

@@ -19,11 +19,13 @@ public final class PostgresStore: ServerStore {
     public let location: PostgresLocation
     let client: PostgresClient
     let runner: Task<Void, Never>
-    /// Threads that run the synchronous commit code; a commit waiting for a container lock blocks
-    /// one, so there are as many as the pool has connections for writes.
+    /// Threads that run synchronous transaction code that reads as it goes (`write(locking:)`, and
+    /// commits that need more than their first statement read); one waiting for a container lock
+    /// blocks one.
     let threads: NIOThreadPool
     let logger: Logger
     let counters = PostgresCounters()
+    let warm = WarmStatements()
     /// What commits and resolves prune (`HistoryRetention`).
     public let history: HistoryRetention
     /// The NOTIFY channel on which commits announce "CONTAINER:CURSOR".
@@ -127,12 +129,13 @@ public final class PostgresStore: ServerStore {
     }
 
     /// `commitTransaction` as a task on the connection's event loop: BEGIN and the prefetch, `body`
-    /// with reads refused (`PostgresSync.deferring`), then its writes and COMMIT, each awaited
-    /// without holding a thread. nil: `body` needed a read; the transaction was rolled back.
+    /// with reads refused (`PostgresSync.deferring`), then its writes with COMMIT right behind them
+    /// (`commitDeferred`), one wait. No thread waits for the database. nil: `body` needed a read;
+    /// the transaction was rolled back.
     private func commitOnLoop(_ container: ContainerRecord, statement: CommitPrefetch,
                               prefetch: @escaping @Sendable (CommitPrefetch.Columns) throws -> PostgresPrefetch?,
                               _ body: @escaping @Sendable (PostgresTransaction) throws -> CommitResponse) async throws -> CommitResponse? {
-        let logger = logger, counters = counters
+        let logger = logger, counters = counters, warm = warm
         return try await client.withConnection { conn in
             try await withTaskExecutorPreference(LoopTaskExecutor(conn.eventLoop)) {
                 func read() async throws -> CommitPrefetch.Columns {
@@ -150,7 +153,7 @@ public final class PostgresStore: ServerStore {
                     try await begun.get()
                     // Another commit went in while this one waited for the lock: read again under it.
                     if columns.0 != columns.1 { columns = try await read() }
-                    let db = PostgresSync(conn: conn, logger: logger, counters: counters, deferring: true)
+                    let db = PostgresSync(conn: conn, logger: logger, counters: counters, deferring: true, warm: warm)
                     let tx = PostgresTransaction(db: db, container: container, cursor: columns.0, prefetched: try prefetch(columns))
                     let response: CommitResponse
                     do {
@@ -160,12 +163,7 @@ public final class PostgresStore: ServerStore {
                         return nil
                     }
                     tx.finish(notify: Self.notification(container, response, watched: columns.17))
-                    for write in db.deferred {
-                        counters.waited()
-                        try await write(conn, logger)
-                    }
-                    counters.statement(waited: true)
-                    _ = try await PostgresSync.start("COMMIT", on: conn, logger: logger).get()
+                    try await db.commitDeferred()
                     return response
                 } catch {
                     _ = try? await PostgresSync.start("ROLLBACK", on: conn, logger: logger).get()

@@ -5,11 +5,15 @@ import NimbusProtocol
 import PostgresNIO
 import Synchronization
 
-/// Blocking queries on one leased connection. `CommitEngine` works over the synchronous
-/// `StoreTransaction`, so a commit runs on a thread of the store's own thread pool (never an event
-/// loop) and waits for answers there; the connection's event loop does the I/O.
+/// Queries on one leased connection for the synchronous `StoreTransaction` code, in two ways:
+/// - on the connection's event loop (`deferring`, `PostgresStore.commitOnLoop`), where nothing may
+///   wait: a read throws `WouldWait` (the commit is rolled back and run again on a pool thread),
+///   and writes are kept in `deferred` and sent with COMMIT when the synchronous part is done
+///   (`commitDeferred`);
+/// - on a thread of the store's own thread pool (never an event loop), which blocks for answers
+///   while the connection's event loop does the I/O.
 ///
-/// Writes whose answer nothing needs (`send`) are queued on the connection without waiting: the
+/// On a pool thread, writes whose answer nothing needs (`send`) are queued on the connection without waiting: the
 /// event loop sends each as soon as the one before is answered, and the thread waits only at the
 /// next read or at COMMIT (`settle`). A failed write aborts the transaction, so the first error
 /// of the queued writes is the one reported, whatever failed after it.
@@ -18,11 +22,6 @@ import Synchronization
 /// the commit's statements costs PostgreSQL more than running them) run only from async code in
 /// PostgresNIO, so a task hands each over. Statements after one of them wait for its answer
 /// (`chain`) and so reach the connection in the order they were made.
-///
-/// A commit that runs on the connection's event loop (`PostgresStore.commitOnLoop`) must never
-/// wait there: its `PostgresSync` is `deferring`, so a read throws `WouldWait` (the commit is
-/// rolled back and run again on a pool thread) and writes are kept in `deferred` for the caller to
-/// send, in order, when the synchronous part is done.
 final class PostgresSync {
     let conn: PostgresConnection
     let logger: Logger
@@ -33,17 +32,23 @@ final class PostgresSync {
     private var chain: EventLoopFuture<Void>?
     /// Writes are kept, reads throw `WouldWait`.
     let deferring: Bool
-    /// The writes kept by a `deferring` transaction, in the order they were made.
-    private(set) var deferred: [@Sendable (PostgresConnection, Logger) async throws -> Void] = []
+    /// The writes kept by a `deferring` transaction, in the order they were made, with the name of
+    /// the prepared statement each runs (nil: a plain query).
+    private(set) var deferred: [Deferred] = []
+    typealias Deferred = (prepared: String?, run: @Sendable (PostgresConnection, Logger) async throws -> Void)
+    /// Which prepared statements ran on which connection (`commitDeferred`).
+    private let warm: WarmStatements?
 
     /// A deferring transaction needed an answer from the database before it could go on.
     struct WouldWait: Error {}
 
-    init(conn: PostgresConnection, logger: Logger, counters: PostgresCounters? = nil, deferring: Bool = false) {
+    init(conn: PostgresConnection, logger: Logger, counters: PostgresCounters? = nil, deferring: Bool = false,
+         warm: WarmStatements? = nil) {
         self.conn = conn
         self.logger = logger
         self.counters = counters
         self.deferring = deferring
+        self.warm = warm
     }
 
     /// Sends `q` now (written before the caller's next wait, in the order of the calls).
@@ -112,7 +117,7 @@ final class PostgresSync {
     func send(_ q: PostgresQuery) {
         counters?.statement(waited: false)
         if deferring {
-            deferred.append { conn, logger in _ = try await Self.start(q, on: conn, logger: logger).get() }
+            deferred.append((nil, { conn, logger in _ = try await Self.start(q, on: conn, logger: logger).get() }))
             return
         }
         pending.append(start(q).map { _ in })
@@ -122,12 +127,60 @@ final class PostgresSync {
     func send<S: PostgresPreparedStatement>(prepared statement: S) where S.Row == PostgresRow {
         counters?.statement(waited: false)
         if deferring {
-            deferred.append { conn, logger in
+            deferred.append((S.name, { conn, logger in
                 for try await _ in try await conn.execute(statement, logger: logger) {}
-            }
+            }))
             return
         }
         pending.append(start(statement).map { _ in })
+    }
+
+    /// Sends the kept writes and COMMIT, then awaits them: one wait for the whole tail of the
+    /// transaction when every prepared statement among them already ran on this connection
+    /// (`warm`), else one per statement. Called from a task on the connection's event loop. Throws
+    /// the first write's error: the transaction was then rolled back, whatever COMMIT answered.
+    ///
+    /// Together, each statement is written by a task of its own, all started here in order on the
+    /// connection's loop: the loop runs its jobs in the order they came, and each task writes its
+    /// statement in its first job, so the statements reach the connection in order. Not so for a
+    /// prepared statement's first run on a connection: PostgresNIO parses it first and holds its
+    /// execution until PostgreSQL answered, letting what was sent after it overtake it, so then
+    /// every statement waits for the one before.
+    func commitDeferred() async throws {
+        let commit: Deferred = (nil, { conn, logger in _ = try await Self.start("COMMIT", on: conn, logger: logger).get() })
+        let statements = deferred + [commit]
+        deferred = []
+        counters?.statement(waited: false)
+        let conn = conn, logger = logger
+        let prepared = statements.compactMap(\.prepared)
+        guard let warm, warm.contains(prepared, on: conn.id) else {
+            for statement in statements {
+                counters?.waited()
+                try await statement.run(conn, logger)
+            }
+            warm?.insert(prepared, on: conn.id)
+            return
+        }
+        counters?.waited()
+        let executor = LoopTaskExecutor(conn.eventLoop)
+        let answers = statements.map { statement in
+            let promise = conn.eventLoop.makePromise(of: Void.self)
+            let run = statement.run
+            Task(executorPreference: executor) {
+                do {
+                    try await run(conn, logger)
+                    promise.succeed()
+                } catch {
+                    promise.fail(error)
+                }
+            }
+            return promise.futureResult
+        }
+        var first: (any Error)?
+        for answer in answers {
+            do { try await answer.get() } catch { if first == nil { first = error } }
+        }
+        if let first { throw first }
     }
 
     /// Waits for the queued writes; throws the first one's error.
@@ -141,6 +194,24 @@ final class PostgresSync {
             do { try answer.wait() } catch { if first == nil { first = error } }
         }
         if let first { throw first }
+    }
+}
+
+/// The prepared statements that ran to completion on each connection (by the pool's connection id,
+/// never reused): PostgresNIO has them prepared there, and executes them as soon as they are sent.
+final class WarmStatements: Sendable {
+    private let seen = Mutex<Set<String>>([])
+
+    func contains(_ names: [String], on connection: Int) -> Bool {
+        seen.withLock { s in names.allSatisfy { s.contains("\(connection) \($0)") } }
+    }
+
+    func insert(_ names: [String], on connection: Int) {
+        seen.withLock { s in
+            // Connections come and go; forgetting them all costs one unpipelined commit each.
+            if s.count > 10_000 { s.removeAll() }
+            for n in names { s.insert("\(connection) \(n)") }
+        }
     }
 }
 

@@ -6,7 +6,9 @@ import PostgresNIO
 import Testing
 
 /// `PostgresSync` hands prepared statements to a task; what is sent after one must still reach the
-/// connection after it, or a commit's COMMIT could overtake its writes.
+/// connection after it, or a commit's COMMIT could overtake its writes. On the event loop
+/// (`deferring`), the kept writes and COMMIT go out together, and a write that failed must be
+/// reported even though COMMIT then answers with a silent rollback.
 @Suite(.enabled(if: PostgresScratch.available, "NIMBUS_TEST_POSTGRES is unset; scripts/test starts PostgreSQL and sets it"))
 struct PostgresSyncTests {
     struct InsertStep: PostgresPreparedStatement {
@@ -21,6 +23,8 @@ struct PostgresSyncTests {
         func decodeRow(_ row: PostgresRow) throws -> PostgresRow { row }
     }
 
+    static let table: PostgresQuery = "CREATE TABLE steps(id bigserial PRIMARY KEY, round bigint, kind text CHECK (kind <> 'bad'), tx bigint)"
+
     @Test func statementsAfterAPreparedOneKeepTheirOrder() async throws {
         try await PostgresScratch.withDatabase { location in
             let logger = Logger(label: "test")
@@ -28,7 +32,7 @@ struct PostgresSyncTests {
             do {
                 try await NIOThreadPool.singleton.runIfActive {
                     let db = PostgresSync(conn: conn, logger: logger)
-                    try db.exec("CREATE TABLE steps(id bigserial PRIMARY KEY, round bigint, kind text, tx bigint)")
+                    try db.exec(Self.table)
                     for round in Int64(0)..<100 {
                         db.send("BEGIN")
                         db.send(prepared: InsertStep(round: round))
@@ -42,6 +46,56 @@ struct PostgresSyncTests {
                     // In each round: the prepared row, the plain one, the prepared one again, in
                     // that order and in one transaction (COMMIT came last).
                     let rows = try db.rows("SELECT round, kind, tx FROM steps ORDER BY id").map { try $0.decode((Int64, String, Int64).self) }
+                    #expect(rows.count == 300)
+                    for round in Int64(0)..<100 {
+                        let mine = rows.filter { $0.0 == round }
+                        #expect(mine.map(\.1) == ["prepared", "plain", "prepared"], "round \(round): \(mine.map(\.1))")
+                        #expect(Set(mine.map(\.2)).count == 1, "round \(round) ran in \(Set(mine.map(\.2)).count) transactions")
+                    }
+                }
+            } catch {
+                try? await conn.close()
+                throw error
+            }
+            try await conn.close()
+        }
+    }
+
+    @Test func keptWritesAndCommitReachTheConnectionInOrder() async throws {
+        try await PostgresScratch.withDatabase { location in
+            let logger = Logger(label: "test")
+            let conn = try await PostgresConnection.connect(configuration: location.connectionConfiguration, id: 1, logger: logger)
+            do {
+                try await withTaskExecutorPreference(LoopTaskExecutor(conn.eventLoop)) {
+                    _ = try await PostgresSync.start(Self.table, on: conn, logger: logger).get()
+                    let warm = WarmStatements(), counters = PostgresCounters()
+                    for round in Int64(0)..<100 {
+                        let db = PostgresSync(conn: conn, logger: logger, counters: counters, deferring: true, warm: warm)
+                        _ = try await PostgresSync.start("BEGIN", on: conn, logger: logger).get()
+                        #expect(throws: PostgresSync.WouldWait.self) { _ = try db.rows("SELECT 1") }
+                        db.send(prepared: InsertStep(round: round))
+                        db.send("INSERT INTO steps(round, kind, tx) VALUES (\(round), 'plain', txid_current())")
+                        db.send(prepared: InsertStep(round: round))
+                        try await db.commitDeferred()
+                    }
+                    // The first round waited for each statement (the prepared one was new on the
+                    // connection), every later one once for all of them.
+                    #expect(counters.waitsForAnswers == 4 + 99)
+                    // A write that fails: reported, and nothing of its transaction stays.
+                    let db = PostgresSync(conn: conn, logger: logger, deferring: true, warm: warm)
+                    _ = try await PostgresSync.start("BEGIN", on: conn, logger: logger).get()
+                    db.send(prepared: InsertStep(round: 100))
+                    db.send("INSERT INTO steps(round, kind, tx) VALUES (100, 'bad', txid_current())")
+                    db.send(prepared: InsertStep(round: 100))
+                    do {
+                        try await db.commitDeferred()
+                        Issue.record("a failed write was not reported")
+                    } catch let error as PSQLError {
+                        #expect(error.serverInfo?[.sqlState] == "23514", "\(error)")
+                    }
+                    // In each round: the three rows in order, in one transaction (COMMIT came last).
+                    let rows = try await PostgresSync.start("SELECT round, kind, tx FROM steps ORDER BY id", on: conn, logger: logger).get()
+                        .rows.map { try $0.decode((Int64, String, Int64).self) }
                     #expect(rows.count == 300)
                     for round in Int64(0)..<100 {
                         let mine = rows.filter { $0.0 == round }
