@@ -13,6 +13,13 @@ public struct PostgresLocation: Sendable, CustomStringConvertible {
     public var password: String?
     public var database: String
     public var tls: PostgresTLS
+    /// How long a statement waits for a lock before it fails (`lock_timeout`): a container row held
+    /// by a stuck instance costs devices a retryable error, not a request that never ends.
+    public var lockTimeout: Duration = .seconds(30)
+    /// How long PostgreSQL keeps a session that sits idle inside a transaction before it ends it and
+    /// releases its locks (`idle_in_transaction_session_timeout`): an instance that stopped (paused,
+    /// cut off, hung) mid-commit holds its container's lock for at most this long.
+    public var idleInTransactionTimeout: Duration = .seconds(60)
 
     public init(host: String, port: Int = 5432, username: String, password: String?, database: String, tls: PostgresTLS = .disable) {
         self.host = host
@@ -73,6 +80,7 @@ public struct PostgresLocation: Sendable, CustomStringConvertible {
         c.options.maximumConnections = 24
         c.options.connectTimeout = .seconds(10)
         c.options.tlsServerName = tlsServerName
+        c.options.additionalStartupParameters = sessionParameters
         return c
     }
 
@@ -80,7 +88,14 @@ public struct PostgresLocation: Sendable, CustomStringConvertible {
         var c = PostgresConnection.Configuration(host: host, port: port, username: username, password: password, database: database, tls: tls.connection)
         c.options.connectTimeout = .seconds(10)
         c.options.tlsServerName = tlsServerName
+        c.options.additionalStartupParameters = sessionParameters
         return c
+    }
+
+    /// Set on every connection as it starts.
+    var sessionParameters: [(String, String)] {
+        func ms(_ d: Duration) -> String { "\(max(1, d.components.seconds * 1000 + d.components.attoseconds / 1_000_000_000_000_000))ms" }
+        return [("lock_timeout", ms(lockTimeout)), ("idle_in_transaction_session_timeout", ms(idleInTransactionTimeout))]
     }
 
     /// The name the server's certificate must carry under verify-full (and that SNI sends): the

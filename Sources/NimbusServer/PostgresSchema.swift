@@ -148,6 +148,8 @@ enum PostgresSchema {
     static func migrate(_ conn: PostgresConnection, logger: Logger) async throws -> [Int64] {
         _ = try await conn.query("BEGIN", logger: logger)
         do {
+            // An instance starting while another migrates waits for it however long it takes.
+            _ = try await conn.query("SET LOCAL lock_timeout = 0", logger: logger)
             _ = try await conn.query("SELECT pg_advisory_xact_lock(\(migrationLock))", logger: logger)
             _ = try await conn.query("""
                 CREATE TABLE IF NOT EXISTS schema_migrations (

@@ -255,7 +255,10 @@ public final class PostgresStore: ServerStore {
     }
 
     static func unavailable(_ error: PSQLError) -> APIError {
-        APIError(.unavailable, "the metadata database failed: \(error.serverInfo?[.message] ?? String(describing: error.code)); retry later")
+        if error.serverInfo?[.sqlState] == "55P03" {
+            return APIError(.unavailable, "the metadata database waited too long for a lock another connection holds (a stuck instance or transaction; PostgreSQL ends one idle in its transaction); retry later")
+        }
+        return APIError(.unavailable, "the metadata database failed: \(error.serverInfo?[.message] ?? String(describing: error.code)); retry later")
     }
 
     /// Runs a read-only statement on a pooled connection and collects its rows.

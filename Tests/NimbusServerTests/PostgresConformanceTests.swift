@@ -1,8 +1,10 @@
 import Foundation
 import NimbusCore
 import NimbusProtocol
-import NimbusServer
+@testable import NimbusServer
 import NimbusTesting
+import PostgresNIO
+import Logging
 import Testing
 
 /// The store conformance suite on the PostgreSQL engine, each case on a fresh database.
@@ -24,6 +26,57 @@ struct PostgresConformanceTests {
             let found = try await second.device(tokenHash: String(repeating: "a", count: 64))
             await second.shutdown()
             #expect(found == device)
+        }
+    }
+
+    /// A stuck instance (paused, cut off) that locked a container's row mid-commit and went quiet:
+    /// commits into that container fail within the lock timeout with a retryable error instead of
+    /// waiting for ever, and PostgreSQL ends the stuck session after the idle-in-transaction
+    /// timeout, which releases the lock; commits go through again.
+    @Test func aLockHeldByAStuckSessionFailsCommitsQuicklyUntilTheServerEndsIt() async throws {
+        try await PostgresScratch.withDatabase { base in
+            var location = base
+            location.lockTimeout = .milliseconds(500)
+            location.idleInTransactionTimeout = .seconds(3)
+            let store = try await PostgresStore.open(location)
+            do {
+                let device = try await store.addDevice(account: "alice", deviceName: "laptop", tokenHash: String(repeating: "c", count: 64))
+                guard let container = try await store.container(account: device.accountID, name: "docs", create: true) else {
+                    Issue.record("no container"); await store.shutdown(); return
+                }
+                func commit(_ name: String) async throws -> CommitResponse {
+                    try await store.commit(CommitRequest(item: ItemID(UUID()), baseVersion: nil, state: ItemDraft(
+                        kind: .file, parent: .root, name: ItemName(trusted: name), mode: 0o644, modified: 1)), in: container, by: device, now: 1)
+                }
+                _ = try await commit("before")
+                let logger = Logger(label: "test")
+                let stuck = try await PostgresConnection.connect(configuration: location.connectionConfiguration, id: 99, logger: logger)
+                _ = try await stuck.query("BEGIN", logger: logger)
+                _ = try await stuck.query("SELECT cursor FROM containers WHERE id = \(container.id) FOR UPDATE", logger: logger)
+                let started = ContinuousClock.now
+                do {
+                    _ = try await commit("while stuck")
+                    Issue.record("a commit went through while another session held the container's lock")
+                } catch let error as APIError {
+                    #expect(error.code == .unavailable, "\(error)")
+                    #expect(error.message.contains("lock"), "\(error)")
+                }
+                // Not a second per retry: the lock timeout once, then the answer (bound generously
+                // for a loaded machine; without the timeout this would not return at all).
+                #expect(ContinuousClock.now - started < .seconds(20))
+                // PostgreSQL ends the stuck session once it sat idle in its transaction too long.
+                let deadline = ContinuousClock.now + .seconds(20)
+                while !stuck.isClosed, ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(100)) }
+                #expect(stuck.isClosed, "the stuck session is still open")
+                try? await stuck.close()
+                let after = try await commit("after")
+                #expect(after.outcome == .applied)
+                #expect(try await store.consistencyProblems().isEmpty)
+                await store.shutdown()
+            } catch {
+                await store.shutdown()
+                throw error
+            }
         }
     }
 
