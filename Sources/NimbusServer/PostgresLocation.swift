@@ -20,6 +20,10 @@ public struct PostgresLocation: Sendable, CustomStringConvertible {
     /// releases its locks (`idle_in_transaction_session_timeout`): an instance that stopped (paused,
     /// cut off, hung) mid-commit holds its container's lock for at most this long.
     public var idleInTransactionTimeout: Duration = .seconds(60)
+    /// How long a transaction of this process waits for PostgreSQL's answers in all before its
+    /// connection is closed and it fails (`unavailable`): longer than `lockTimeout`, so a lock wait
+    /// gets its own error first.
+    public var answerTimeout: Duration = .seconds(60)
 
     public init(host: String, port: Int = 5432, username: String, password: String?, database: String, tls: PostgresTLS = .disable) {
         self.host = host

@@ -137,6 +137,7 @@ public final class PostgresStore: ServerStore {
                               _ body: @escaping @Sendable (PostgresTransaction) throws -> CommitResponse) async throws -> CommitResponse? {
         let logger = logger, counters = counters, warm = warm
         return try await client.withConnection { conn in
+            try await self.answered(on: conn) {
             try await withTaskExecutorPreference(LoopTaskExecutor(conn.eventLoop)) {
                 func read() async throws -> CommitPrefetch.Columns {
                     counters.statement(waited: true)
@@ -169,6 +170,7 @@ public final class PostgresStore: ServerStore {
                     _ = try? await PostgresSync.start("ROLLBACK", on: conn, logger: logger).get()
                     throw error
                 }
+            }
             }
         }
     }
@@ -215,20 +217,43 @@ public final class PostgresStore: ServerStore {
     private func transaction<R: Sendable>(_ body: @escaping @Sendable (PostgresSync) throws -> R) async throws -> R {
         try await retrying {
             try await self.client.withConnection { conn in
-                try await self.threads.runIfActive {
-                    let db = PostgresSync(conn: conn, logger: self.logger, counters: self.counters)
-                    db.send("BEGIN")
-                    do {
-                        let result = try body(db)
-                        try db.exec("COMMIT")
-                        return result
-                    } catch {
-                        try? db.settle()
-                        try? db.exec("ROLLBACK")
-                        throw error
+                try await self.answered(on: conn) {
+                    try await self.threads.runIfActive {
+                        let db = PostgresSync(conn: conn, logger: self.logger, counters: self.counters)
+                        db.send("BEGIN")
+                        do {
+                            let result = try body(db)
+                            try db.exec("COMMIT")
+                            return result
+                        } catch {
+                            try? db.settle()
+                            try? db.exec("ROLLBACK")
+                            throw error
+                        }
                     }
                 }
             }
+        }
+    }
+
+    /// Runs `body`, a transaction on `conn`, within `location.answerTimeout`: past it the connection
+    /// is closed, which fails every wait on it, so a database that stops answering without closing
+    /// (a network cut with no reset, a stopped server) costs a commit an error, not a request that
+    /// never ends.
+    private func answered<R: Sendable>(on conn: PostgresConnection, _ body: () async throws -> R) async throws -> R {
+        let timedOut = DeadlineFlag()
+        let limit = location.answerTimeout
+        let deadline = conn.eventLoop.scheduleTask(in: TimeAmount(limit)) {
+            timedOut.raise()
+            let closed: EventLoopFuture<Void> = conn.close()
+            closed.whenComplete { _ in }
+        }
+        defer { deadline.cancel() }
+        do {
+            return try await body()
+        } catch {
+            guard timedOut.isRaised else { throw error }
+            throw APIError(.unavailable, "the metadata database did not answer within \(limit) (its connection was closed); retry later")
         }
     }
 
@@ -409,4 +434,11 @@ public final class PostgresStore: ServerStore {
         guard let itemID = ItemID(id) else { throw APIError(.internal, "corrupt item id \(id) in the database") }
         return StoredItem(id: itemID, version: version, conflicts: Int(conflicts), state: try Codec.decodeState(state))
     }
+}
+
+/// Set once a deadline fired.
+final class DeadlineFlag: Sendable {
+    private let raised = Atomic<Bool>(false)
+    func raise() { raised.store(true, ordering: .relaxed) }
+    var isRaised: Bool { raised.load(ordering: .relaxed) }
 }

@@ -7,6 +7,10 @@ import PostgresNIO
 import Logging
 import Testing
 
+#if canImport(Glibc)
+import Glibc
+#endif
+
 /// The store conformance suite on the PostgreSQL engine, each case on a fresh database.
 /// Skipped (loudly) when NIMBUS_TEST_POSTGRES is unset; scripts/test always sets it.
 @Suite(.enabled(if: PostgresScratch.available, "NIMBUS_TEST_POSTGRES is unset; scripts/test starts PostgreSQL and sets it"))
@@ -74,6 +78,54 @@ struct PostgresConformanceTests {
                 #expect(try await store.consistencyProblems().isEmpty)
                 await store.shutdown()
             } catch {
+                await store.shutdown()
+                throw error
+            }
+        }
+    }
+
+    /// PostgreSQL stops answering without closing (its processes stopped: what a cut network with
+    /// no reset looks like): a commit fails after the answer timeout with `unavailable` instead of
+    /// waiting for ever, and once the database answers again, commits go through.
+    @Test func aDatabaseThatStopsAnsweringFailsACommitAfterTheAnswerTimeout() async throws {
+        try await PostgresScratch.withDatabase { base in
+            var location = base
+            location.answerTimeout = .seconds(2)
+            let store = try await PostgresStore.open(location)
+            var stopped: [Int32] = []
+            do {
+                let device = try await store.addDevice(account: "alice", deviceName: "laptop", tokenHash: String(repeating: "d", count: 64))
+                guard let container = try await store.container(account: device.accountID, name: "docs", create: true) else {
+                    Issue.record("no container"); await store.shutdown(); return
+                }
+                func commit(_ name: String) async throws -> CommitResponse {
+                    try await store.commit(CommitRequest(item: ItemID(UUID()), baseVersion: nil, state: ItemDraft(
+                        kind: .file, parent: .root, name: ItemName(trusted: name), mode: 0o644, modified: 1)), in: container, by: device, now: 1)
+                }
+                _ = try await commit("before")
+                // The server processes of this database's connections (the store's pool).
+                stopped = try await PostgresStore.execute(
+                    "SELECT pid::text FROM pg_stat_activity WHERE datname = '\(location.database)'", on: try PostgresScratch.admin())
+                    .compactMap { $0.flatMap { Int32($0) } }
+                #expect(!stopped.isEmpty)
+                for pid in stopped { kill(pid, SIGSTOP) }
+                let started = ContinuousClock.now
+                do {
+                    _ = try await commit("while stopped")
+                    Issue.record("a commit went through while the database answered nothing")
+                } catch let error as APIError {
+                    #expect(error.code == .unavailable, "\(error)")
+                    #expect(error.message.contains("did not answer"), "\(error)")
+                }
+                #expect(ContinuousClock.now - started < .seconds(20))
+                for pid in stopped { kill(pid, SIGCONT) }
+                stopped = []
+                let after = try await commit("after")
+                #expect(after.outcome == .applied)
+                #expect(try await store.consistencyProblems().isEmpty)
+                await store.shutdown()
+            } catch {
+                for pid in stopped { kill(pid, SIGCONT) }
                 await store.shutdown()
                 throw error
             }
