@@ -141,6 +141,7 @@ public final class PostgresStore: ServerStore {
             try await withTaskExecutorPreference(LoopTaskExecutor(conn.eventLoop)) {
                 func read() async throws -> CommitPrefetch.Columns {
                     counters.statement(waited: true)
+                    guard !conn.isClosed else { throw PostgresSync.closed }
                     var rows: [PostgresRow] = []
                     for try await row in try await conn.execute(statement, logger: logger) { rows.append(row) }
                     guard let row = rows.first else { throw APIError.containerNotFound(container.name) }
@@ -236,7 +237,7 @@ public final class PostgresStore: ServerStore {
         }
     }
 
-    /// Runs `body`, a transaction on `conn`, within `location.answerTimeout`: past it the connection
+    /// Runs `body`, statements on `conn`, within `location.answerTimeout`: past it the connection
     /// is closed, which fails every wait on it, so a database that stops answering without closing
     /// (a network cut with no reset, a stopped server) costs a commit an error, not a request that
     /// never ends.
@@ -286,12 +287,14 @@ public final class PostgresStore: ServerStore {
         return APIError(.unavailable, "the metadata database failed: \(error.serverInfo?[.message] ?? String(describing: error.code)); retry later")
     }
 
-    /// Runs a read-only statement on a pooled connection and collects its rows.
+    /// Runs one statement on a pooled connection and collects its rows, within `answerTimeout`.
     func read(_ q: PostgresQuery) async throws -> [PostgresRow] {
         do {
-            var out: [PostgresRow] = []
-            for try await row in try await client.query(q, logger: logger) { out.append(row) }
-            return out
+            return try await client.withConnection { conn in
+                try await self.answered(on: conn) {
+                    try await PostgresSync.start(q, on: conn, logger: self.logger).get().rows
+                }
+            }
         } catch let error as PSQLError {
             throw Self.unavailable(error)
         }

@@ -53,14 +53,23 @@ final class PostgresSync {
 
     /// Sends `q` now (written before the caller's next wait, in the order of the calls).
     static func start(_ q: PostgresQuery, on conn: PostgresConnection, logger: Logger) -> EventLoopFuture<PostgresQueryResult> {
-        conn.query(q, logger: logger)
+        let loop = conn.eventLoop
+        // Checked on the connection's loop, where it closes: a statement written to a closed
+        // connection is dropped without an answer, and would be waited for for ever.
+        func send() -> EventLoopFuture<PostgresQueryResult> {
+            conn.isClosed ? loop.makeFailedFuture(closed) : conn.query(q, logger: logger)
+        }
+        return loop.inEventLoop ? send() : loop.flatSubmit(send)
     }
+
+    /// What a statement for a connection that closed meanwhile fails with.
+    static let closed = APIError(.unavailable, "the connection to the metadata database closed; retry later")
 
     /// `q`'s answer, sent now or after the chain.
     private func start(_ q: PostgresQuery) -> EventLoopFuture<PostgresQueryResult> {
         let conn = conn, logger = logger
-        guard let chain else { return conn.query(q, logger: logger) }
-        let answer = chain.flatMap { conn.query(q, logger: logger) }
+        guard let chain else { return Self.start(q, on: conn, logger: logger) }
+        let answer = chain.flatMap { Self.start(q, on: conn, logger: logger) }
         self.chain = answer.map { _ in }
         return answer
     }
@@ -74,6 +83,7 @@ final class PostgresSync {
             // there, with no thread between them and the connection.
             Task(executorPreference: LoopTaskExecutor(conn.eventLoop)) {
                 do {
+                    guard !conn.isClosed else { throw Self.closed }
                     var out: [PostgresRow] = []
                     for try await row in try await conn.execute(statement, logger: logger) { out.append(row) }
                     promise.succeed(out)
@@ -128,6 +138,7 @@ final class PostgresSync {
         counters?.statement(waited: false)
         if deferring {
             deferred.append((S.name, { conn, logger in
+                guard !conn.isClosed else { throw Self.closed }
                 for try await _ in try await conn.execute(statement, logger: logger) {}
             }))
             return

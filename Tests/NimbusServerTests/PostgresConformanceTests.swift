@@ -85,8 +85,8 @@ struct PostgresConformanceTests {
     }
 
     /// PostgreSQL stops answering without closing (its processes stopped: what a cut network with
-    /// no reset looks like): a commit fails after the answer timeout with `unavailable` instead of
-    /// waiting for ever, and once the database answers again, commits go through.
+    /// no reset looks like): a commit and a read fail after the answer timeout with `unavailable`
+    /// instead of waiting for ever, and once the database answers again, commits go through.
     @Test func aDatabaseThatStopsAnsweringFailsACommitAfterTheAnswerTimeout() async throws {
         try await PostgresScratch.withDatabase { base in
             var location = base
@@ -103,6 +103,12 @@ struct PostgresConformanceTests {
                         kind: .file, parent: .root, name: ItemName(trusted: name), mode: 0o644, modified: 1)), in: container, by: device, now: 1)
                 }
                 _ = try await commit("before")
+                // Several connections in the pool: the commit below and the read after it each
+                // take one of those (then stopped), not a new one.
+                try await withThrowingTaskGroup(of: Void.self) { group in
+                    for _ in 0..<8 { group.addTask { _ = try await store.cursor(of: container) } }
+                    try await group.waitForAll()
+                }
                 // The server processes of this database's connections (the store's pool).
                 stopped = try await PostgresStore.execute(
                     "SELECT pid::text FROM pg_stat_activity WHERE datname = '\(location.database)'", on: try PostgresScratch.admin())
@@ -118,6 +124,13 @@ struct PostgresConformanceTests {
                     #expect(error.message.contains("did not answer"), "\(error)")
                 }
                 #expect(ContinuousClock.now - started < .seconds(20))
+                // A read on another of the stopped connections fails the same way.
+                do {
+                    _ = try await store.cursor(of: container)
+                    Issue.record("a read was answered while the database answered nothing")
+                } catch let error as APIError {
+                    #expect(error.code == .unavailable && error.message.contains("did not answer"), "\(error)")
+                }
                 for pid in stopped { kill(pid, SIGCONT) }
                 stopped = []
                 let after = try await commit("after")
