@@ -33,49 +33,24 @@ struct PostgresConformanceTests {
         }
     }
 
-    /// A stuck instance (paused, cut off) that locked a container's row mid-commit and went quiet:
-    /// commits into that container fail within the lock timeout with a retryable error instead of
-    /// waiting for ever, and PostgreSQL ends the stuck session after the idle-in-transaction
-    /// timeout, which releases the lock; commits go through again.
-    @Test func aLockHeldByAStuckSessionFailsCommitsQuicklyUntilTheServerEndsIt() async throws {
+    /// A store on a fresh database at `adjust(location)`, with one device and container; `commit(name)`
+    /// commits a new file into it. The store is shut down after `body`, also when it throws.
+    static func withContainer(_ adjust: @Sendable (inout PostgresLocation) -> Void,
+                              _ body: @Sendable (PostgresLocation, PostgresStore, ContainerRecord,
+                                                 _ commit: @Sendable (String) async throws -> CommitResponse) async throws -> Void) async throws {
         try await PostgresScratch.withDatabase { base in
             var location = base
-            location.lockTimeout = .milliseconds(500)
-            location.idleInTransactionTimeout = .seconds(3)
+            adjust(&location)
             let store = try await PostgresStore.open(location)
             do {
                 let device = try await store.addDevice(account: "alice", deviceName: "laptop", tokenHash: String(repeating: "c", count: 64))
                 guard let container = try await store.container(account: device.accountID, name: "docs", create: true) else {
-                    Issue.record("no container"); await store.shutdown(); return
+                    throw FixtureError("no container")
                 }
-                func commit(_ name: String) async throws -> CommitResponse {
+                try await body(location, store, container) { name in
                     try await store.commit(CommitRequest(item: ItemID(UUID()), baseVersion: nil, state: ItemDraft(
                         kind: .file, parent: .root, name: ItemName(trusted: name), mode: 0o644, modified: 1)), in: container, by: device, now: 1)
                 }
-                _ = try await commit("before")
-                let logger = Logger(label: "test")
-                let stuck = try await PostgresConnection.connect(configuration: location.connectionConfiguration, id: 99, logger: logger)
-                _ = try await stuck.query("BEGIN", logger: logger)
-                _ = try await stuck.query("SELECT cursor FROM containers WHERE id = \(container.id) FOR UPDATE", logger: logger)
-                let started = ContinuousClock.now
-                do {
-                    _ = try await commit("while stuck")
-                    Issue.record("a commit went through while another session held the container's lock")
-                } catch let error as APIError {
-                    #expect(error.code == .unavailable, "\(error)")
-                    #expect(error.message.contains("lock"), "\(error)")
-                }
-                // Not a second per retry: the lock timeout once, then the answer (bound generously
-                // for a loaded machine; without the timeout this would not return at all).
-                #expect(ContinuousClock.now - started < .seconds(20))
-                // PostgreSQL ends the stuck session once it sat idle in its transaction too long.
-                let deadline = ContinuousClock.now + .seconds(20)
-                while !stuck.isClosed, ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(100)) }
-                #expect(stuck.isClosed, "the stuck session is still open")
-                try? await stuck.close()
-                let after = try await commit("after")
-                #expect(after.outcome == .applied)
-                #expect(try await store.consistencyProblems().isEmpty)
                 await store.shutdown()
             } catch {
                 await store.shutdown()
@@ -84,37 +59,58 @@ struct PostgresConformanceTests {
         }
     }
 
+    /// A stuck instance (paused, cut off) that locked a container's row mid-commit and went quiet:
+    /// commits into that container fail within the lock timeout with a retryable error instead of
+    /// waiting for ever, and PostgreSQL ends the stuck session after the idle-in-transaction
+    /// timeout, which releases the lock; commits go through again.
+    @Test func aLockHeldByAStuckSessionFailsCommitsQuicklyUntilTheServerEndsIt() async throws {
+        try await Self.withContainer({ $0.lockTimeout = .milliseconds(500); $0.idleInTransactionTimeout = .seconds(3) }) { location, store, container, commit in
+            _ = try await commit("before")
+            let logger = Logger(label: "test")
+            let stuck = try await PostgresConnection.connect(configuration: location.connectionConfiguration, id: 99, logger: logger)
+            _ = try await stuck.query("BEGIN", logger: logger)
+            _ = try await stuck.query("SELECT cursor FROM containers WHERE id = \(container.id) FOR UPDATE", logger: logger)
+            let started = ContinuousClock.now
+            do {
+                _ = try await commit("while stuck")
+                Issue.record("a commit went through while another session held the container's lock")
+            } catch let error as APIError {
+                #expect(error.code == .unavailable, "\(error)")
+                #expect(error.message.contains("lock"), "\(error)")
+            }
+            // The lock timeout once, then the answer (bound generously for a loaded machine;
+            // without the timeout this would not return at all).
+            #expect(ContinuousClock.now - started < .seconds(20))
+            // PostgreSQL ends the stuck session once it sat idle in its transaction too long.
+            let deadline = ContinuousClock.now + .seconds(20)
+            while !stuck.isClosed, ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(100)) }
+            #expect(stuck.isClosed, "the stuck session is still open")
+            try? await stuck.close()
+            let after = try await commit("after")
+            #expect(after.outcome == .applied)
+            #expect(try await store.consistencyProblems().isEmpty)
+        }
+    }
+
     /// PostgreSQL stops answering without closing (its processes stopped: what a cut network with
     /// no reset looks like): a commit and a read fail after the answer timeout with `unavailable`
     /// instead of waiting for ever, and once the database answers again, commits go through.
     @Test func aDatabaseThatStopsAnsweringFailsACommitAfterTheAnswerTimeout() async throws {
-        try await PostgresScratch.withDatabase { base in
-            var location = base
-            location.answerTimeout = .seconds(2)
-            let store = try await PostgresStore.open(location)
-            var stopped: [Int32] = []
+        try await Self.withContainer({ $0.answerTimeout = .seconds(2) }) { location, store, container, commit in
+            _ = try await commit("before")
+            // Several connections in the pool: the commit below and the read after it each
+            // take one of those (then stopped), not a new one.
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                for _ in 0..<8 { group.addTask { _ = try await store.cursor(of: container) } }
+                try await group.waitForAll()
+            }
+            // The server processes of this database's connections (the store's pool).
+            let stopped = try await PostgresStore.execute(
+                "SELECT pid::text FROM pg_stat_activity WHERE datname = '\(location.database)'", on: try PostgresScratch.admin())
+                .compactMap { $0.flatMap { Int32($0) } }
+            #expect(!stopped.isEmpty)
+            for pid in stopped { kill(pid, SIGSTOP) }
             do {
-                let device = try await store.addDevice(account: "alice", deviceName: "laptop", tokenHash: String(repeating: "d", count: 64))
-                guard let container = try await store.container(account: device.accountID, name: "docs", create: true) else {
-                    Issue.record("no container"); await store.shutdown(); return
-                }
-                func commit(_ name: String) async throws -> CommitResponse {
-                    try await store.commit(CommitRequest(item: ItemID(UUID()), baseVersion: nil, state: ItemDraft(
-                        kind: .file, parent: .root, name: ItemName(trusted: name), mode: 0o644, modified: 1)), in: container, by: device, now: 1)
-                }
-                _ = try await commit("before")
-                // Several connections in the pool: the commit below and the read after it each
-                // take one of those (then stopped), not a new one.
-                try await withThrowingTaskGroup(of: Void.self) { group in
-                    for _ in 0..<8 { group.addTask { _ = try await store.cursor(of: container) } }
-                    try await group.waitForAll()
-                }
-                // The server processes of this database's connections (the store's pool).
-                stopped = try await PostgresStore.execute(
-                    "SELECT pid::text FROM pg_stat_activity WHERE datname = '\(location.database)'", on: try PostgresScratch.admin())
-                    .compactMap { $0.flatMap { Int32($0) } }
-                #expect(!stopped.isEmpty)
-                for pid in stopped { kill(pid, SIGSTOP) }
                 let started = ContinuousClock.now
                 do {
                     _ = try await commit("while stopped")
@@ -131,17 +127,14 @@ struct PostgresConformanceTests {
                 } catch let error as APIError {
                     #expect(error.code == .unavailable && error.message.contains("did not answer"), "\(error)")
                 }
-                for pid in stopped { kill(pid, SIGCONT) }
-                stopped = []
-                let after = try await commit("after")
-                #expect(after.outcome == .applied)
-                #expect(try await store.consistencyProblems().isEmpty)
-                await store.shutdown()
             } catch {
                 for pid in stopped { kill(pid, SIGCONT) }
-                await store.shutdown()
                 throw error
             }
+            for pid in stopped { kill(pid, SIGCONT) }
+            let after = try await commit("after")
+            #expect(after.outcome == .applied)
+            #expect(try await store.consistencyProblems().isEmpty)
         }
     }
 
