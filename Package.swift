@@ -94,7 +94,7 @@ let package = Package(
             name: "nimbus",
             dependencies: [
                 "NimbusCore", "NimbusServer", "NimbusLog",
-                "NimbusProtocol", "NimbusRemote", "FuseKit", "LocalStore", "ContainerFS", "SyncEngine",
+                "NimbusProtocol", "NimbusRemote", "FuseKit", "LocalStore", "MountPorts", "ContainerFS", "SyncEngine",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
             ],
@@ -123,8 +123,9 @@ let package = Package(
         // --- The mount (issue 3) ---
         // libfuse3 through pkg-config; shim.h sets FUSE_USE_VERSION and wraps macros/varargs.
         .systemLibrary(name: "CFuse3", pkgConfig: "fuse3", providers: [.apt(["libfuse3-dev"])]),
-        // The kernel's node and handle ids (NodeID, HandleID): FuseKit re-exports them, LocalStore
-        // stores each item's node id. No dependencies: no Foundation, no libfuse.
+        // The kernel's node and handle ids (NodeID, HandleID) and the errno of file operations:
+        // FuseKit re-exports them, LocalStore stores each item's node id, the sync engine answers
+        // reads with an errno. No dependencies: no Foundation, no libfuse.
         .target(name: "FuseIDs", swiftSettings: strict),
         // Typed binding of the libfuse low-level API; knows nothing of Nimbus.
         .target(name: "FuseKit", dependencies: ["CFuse3", "FuseIDs"], swiftSettings: strict),
@@ -134,27 +135,38 @@ let package = Package(
             dependencies: ["NimbusCore", "NimbusLog", "FuseIDs", .product(name: "GRDB", package: "GRDB.swift")],
             swiftSettings: strict
         ),
-        // The filesystem over LocalStore; declares the ports the sync engine will implement.
+        // What the filesystem and the sync engine say to each other, without libfuse: the ports
+        // each implements for the other (ContainerFS calls ContentProvider, ChangeObserver, …;
+        // the engine calls MountedTree), the values that cross them, and the services both share
+        // (coordinator, event log, presenter hub).
+        .target(
+            name: "MountPorts",
+            dependencies: ["NimbusCore", "LocalStore", "FuseIDs", "Coordination", "PresenterProtocol"],
+            swiftSettings: strict
+        ),
+        // The filesystem over LocalStore: node and handle tables, operations, control files,
+        // kernel cache notifications; implements MountPorts' MountedTree.
         .target(
             name: "ContainerFS",
-            dependencies: ["NimbusCore", "LocalStore", "FuseKit", "Coordination", "PresenterProtocol", .product(name: "Logging", package: "swift-log")],
+            dependencies: ["NimbusCore", "LocalStore", "FuseKit", "MountPorts", "Coordination", "PresenterProtocol", .product(name: "Logging", package: "swift-log")],
             swiftSettings: strict
         ),
         // The sync core: the engine's decisions as pure state machines (no I/O, no clock, no locks).
         .target(name: "SyncCore", dependencies: ["NimbusCore", "NimbusProtocol"], swiftSettings: strict),
         .testTarget(name: "SyncCoreTests", dependencies: ["SyncCore", "NimbusCore", "NimbusProtocol"], swiftSettings: strict),
         .testTarget(name: "SyncModelTests", dependencies: ["SyncCore", "NimbusCore", "NimbusProtocol", "NimbusServer", "NimbusTesting"], swiftSettings: strict),
-        // Placeholders, hydration, uploads and live pull (issue 4): implements ContainerFS's ports.
+        // Placeholders, hydration, uploads and live pull: implements MountPorts' ports for the
+        // filesystem. No libfuse: it knows the tree only through MountedTree.
         .target(
             name: "SyncEngine",
             dependencies: [
-                "NimbusCore", "NimbusProtocol", "NimbusRemote", "LocalStore", "ContainerFS", "FuseKit", "Coordination", "SyncCore", "PresenterProtocol",
+                "NimbusCore", "NimbusProtocol", "NimbusRemote", "LocalStore", "MountPorts", "FuseIDs", "Coordination", "SyncCore", "PresenterProtocol",
                 "NimbusLog", .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "Logging", package: "swift-log"),
             ],
             swiftSettings: strict
         ),
-        .testTarget(name: "SyncEngineTests", dependencies: ["SyncEngine", "SyncCore", "NimbusCore", "NimbusProtocol", "NimbusRemote", "LocalStore"], swiftSettings: strict),
+        .testTarget(name: "SyncEngineTests", dependencies: ["SyncEngine", "SyncCore", "NimbusCore", "NimbusProtocol", "NimbusRemote", "LocalStore", "MountPorts"], swiftSettings: strict),
         // Two real mounts (the built binary) on one `nimbus serve`.
         .testTarget(name: "SyncTests", dependencies: ["NimbusCore", "NimbusServer", "NimbusTesting", "NimbusKit"], swiftSettings: strict),
         // Three devices (LocalStore + ContainerFS + SyncEngine, no mount) on one in-process server,
@@ -162,14 +174,14 @@ let package = Package(
         .testTarget(
             name: "EngineSimTests",
             dependencies: [
-                "SyncEngine", "ContainerFS", "LocalStore", "FuseKit", "NimbusCore", "NimbusProtocol", "NimbusRemote", "NimbusTesting",
+                "SyncEngine", "ContainerFS", "MountPorts", "LocalStore", "FuseKit", "NimbusCore", "NimbusProtocol", "NimbusRemote", "NimbusTesting",
                 .product(name: "Crypto", package: "swift-crypto"),
             ],
             swiftSettings: strict
         ),
         .testTarget(name: "FuseKitTests", dependencies: ["FuseKit"], swiftSettings: strict),
         .testTarget(name: "LocalStoreTests", dependencies: ["LocalStore", "NimbusCore", "FuseIDs"], swiftSettings: strict),
-        .testTarget(name: "ContainerFSTests", dependencies: ["ContainerFS", "LocalStore", "NimbusCore"], swiftSettings: strict),
+        .testTarget(name: "ContainerFSTests", dependencies: ["ContainerFS", "MountPorts", "LocalStore", "NimbusCore"], swiftSettings: strict),
         // Real mounts driven by real tools; runs the built `nimbus` binary as a subprocess.
         .testTarget(name: "MountTests", dependencies: ["NimbusCore", "NimbusTesting"], swiftSettings: strict),
     ]
@@ -180,7 +192,7 @@ let package = Package(
 // and NimbusRemote stay: the server, its tests and the integration tests need them.
 import Foundation
 if ProcessInfo.processInfo.environment["NIMBUS_SERVER_ONLY"] != nil {
-    let fuse: Set<String> = ["CFuse3", "FuseIDs", "FuseKit", "LocalStore", "ContainerFS", "SyncEngine", "FuseKitTests", "LocalStoreTests", "ContainerFSTests", "MountTests", "SyncEngineTests", "SyncTests", "EngineSimTests"]
+    let fuse: Set<String> = ["CFuse3", "FuseIDs", "FuseKit", "LocalStore", "MountPorts", "ContainerFS", "SyncEngine", "FuseKitTests", "LocalStoreTests", "ContainerFSTests", "MountTests", "SyncEngineTests", "SyncTests", "EngineSimTests"]
     package.targets.removeAll { fuse.contains($0.name) }
     let cli = Context.packageDirectory + "/Sources/nimbus"
     let mountFiles = ((try? FileManager.default.contentsOfDirectory(atPath: cli)) ?? []).filter { $0.hasPrefix("Mount") }

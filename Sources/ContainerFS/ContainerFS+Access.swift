@@ -1,5 +1,6 @@
 import FuseKit
 import LocalStore
+import MountPorts
 import NimbusCore
 
 // What another local user may see of the tree through the control files (`.nimbus/events`,

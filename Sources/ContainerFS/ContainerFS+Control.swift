@@ -1,6 +1,7 @@
 import FuseKit
 import Glibc
 import LocalStore
+import MountPorts
 import Synchronization
 
 // The hidden control folder `.nimbus/` at the mount root (docs/mount.md). It lives on reserved

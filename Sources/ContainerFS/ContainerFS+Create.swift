@@ -1,6 +1,7 @@
 import Foundation
 import FuseKit
 import LocalStore
+import MountPorts
 import NimbusCore
 
 /// Who creates an item: the caller of the request (pjdfstest and every multi-user tool expect

@@ -1,4 +1,5 @@
 import FuseKit
+import MountPorts
 import Glibc
 
 /// One entry of a folder listing, as `ContainerFS.readdir` returns it; the FUSE adapter copies

@@ -1,6 +1,7 @@
 import FuseKit
 import Glibc
 import LocalStore
+import MountPorts
 import NimbusCore
 
 // File handles are file descriptors of the item's cache file (opened O_RDWR; the kernel has
@@ -41,16 +42,27 @@ extension ContainerFS {
                 t.writerHandles.insert(Self.handle(descriptor: fd))
                 n.writers += 1
             }
+            if flags & O_TRUNC != 0 {
+                // The truncation below is a write: under way until its generation moves.
+                n.changing += 1
+                n.fsyncedSinceWrite = false
+            }
             return fd
         }
         if flags & O_TRUNC != 0 {
             // Atomic O_TRUNC: the kernel leaves the truncation to us (mtime/ctime always change,
             // as on Linux's local filesystems).
             content.willTruncate(item)
-            if ftruncate(fd, 0) != 0 { let e = Errno.current; release(node: node, handle: Self.handle(descriptor: fd)); throw e }
+            if ftruncate(fd, 0) != 0 {
+                let e = Errno.current
+                lock.withLock { t.nodes[node]?.changing -= 1 }
+                release(node: node, handle: Self.handle(descriptor: fd))
+                throw e
+            }
             let now = WallClock.nowNanoseconds()
             let changed = lock.withLock { () -> ItemID? in
                 guard let n = t.nodes[node] else { return nil }
+                n.changing -= 1
                 n.rec.size = 0
                 n.rec.mtime = now
                 n.rec.ctime = now
@@ -72,12 +84,18 @@ extension ContainerFS {
     /// Writes through the handle's descriptor, then records the new size and times.
     public func write(node: NodeID, handle: HandleID, offset: Int64, data: UnsafeRawBufferPointer) throws(Errno) -> Int {
         guard let fd = Self.descriptor(handle) else { throw .EBADF }
+        lock.withLock { t.nodes[node]?.changing += 1 }
         let n = pwrite(fd, data.baseAddress, data.count, off_t(offset))
-        if n < 0 { throw Errno.current }
+        if n < 0 {
+            let e = Errno.current
+            lock.withLock { t.nodes[node]?.changing -= 1 }
+            throw e
+        }
         let now = WallClock.nowNanoseconds()
         let mono = Self.monotonicNow()
         let first = lock.withLock { () -> ItemID? in
             guard let x = t.nodes[node] else { return nil }
+            x.changing -= 1
             // (A write of 0 bytes succeeds at any offset, Int64.max too: it changes no size.)
             if n > 0 { x.rec.size = max(x.rec.size, offset + Int64(n)) }
             x.rec.mtime = now
@@ -101,20 +119,6 @@ extension ContainerFS {
         return UInt64(ts.tv_sec) * 1_000_000_000 + UInt64(ts.tv_nsec)
     }
 
-    /// How a file is being written: open writers, writes since the last fsync, the write
-    /// counter and nanoseconds since the last write (for quiet-period uploads).
-    public struct WriteState: Sendable, Equatable {
-        public var writers: Int
-        public var unsynced: Bool
-        public var generation: UInt64
-        public var idleNanoseconds: UInt64
-        /// Written since the last close, flush or fsync.
-        public var dirty: Bool
-        /// Bytes programs wrote into this content so far (wrapping; restarts when a remote
-        /// version or an identity transfer gives the item another node).
-        public var written: UInt64
-    }
-
     /// A new write generation for `n` (lock held): one counter for the whole tree, so a value
     /// names one node's content at one moment. An identity transfer gives the item another node,
     /// and a generation read from the old node never matches the new one.
@@ -127,7 +131,7 @@ extension ContainerFS {
         let now = Self.monotonicNow()
         return lock.withLock {
             guard let node = t.byID[item], let n = t.nodes[node] else { return nil }
-            return WriteState(writers: n.writers, unsynced: n.writers > 0 && !n.fsyncedSinceWrite, generation: n.writeGen,
+            return WriteState(writers: n.writers, unsynced: n.writers > 0 && !n.fsyncedSinceWrite, changing: n.changing > 0, generation: n.writeGen,
                               idleNanoseconds: now &- n.lastWrite, dirty: n.metaDirty, written: n.bytesWritten)
         }
     }
@@ -135,9 +139,9 @@ extension ContainerFS {
     /// Drops the cached bytes of a file that nobody has open and that has no unsaved writes:
     /// `decide` (called with the lock held, so no open can race) says whether the engine lets it
     /// go and marks it not present; then the cache file becomes holes of the same size. Throws
-    /// EBUSY when the file is open or mid-save, or `decide` refuses.
-    public func evictContent(_ item: ItemID, decide: () -> Bool) throws(Errno) -> NodeID {
-        try lock.withLock { () throws(Errno) -> NodeID in
+    /// EBUSY when the file is open or mid-save, or `decide` refuses. The kernel's pages go too.
+    public func evictContent(_ item: ItemID, decide: () -> Bool) throws(Errno) {
+        let node = try lock.withLock { () throws(Errno) -> NodeID in
             guard let node = t.byID[item], let n = t.nodes[node], n.linked else { throw .ENOENT }
             guard n.rec.kind == .file else { throw .EISDIR }
             guard n.openHandles == 0, !n.metaDirty, decide() else { throw .EBUSY }
@@ -153,16 +157,19 @@ extension ContainerFS {
             }
             return n.node
         }
+        sendKernel([.node(node)])  // the kernel's cached pages of the file go too
     }
 
     /// Queues the size/times a handle's writes changed; tells the sync engine the content changed.
     func settle(node: NodeID) {
-        let changed = lock.withLock { () -> ItemID? in
+        let changed = lock.withLock { () -> (ItemID, Node)? in
             guard let n = t.nodes[node], n.metaDirty else { return nil }
             if n.linked { persist(n) } else { n.metaDirty = false }
-            return n.linked ? n.rec.id : nil
+            guard n.linked else { return nil }
+            n.noticesPending += 1
+            return (n.rec.id, n)
         }
-        if let changed { notify(.contentChanged(changed)) }
+        if let (id, n) = changed { notify(.contentChanged(id), pending: n) }
     }
 
     public func flush(node: NodeID, handle: HandleID) {
@@ -250,20 +257,28 @@ extension ContainerFS {
                 let n = try self.node(node)
                 if n.isDir { throw .EISDIR }
                 guard n.rec.kind == .file else { throw .EINVAL }
+                // The truncation is a write: under way until its generation moves (below).
+                n.changing += 1
+                n.fsyncedSinceWrite = false
                 return n.rec.id
             }
             content.willTruncate(id)
-            if let fd = handle.flatMap(Self.descriptor) {
-                if ftruncate(fd, off_t(size)) != 0 { throw Errno.current }
-            } else {
+            let failed: Errno? = {
+                if let fd = handle.flatMap(Self.descriptor) {
+                    return ftruncate(fd, off_t(size)) != 0 ? Errno.current : nil
+                }
                 let fd = store.cache.open(id, create: true)
-                if fd < 0 { throw Errno(-fd) }
+                if fd < 0 { return Errno(-fd) }
                 defer { close(fd) }
-                if ftruncate(fd, off_t(size)) != 0 { throw Errno.current }
+                return ftruncate(fd, off_t(size)) != 0 ? Errno.current : nil
+            }()
+            if let failed {
+                lock.withLock { t.nodes[node]?.changing -= 1 }
+                throw failed
             }
         }
         let now = WallClock.nowNanoseconds()
-        let (st, id, content, viaWriter) = try lock.withLock { () throws(Errno) -> (stat, ItemID, Bool, Bool) in
+        let (st, id, content, viaWriter, changed) = try lock.withLock { () throws(Errno) -> (stat, ItemID, Bool, Bool, Node) in
             let n = try self.node(node)
             if let m = c.mode { n.rec.mode = (n.rec.mode & UInt32(S_IFMT)) | (UInt32(m) & 0o7777) }
             if let u = c.uid { n.rec.uid = u }
@@ -272,6 +287,7 @@ extension ContainerFS {
                 if size != n.rec.size { n.rec.mtime = now }
                 n.rec.size = size
                 n.rec.dirty = true
+                n.changing -= 1
                 bumpWriteGen(n)
             }
             switch c.atime { case .now?: n.rec.atime = now; case .at(let ts)?: n.rec.atime = Self.ns(ts); case nil: break }
@@ -281,9 +297,15 @@ extension ContainerFS {
             // A truncate through an open writer is reported by its close, like its writes.
             let viaWriter = c.size != nil && handle.map { t.writerHandles.contains($0) } == true
             if viaWriter { n.metaDirty = true }
-            return (attr(n), n.rec.id, c.size != nil, viaWriter)
+            n.noticesPending += 1
+            return (attr(n), n.rec.id, c.size != nil, viaWriter, n)
         }
-        if viaWriter { observer?.localChange(.contentChanged(id)) } else { notify(content ? .contentChanged(id) : .attributesChanged(id)) }
+        if viaWriter {
+            observer?.localChange(.contentChanged(id))
+            lock.withLock { changed.noticesPending -= 1 }
+        } else {
+            notify(content ? .contentChanged(id) : .attributesChanged(id), pending: changed)
+        }
         return st
     }
 }

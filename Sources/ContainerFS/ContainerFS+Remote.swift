@@ -1,44 +1,19 @@
 import FuseKit
 import Glibc
 import LocalStore
+import MountPorts
 import NimbusCore
 
-/// A server state to show on this device (the sync engine's pull).
-public struct RemoteState: Sendable {
-    public var id: ItemID
-    public var parent: ItemID
-    public var name: String
-    public var kind: ItemKind
-    /// Permission bits (`ItemLimits.syncedPermissions`: never set-user-id or set-group-id).
-    public var perm: UInt32
-    public var size: Int64
-    public var mtime: Int64
-    public var target: String?
-    public var deleted: Bool
-    /// The content differs from the cache file's: the cache file becomes an empty sparse file
-    /// of `size` (a placeholder) whose bytes the content provider fetches on read.
-    public var resetContent: Bool
-    /// With `resetContent`: which bytes of the old content were here (nil: all). Handles open on
-    /// the file keep reading the old bytes; reads outside these fail with EIO.
-    public var oldPresent: (@Sendable (Range<Int64>) -> Bool)?
-    /// The server version (for the event line).
-    public var version: Int64 = 0
-    /// With `resetContent`: the file's write generation (`WriteState.generation`) when the
-    /// engine decided to replace it; a write or truncate since then keeps the file (skipped).
-    public var unlessWrittenSince: UInt64?
-    /// For a commit's answer: the place (folder, name) and permission bits the commit sent. An
-    /// item renamed, moved or chmodded here since keeps its own (the engine pushes them next, on
-    /// the answered version): an answer never undoes a later local change.
-    public var sentPlace: (parent: ItemID, name: String, perm: UInt32)?
-    public init(id: ItemID, parent: ItemID, name: String, kind: ItemKind, perm: UInt32, size: Int64, mtime: Int64,
-                target: String?, deleted: Bool, resetContent: Bool) {
-        self.id = id; self.parent = parent; self.name = name; self.kind = kind; self.perm = perm; self.size = size
-        self.mtime = mtime; self.target = target; self.deleted = deleted; self.resetContent = resetContent
-    }
+/// The kernel's caches, for changes that did not come through the kernel (remote changes).
+/// The FUSE adapter implements it; tests use a recorder.
+public protocol KernelCache: Sendable {
+    func invalidateNode(_ node: NodeID)
+    func invalidateEntry(parent: NodeID, name: String)
+    func notifyDelete(parent: NodeID, child: NodeID, name: String)
 }
 
 /// A kernel cache invalidation owed after a remote change (sent through `KernelCache`, never
-/// while `lock` is held — FUSE-NOTES: notifications under the node lock deadlock).
+/// while `lock` is held: a notification sent under the node lock deadlocks).
 public enum KernelAction: Sendable, Equatable {
     case node(NodeID)
     case entry(parent: NodeID, name: String)
@@ -55,7 +30,8 @@ public enum KernelAction: Sendable, Equatable {
 
 extension ContainerFS {
     /// Applies server states in any order (a listing comes by id, so children may precede their
-    /// folders: those wait for a later pass). Returns the kernel invalidations to send and the
+    /// folders: those wait for a later pass), and sends the kernel invalidations they need (when a
+    /// kernel is set). Returns those invalidations and the
     /// ids that could not be applied (their folder is unknown here, their name is taken by an
     /// item not yet uploaded — the server will rename one of them on upload — or the file is
     /// being written here).
@@ -64,6 +40,17 @@ extension ContainerFS {
     /// cache file change: the engine switches the item's presence there, so no read can pair the
     /// new content's presence with the old file or the old presence with the new file.
     public func applyRemote(_ states: [RemoteState], applied: (ItemID) -> Void = { _ in }) -> (actions: [KernelAction], skipped: [ItemID]) {
+        let result = applyLocked(states, applied: applied)
+        sendKernel(result.actions)
+        return result
+    }
+
+    /// `MountedTree.show`: `applyRemote`, the kernel told.
+    public func show(_ states: [RemoteState], applied: (ItemID) -> Void) -> [ItemID] {
+        applyRemote(states, applied: applied).skipped
+    }
+
+    private func applyLocked(_ states: [RemoteState], applied: (ItemID) -> Void) -> (actions: [KernelAction], skipped: [ItemID]) {
         lock.withLock {
             var actions: [KernelAction] = []
             var pending = states
@@ -123,7 +110,7 @@ extension ContainerFS {
                         guard target != nil || ids.contains(st.parent) else { return false }
                         guard let node = t.byID[id], let n = t.nodes[node] else { return true }  // new here: made at its place
                         guard let p = t.nodes[n.parentNode], p.children[n.rec.name] == n.node else { return false }
-                        if n.rec.kind == .file, st.resetContent, n.metaDirty || n.writers > 0 { return false }
+                        if n.rec.kind == .file, st.resetContent, n.metaDirty || n.writers > 0 || n.unnoticed { return false }
                         if let target, n.isDir, isInside(target, n) { return false }
                         return true
                     }
@@ -232,7 +219,9 @@ extension ContainerFS {
             // that brought this answer (a move committed against a delete elsewhere while a
             // program rewrote the file would lose the write with it; EngineSimTests).
             // Skipped: the write's upload commits on the old base, and wins as an edit.
-            if let n = existing, n.rec.kind == .file, let since = s.unlessWrittenSince, since != n.writeGen { return .skip }
+            // Nor one the engine has not heard of yet (`noticesPending`).
+            if let n = existing, n.rec.kind == .file,
+               n.unnoticed || s.unlessWrittenSince.map({ $0 != n.writeGen }) == true { return .skip }
             applied(s.id)
             if let n = existing, let p = t.nodes[n.parentNode] { removeRemote(n, from: p, now: now, &actions) }
             return .done
@@ -246,8 +235,10 @@ extension ContainerFS {
             // Written here since the last close/fsync, or open for writing: the writer's close
             // queues an upload with the old base (the server keeps both) or lets the engine
             // apply the new version then; never replace bytes being written.
+            // A change whose notice has not reached the engine yet (a rename over the file, a
+            // close) is as unsynced as a write in progress.
             if n.rec.kind == .file && s.resetContent
-                && (n.metaDirty || n.writers > 0 || s.unlessWrittenSince.map { $0 != n.writeGen } == true) { return .skip }
+                && (n.metaDirty || n.writers > 0 || n.unnoticed || s.unlessWrittenSince.map { $0 != n.writeGen } == true) { return .skip }
             if n.rec.parent != s.parent || !ItemName.same(n.rec.name, s.name) {
                 // Taken: perhaps by an item this batch moves away (retried after it).
                 if let occupant = p.children[s.name], occupant != n.node { return .waitForName }
@@ -395,3 +386,4 @@ extension ContainerFS {
         if fd >= 0 { close(fd) }
     }
 }
+extension ContainerFS: MountedTree {}

@@ -1,5 +1,6 @@
 import FuseKit
 import LocalStore
+import MountPorts
 import NimbusCore
 
 extension ContainerFS {
@@ -26,7 +27,7 @@ extension ContainerFS {
     public func unlink(parent: NodeID, name: String) throws(Errno) {
         if case .versions = Self.kind(of: parent) { throw .EPERM }  // VersionsFS.unlink answers those (deferred)
         if isControl(parent: parent, name: name) { throw .EPERM }
-        var keptIdentity: ItemID?
+        var keptIdentity: (ItemID, Node)?
         let id = try lock.withLock { () throws(Errno) -> ItemID in
             let p = try folder(parent)
             guard let id = p.children[name], let n = t.nodes[id] else { throw .ENOENT }
@@ -38,15 +39,16 @@ extension ContainerFS {
                 events.append(.deleted, origin: .local, path: pathLocked(n))  // the backup name
                 detach(n, from: p, now: WallClock.nowNanoseconds(), origin: nil)
                 persist(heir)
-                keptIdentity = heir.rec.id
+                heir.noticesPending += 1
+                keptIdentity = (heir.rec.id, heir)
                 return n.rec.id
             }
             detach(n, from: p, now: WallClock.nowNanoseconds())
             return n.rec.id
         }
         notify(.deleted(id))
-        if let keptIdentity {
-            notify(.contentChanged(keptIdentity))
+        if let (kept, heir) = keptIdentity {
+            notify(.contentChanged(kept), pending: heir)
             commitIdentityTransfer()
         }
     }
@@ -172,7 +174,7 @@ extension ContainerFS {
         if flags.contains(.whiteout) || (flags.contains(.exchange) && flags.contains(.noReplace)) { throw .EINVAL }
         if newName.utf8.count > ItemName.maxBytes { throw .ENAMETOOLONG }
         var changes: [LocalChange] = []
-        var transferred = false  // an editor's save took over the document's identity
+        var transferred: Node?  // an editor's save took over the document's identity (the node keeping it)
         try lock.withLock { () throws(Errno) in
             let p = try folder(parent)
             let np = try folder(newParent)
@@ -220,7 +222,8 @@ extension ContainerFS {
                 persist(s); persist(p)
                 if p !== np { persist(np) }
                 changes = [.deleted(temp), .contentChanged(keep)]
-                transferred = true
+                s.noticesPending += 1
+                transferred = s
                 return
             }
 
@@ -250,7 +253,12 @@ extension ContainerFS {
             events.append(.moved, origin: .local, path: from, to: pathLocked(s))
             if s.rec.kind == .file { noteRenamedAway(folder: p.node, name: name, node: s.node) }
         }
-        for c in changes { notify(c) }
-        if transferred { commitIdentityTransfer() }
+        if let heir = transferred {
+            notify(changes[0])
+            notify(changes[1], pending: heir)
+            commitIdentityTransfer()
+        } else {
+            for c in changes { notify(c) }
+        }
     }
 }

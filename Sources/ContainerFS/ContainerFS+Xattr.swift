@@ -1,6 +1,7 @@
 import FuseKit
 import Glibc
 import LocalStore
+import MountPorts
 
 // Extended attributes.
 // - `user.nimbus.*` are virtual (computed): `status` = the sync state from the sync engine
@@ -13,31 +14,28 @@ import LocalStore
 //   write(2) (FUSE-NOTES), so this path is hot.
 
 extension ContainerFS {
-    public static let virtualXattrs = ["user.nimbus.status", "user.nimbus.itemid"]
-    /// Listed on a synced mount, answered by the sync engine.
-    public static let syncXattrs = ["user.nimbus.progress", "user.nimbus.version", "user.nimbus.pinned", "user.nimbus.error",
-                                    "user.nimbus.conflicts"]
     static let maxXattrValue = 64 * 1024
 
     public func getxattr(node: NodeID, name: String) throws(Errno) -> [UInt8] {
         guard name.hasPrefix("user.") else { throw .ENODATA }
         guard Self.isItem(node) else { throw .ENODATA }
-        if name == "user.nimbus.versions", versions.source != nil { throw .ENODATA }  // `versionsText` answers it (deferred)
+        let virtual = NimbusXattr(name: name)
+        if virtual == .versions, versions.source != nil { throw .ENODATA }  // `versionsText` answers it (deferred)
+        if virtual == nil, name.hasPrefix(NimbusXattr.prefix) { throw .ENODATA }
         return try lock.withLock { () throws(Errno) -> [UInt8] in
             let n = try self.node(node)
-            if name.hasPrefix("user.nimbus.") {
-                switch name {
-                case "user.nimbus.status": return Array((syncStatus?.itemStatus(n.rec.id) ?? "current").utf8)
-                case "user.nimbus.itemid": return Array(n.rec.id.description.utf8)
-                default:
-                    guard let sync = syncStatus else { throw .ENODATA }
-                    var ancestors: [ItemID] = []
-                    var p = n.parentNode
-                    while p != .root, let f = t.nodes[p] { ancestors.append(f.rec.id); p = f.parentNode }
-                    if n.node != .root { ancestors.append(.root) }
-                    guard let v = sync.itemAttribute(String(name.dropFirst(12)), item: n.rec.id, ancestors: ancestors) else { throw .ENODATA }
-                    return Array(v.utf8)
-                }
+            switch virtual {
+            case nil: break
+            case .status?: return Array((syncStatus?.itemStatus(n.rec.id) ?? .current).rawValue.utf8)
+            case .itemid?: return Array(n.rec.id.description.utf8)
+            case let x?:
+                guard let sync = syncStatus, NimbusXattr.listedWhenSynced.contains(x) else { throw .ENODATA }
+                var ancestors: [ItemID] = []
+                var p = n.parentNode
+                while p != .root, let f = t.nodes[p] { ancestors.append(f.rec.id); p = f.parentNode }
+                if n.node != .root { ancestors.append(.root) }
+                guard let v = sync.itemAttribute(x, item: n.rec.id, ancestors: ancestors) else { throw .ENODATA }
+                return Array(v.utf8)
             }
             guard let v = n.xattrs[name] else { throw .ENODATA }
             return v
@@ -51,8 +49,8 @@ extension ContainerFS {
             let n = try self.node(node)
             var out: [UInt8] = []
             if n.rec.kind != .symlink {
-                for name in Self.virtualXattrs { out += Array(name.utf8); out.append(0) }
-                if syncStatus != nil { for name in Self.syncXattrs { out += Array(name.utf8); out.append(0) } }
+                for x in NimbusXattr.listed { out += Array(x.name.utf8); out.append(0) }
+                if syncStatus != nil { for x in NimbusXattr.listedWhenSynced { out += Array(x.name.utf8); out.append(0) } }
             }
             for name in n.xattrs.keys.sorted() { out += Array(name.utf8); out.append(0) }
             return out
@@ -63,7 +61,7 @@ extension ContainerFS {
     public func setxattr(node: NodeID, name: String, value: [UInt8], flags: Int32) throws(Errno) {
         guard name.hasPrefix("user.") else { throw .EOPNOTSUPP }
         guard Self.isItem(node) else { throw .EPERM }
-        if name.hasPrefix("user.nimbus.") { return try setControlXattr(node: node, name: name, value: value) }
+        if name.hasPrefix(NimbusXattr.prefix) { return try setControlXattr(node: node, name: NimbusXattr(name: name), value: value) }
         if name.utf8.count > 255 { throw .ERANGE }
         if value.count > Self.maxXattrValue { throw .E2BIG }
         let id = try lock.withLock { () throws(Errno) -> ItemID in
@@ -82,16 +80,11 @@ extension ContainerFS {
         notify(.attributesChanged(id))
     }
 
-    /// Attributes whose answer needs the server: the FUSE adapter defers its reply for them
-    /// (`versionsText`, `resolve`).
-    public static let serverXattrs: Set<String> = ["user.nimbus.versions", "user.nimbus.resolve", "user.nimbus.restore", "user.nimbus.discard"]
-
     /// `setfattr -n user.nimbus.pinned -v 1 FILE` and friends: handed to the sync engine.
-    private func setControlXattr(node: NodeID, name: String, value: [UInt8]) throws(Errno) {
-        guard let sync = syncControl, ["user.nimbus.pinned", "user.nimbus.evict", "user.nimbus.download", "user.nimbus.paused"].contains(name)
-        else { throw .EPERM }
+    private func setControlXattr(node: NodeID, name: NimbusXattr?, value: [UInt8]) throws(Errno) {
+        guard let sync = syncControl, let name, name.isControl else { throw .EPERM }
         let (id, isFolder, text) = try controlXattrTarget(node: node, value: value)
-        try sync.setItemAttribute(String(name.dropFirst(12)), value: text, item: id, isFolder: isFolder)
+        try sync.setItemAttribute(name, value: text, item: id, isFolder: isFolder)
     }
 
     /// The item a `user.nimbus.*` write names, and its value as text (trailing newline, blank
@@ -116,19 +109,18 @@ extension ContainerFS {
     }
 
     /// `setfattr -n user.nimbus.resolve|restore|discard -v VALUE FILE`: asks the server.
-    public func resolve(node: NodeID, name: String, value: [UInt8], done: @escaping @Sendable (Errno?) -> Void) {
-        guard let source = versions.source, Self.serverXattrs.contains(name), name != "user.nimbus.versions",
-              Self.isItem(node) else { return done(.EPERM) }
+    public func resolve(node: NodeID, name: NimbusXattr, value: [UInt8], done: @escaping @Sendable (Errno?) -> Void) {
+        guard let source = versions.source, name.needsServer, name != .versions, Self.isItem(node) else { return done(.EPERM) }
         let target: (ItemID, Bool, String)
         do { target = try controlXattrTarget(node: node, value: value) } catch { return done(error) }
         guard !target.1 else { return done(.EISDIR) }
-        source.resolve(String(name.dropFirst(12)), value: target.2, item: target.0, done: done)
+        source.resolve(name, value: target.2, item: target.0, done: done)
     }
 
     public func removexattr(node: NodeID, name: String) throws(Errno) {
         guard name.hasPrefix("user.") else { throw .EOPNOTSUPP }
         guard Self.isItem(node) else { throw .EPERM }
-        if name.hasPrefix("user.nimbus.") { throw .EPERM }
+        if name.hasPrefix(NimbusXattr.prefix) { throw .EPERM }
         let id = try lock.withLock { () throws(Errno) -> ItemID in
             let n = try self.node(node)
             guard n.xattrs.removeValue(forKey: name) != nil else { throw .ENODATA }

@@ -1,8 +1,11 @@
 import Coordination
+import Dispatch
 import FuseKit
 import Glibc
 import LocalStore
+import MountPorts
 import NimbusCore
+import Synchronization
 
 /// The filesystem of one container, over LocalStore. It is testable without mounting: every
 /// operation is a plain method that returns a value or throws an `Errno`; `FuseAdapter` maps
@@ -108,6 +111,15 @@ public final class ContainerFS: @unchecked Sendable {
     /// set once at the end of init.
     private(set) var versions: VersionsFS!
     private(set) var control: ControlFS!
+    /// The kernel's caches, told what remote states and evictions change (`setKernel`; none
+    /// when the filesystem is driven without a mount).
+    let kernel = Mutex<(any KernelCache)?>(nil)
+    /// Kernel cache notifications go out here, in order, with no lock held and never on a FUSE or
+    /// Swift task thread: `inval_inode` waits for the file's page locks, and a `cat` of a
+    /// placeholder holds its page locked until the deferred reply, which needs a download task
+    /// (sent from the cooperative pool, one blocked invalidation plus a second waiting for the
+    /// session lock would leave no thread for the download).
+    let kernelQueue = DispatchQueue(label: "nimbus.kernel-notify")
 
     public init(store: LocalStore, options: Options = Options(), content: any ContentProvider = LocalContent(),
                 observer: (any ChangeObserver)? = nil, syncStatus: (any SyncStatusSource)? = nil,
@@ -128,6 +140,19 @@ public final class ContainerFS: @unchecked Sendable {
         self.versions = VersionsFS(fs: self, source: versions)
         self.control = ControlFS(fs: self)
     }
+
+    /// Where kernel cache notifications go (the FUSE session, once mounted).
+    public func setKernel(_ k: any KernelCache) { kernel.withLock { $0 = k } }
+
+    /// Sends `actions` on `kernelQueue`, in order.
+    func sendKernel(_ actions: [KernelAction]) {
+        guard !actions.isEmpty, let k = kernel.withLock({ $0 }) else { return }
+        kernelQueue.async { for a in actions { a.send(to: k) } }
+    }
+
+    /// Returns once the notifications sent so far are out (before the session goes; after it
+    /// they are harmless: the session answers ENOTCONN once unmounted).
+    public func drainKernel() { kernelQueue.sync {} }
 
     /// The services this filesystem shares with its sync engine.
     public var services: MountServices { MountServices(coordinator: coordinator, events: events, presenters: presenters) }
@@ -233,6 +258,15 @@ public final class ContainerFS: @unchecked Sendable {
         case .moved, .deleted, .writing: break
         }
         observer?.localChange(c)
+    }
+
+    /// `notify` for a change of `n`'s content made under the lock, which counted it in
+    /// `n.noticesPending` there: a pull that runs between the lock's release and the engine
+    /// queueing the item must not reset the content (it would find the item neither queued nor
+    /// being written). The count goes once the engine has the notice.
+    func notify(_ c: LocalChange, pending n: Node) {
+        notify(c)
+        lock.withLock { n.noticesPending -= 1 }
     }
 
     /// The path of node `n` (lock held).

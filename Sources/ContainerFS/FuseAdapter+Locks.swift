@@ -1,4 +1,5 @@
 import Coordination
+import MountPorts
 import FuseKit
 import Glibc
 import NimbusCore

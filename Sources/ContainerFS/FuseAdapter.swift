@@ -1,4 +1,6 @@
 import FuseKit
+import MountPorts
+import NimbusCore
 import Glibc
 import Synchronization
 
@@ -237,10 +239,14 @@ public final class FuseAdapter: FuseFilesystem {
 
     public func statfs(node: NodeID, reply: consuming FuseReply) { reply.statfs(fs.statfs()) }
 
+    /// `user.nimbus.versions`: asks the server (a deferred reply). Compared on every getxattr,
+    /// which the kernel sends before each write(2): a constant, not built per call.
+    static let versionsXattr = NimbusXattr.versions.name
+
     public func setxattr(node: NodeID, name: String, value: UnsafeRawBufferPointer, flags: Int32, reply: consuming FuseReply) {
-        if ContainerFS.serverXattrs.contains(name) {
+        if let x = NimbusXattr(name: name), x.needsServer {
             let box = ReplyBox(reply)
-            return fs.resolve(node: node, name: name, value: Array(value)) { e in
+            return fs.resolve(node: node, name: x, value: Array(value)) { e in
                 guard let reply = box.take() else { return }
                 if let e { reply.error(e) } else { reply.ok() }
             }
@@ -249,7 +255,7 @@ public final class FuseAdapter: FuseFilesystem {
     }
 
     public func getxattr(node: NodeID, name: String, size: Int, reply: consuming FuseReply) {
-        if name == "user.nimbus.versions" {
+        if name == Self.versionsXattr {
             let box = ReplyBox(reply)
             return fs.versionsText(node: node) { r in
                 guard let reply = box.take() else { return }

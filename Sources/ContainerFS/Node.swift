@@ -1,6 +1,7 @@
 import FuseKit
 import Glibc
 import LocalStore
+import MountPorts
 import NimbusCore
 
 /// The in-memory state of one item. Guarded by `ContainerFS.lock` (every field).
@@ -19,6 +20,10 @@ final class Node {
     var writers = 0
     /// An fsync came after the last write: the content is a state the writer asked to keep.
     var fsyncedSinceWrite = false
+    /// Writes and truncations under way: their bytes change outside the lock, and the write
+    /// generation moves only when they are done, so a reader of the content (an upload's
+    /// chunking) also needs to know that one is under way (`WriteState.changing`).
+    var changing = 0
     /// Folder contents: name → node id, names compared by bytes.
     var children = Children()
     /// Number of child folders (for st_nlink = 2 + subfolders).
@@ -40,6 +45,12 @@ final class Node {
     /// A remote version replaced the content in place: the kernel may still hold pages of the old
     /// bytes (its invalidation is sent later, off the lock), so the next open drops them.
     var pagesStale = false
+    /// Changes of this content made under the lock whose notice the sync engine has not had yet
+    /// (`ContainerFS.notify(_:pending:)`): while positive, no remote state replaces or deletes
+    /// the content, since the engine would not know it holds a local change.
+    var noticesPending = 0
+    /// A change of this content waits for its notice (`noticesPending`).
+    var unnoticed: Bool { noticesPending > 0 && !Mutation.pullOverlooksUnnoticedChange.isOn }
 
     init(_ rec: ItemRecord) { self.rec = rec }
 

@@ -1,4 +1,5 @@
 import FuseKit
+import MountPorts
 import Glibc
 import NimbusCore
 import Synchronization
@@ -11,23 +12,6 @@ import Synchronization
 // Whatever needs the server — a file's version list, a version's bytes, a discard — answers
 // through a callback (the FUSE adapter defers its reply), bounded by the engine's read timeout:
 // no FUSE thread waits on the network. A version list is reused for 2 s so `ls -l` asks once.
-
-/// One non-current version of a file, as `.nimbus/versions/PATH/` lists it.
-public struct VersionEntry: Sendable, Hashable {
-    public let version: Int64
-    public let device: String
-    /// Modification time of that content, ns since 1970 UTC.
-    public let modified: Int64
-    public let size: Int64
-    public let conflict: Bool
-    public init(version: Int64, device: String, modified: Int64, size: Int64, conflict: Bool) {
-        self.version = version
-        self.device = device
-        self.modified = modified
-        self.size = size
-        self.conflict = conflict
-    }
-}
 
 /// The `.nimbus/versions/` tree of one mount. It mirrors the item tree of its `ContainerFS`
 /// (read under that filesystem's lock) and asks its `VersionSource` for the rest.
@@ -265,7 +249,7 @@ final class VersionsFS: Sendable {
             guard let child = kids.first(where: { ItemName.same($0.name, name) }),
                   let e = state.withLock({ $0.entries[child.node] }) else { return done(.ENOENT) }
             guard e.conflict, let source else { return done(.EPERM) }
-            source.resolve("discard", value: "\(e.version)", item: id) { [self] error in
+            source.resolve(.discard, value: "\(e.version)", item: id) { [self] error in
                 state.withLock { _ = $0.lists.removeValue(forKey: id) }
                 done(error)
             }

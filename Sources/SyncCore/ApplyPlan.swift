@@ -1,3 +1,5 @@
+import NimbusCore
+
 /// What the device knows about an item when a server state of it arrives (from the journal, a
 /// listing or a commit's answer): one snapshot, read just before `SyncItem.planApply`.
 public struct ApplyFacts: Sendable, Equatable {
@@ -81,16 +83,16 @@ extension SyncItem {
             remote.drop(upTo: shown)
             return .oldNews
         }
-        if f.pushPending {
+        if f.pushPending, !Mutation.dropPushHold.isOn {
             remote.holdForWriter(server)
             return .heldForPush
         }
         let isFile = server.kind == .file
-        if f.shownVersion != nil, isFile, server.deleted || f.contentDiffers, f.openForWriting {
+        if f.shownVersion != nil, isFile, server.deleted || f.contentDiffers, f.openForWriting, !Mutation.dropWriterHold.isOn {
             remote.forWriter = server
             return .heldForWriter
         }
-        if server.deleted, server.kind == .folder, f.localWorkBelow || f.newerBelow {
+        if server.deleted, server.kind == .folder, f.localWorkBelow || f.newerBelow, !Mutation.folderDeleteOverLocalWork.isOn {
             remote.skipped = server
             return .folderKept
         }

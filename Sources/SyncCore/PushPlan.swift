@@ -43,8 +43,9 @@ public enum PushStep<Instant: InstantProtocol>: Sendable, Equatable where Instan
     case commitDelete
     /// Never leaves this device; its queue entries go.
     case keepLocal
-    /// An editor's save is under way: asked again in a moment.
-    case waitForSafeSave
+    /// An editor's save is under way: asked again then. The item keeps its place in the queue
+    /// meanwhile, so every rule that looks for local work (a folder delete from elsewhere) sees it.
+    case waitForSafeSave(until: Instant)
     /// Mid-save: the writer's close or fsync queues the item again.
     case waitForWriter
     /// A program holds it exclusively: the unlock queues it again.
@@ -65,6 +66,11 @@ public enum PushStep<Instant: InstantProtocol>: Sendable, Equatable where Instan
 }
 
 extension SyncItem {
+    /// How long a first upload held as a possible editor's save waits before it is looked at
+    /// again (the save takes the document's identity when its backup goes, usually within
+    /// milliseconds).
+    public static var safeSaveRecheck: Duration { .milliseconds(500) }
+
     /// The decision at the start of a push, in order: deleted here, device-local, an editor's
     /// save under way, mid-save (unless a snapshot is due), locked, paced; else commit. Pure.
     public func pushStep(_ f: PushFacts<Instant>, rules: UploadPacing<Instant>.Rules) -> PushStep<Instant> {
@@ -72,7 +78,7 @@ extension SyncItem {
         guard f.isFile else { return .commit(snapshot: nil) }
         if !f.hasBase {
             if f.deviceLocalName { return .keepLocal }
-            if f.pendingSafeSave { return .waitForSafeSave }
+            if f.pendingSafeSave { return .waitForSafeSave(until: f.now.advanced(by: Self.safeSaveRecheck)) }
         }
         var snapshot: UInt64?
         if let generation = f.midSaveGeneration {

@@ -19,6 +19,9 @@ public struct RemoteHolds: Sendable, Equatable {
 
     public var isEmpty: Bool { forLock == nil && forWriter == nil && skipped == nil }
 
+    /// The versions received and not shown here (`SeenCursor.forDelete`).
+    public var heldVersions: [Int64] { [forLock, forWriter, skipped].compactMap { $0?.version } }
+
     /// A version newer than the one shown waits for a lock or a writer (`downloaded`).
     public func waitsNewer(than shown: Int64) -> Bool {
         (forLock?.version ?? -1) > shown || (forWriter?.version ?? -1) > shown

@@ -1,3 +1,4 @@
+import NimbusCore
 import NimbusProtocol
 
 /// What the engine knows about one item's local changes on their way up, besides the queue's
@@ -67,6 +68,25 @@ public struct UploadState<Instant: InstantProtocol>: Sendable, Equatable where I
     public var chunksMissing = false
 
     public init() {}
+
+    /// The item was deleted here: its delete goes at once. Nothing of its content is left to
+    /// pace, snapshot or wait for, and a refusal of its last state (or of its content for the
+    /// quota) no longer applies; a back-off for server trouble stays. A delete kept waiting
+    /// would let a folder delete made after it overtake it, and the folder delete's rule is
+    /// coarser: the item's own delete, on its base, loses to an edit made elsewhere.
+    public mutating func deletedHere() {
+        if Mutation.deleteWaitsOutPacing.isOn { return }
+        notBefore = nil
+        snapshotDue = false
+        waitingForLock = false
+        switch failure {
+        case .refused?, .overQuota?:
+            failure = nil
+            error = nil
+        case .retrying?, nil:
+            break
+        }
+    }
 
     /// Whether the push loop may take the item now: no back-off or pacing wait runs.
     public func ready(at now: Instant) -> Bool {

@@ -1,8 +1,9 @@
 /// The clock of the engine's own timers: the pull and push back-offs after a failure, the
-/// tick loop (quiet-period uploads, the cache limit) and the window during which the server
-/// counts as unreachable after a failed download. Network deadlines (the HTTP client's), the
-/// kernel-facing timers of ContainerFS (safe-save windows, idle time of open files) and the
-/// safe-save hold stay on real time: they pair with things outside the engine.
+/// tick loop (quiet-period uploads, the cache limit), the recheck of a first upload held as a
+/// possible editor's save, and the window during which the server counts as unreachable after a
+/// failed download. Network deadlines (the HTTP client's) and the kernel-facing timers of
+/// ContainerFS (safe-save windows, idle time of open files) stay on real time: they pair with
+/// things outside the engine.
 ///
 /// `EngineClock.real` in a mount. The engine-level simulation (Tests/EngineSimTests) runs its
 /// engines on `scaled(10)`: a back-off of 1 s after an injected disconnect takes 100 ms, so the

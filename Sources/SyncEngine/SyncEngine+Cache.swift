@@ -1,6 +1,6 @@
-import ContainerFS
+import MountPorts
 import Foundation
-import FuseKit
+import FuseIDs
 import NimbusCore
 import NimbusProtocol
 import SyncCore
@@ -18,7 +18,7 @@ import SyncCore
 
 extension SyncEngine: SyncControl {
     /// `user.nimbus.pinned|evict|download|paused` (SyncControl).
-    public func setItemAttribute(_ name: String, value: String, item: ItemID, isFolder: Bool) throws(Errno) {
+    public func setItemAttribute(_ name: NimbusXattr, value: String, item: ItemID, isFolder: Bool) throws(Errno) {
         let on: Bool
         switch value.lowercased() {
         case "1", "yes", "true", "on": on = true
@@ -26,13 +26,14 @@ extension SyncEngine: SyncControl {
         default: throw .EINVAL
         }
         switch name {
-        case "pinned": try setPinned(item, on, isFolder: isFolder)
-        case "evict": if on { try evict(item, isFolder: isFolder, explicit: true) }
-        case "download": if on { try fetchWhole(files(under: item, isFolder: isFolder), priority: 1) }
-        case "paused":
+        case .pinned: try setPinned(item, on, isFolder: isFolder)
+        case .evict: if on { try evict(item, isFolder: isFolder, explicit: true) }
+        case .download: if on { try fetchWhole(files(under: item, isFolder: isFolder), priority: 1) }
+        case .paused:
             guard item.isRoot else { throw .EPERM }
             setPaused(on)
-        default: throw .EPERM
+        case .status, .itemid, .progress, .version, .error, .conflicts, .versions, .resolve, .restore, .discard:
+            throw .EPERM
         }
     }
 
@@ -116,11 +117,11 @@ extension SyncEngine: SyncControl {
     func evictOne(_ id: ItemID, fs: any MountedTree) throws(Errno) -> Int64 {
         var freed: Int64 = 0
         var newBase: Base?
-        let node = try fs.evictContent(id) {
+        try fs.evictContent(id) {
             state.withLock { s in
-                guard let b = s.base(id), b.record.kind == .file, !b.record.chunks.isEmpty,
-                      !s.queue.contains(id), s.inFlight != id, s.items[id]?.upload.waitingForLock != true, s.items[id]?.remote.forLock == nil,
-                      !s.isWriting(id), !s.downloads.keys.contains(where: { $0.item == id }) else { return false }
+                let unsent = s.queue.contains(id) || s.inFlight == id
+                let downloading = s.downloads.keys.contains(where: { $0.item == id })
+                guard let record = s.items[id], record.evictable(unsent: unsent, downloading: downloading), let b = record.base else { return false }
                 freed = b.presentBytes
                 let nb = Base.placeholder(b.record)
                 s.setBase(id, nb)
@@ -135,7 +136,6 @@ extension SyncEngine: SyncControl {
             }
         }
         if let newBase { try? saveBase(id, newBase) }
-        sendKernel([.node(node)])  // the kernel's cached pages of the file go too
         return freed
     }
 

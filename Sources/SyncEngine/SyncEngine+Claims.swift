@@ -1,5 +1,5 @@
 import Coordination
-import ContainerFS
+import MountPorts
 import Foundation
 import NimbusCore
 import NimbusProtocol

@@ -1,7 +1,7 @@
-import ContainerFS
+import MountPorts
 import Crypto
 import Foundation
-import FuseKit
+import FuseIDs
 import Glibc
 import NimbusCore
 import NimbusProtocol

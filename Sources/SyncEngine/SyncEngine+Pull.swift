@@ -1,5 +1,5 @@
 import Coordination
-import ContainerFS
+import MountPorts
 import Foundation
 import NimbusCore
 import NimbusProtocol
@@ -218,18 +218,24 @@ extension SyncEngine {
     /// never forgets it (EngineSimTests: an item renamed elsewhere onto a name taken here,
     /// skipped, then a crash: it still gets its new name). Written once per run.
     func markRelist() {
-        state.withLock { s in
-            guard !s.relistMarked else { return }
-            s.relistMarked = true
-            try? store.setMeta("sync.relist", "1")
+        if Mutation.forgetHeldAcrossCrash.isOn { return }
+        relistDiskLock.withLock { _ in
+            let first = state.withLock { s in
+                defer { s.relistMarked = true }
+                return !s.relistMarked
+            }
+            if first { try? store.setMeta("sync.relist", "1") }
         }
     }
 
     /// After the start's relist: the mark goes unless that relist left something not shown.
     func clearRelistMark() {
-        state.withLock { s in
-            s.relistDue = false
-            if !s.relistMarked { try? store.setMeta("sync.relist", "0") }
+        relistDiskLock.withLock { _ in
+            let clear = state.withLock { s in
+                s.relistDue = false
+                return !s.relistMarked
+            }
+            if clear { try? store.setMeta("sync.relist", "0") }
         }
     }
 
@@ -356,7 +362,7 @@ extension SyncEngine {
         let resets = Set(states.filter(\.resetContent).map(\.id))
         let t1 = ContinuousClock.now
         var shown: [ItemID: Base?] = [:]
-        let (actions, skipped) = fs.applyRemote(states) { id in
+        let skipped = fs.show(states) { id in
             guard let nb = newBases[id] else { return }
             state.withLock { s in
                 s.setBase(id, nb)
@@ -390,19 +396,17 @@ extension SyncEngine {
         for id in skipped {
             // The old base stays: the item is retried on its next change or commit answer.
             // A file that opened for writing meanwhile: its version waits like those above.
-            if let item = byID[id], item.kind == .file, !item.deleted, case .some(.some) = oldBases[id],
-               let ws = fs.writeState(id), ws.writers > 0 || ws.dirty {
-                state.withLock { $0.items[id, default: SyncItem()].remote.forWriter = item }
-                markRelist()
-            } else if let item = byID[id] {
-                // Its name is taken here (by an item not uploaded yet) or its folder is missing:
-                // tried again after each push, which may rename or create what was in the way.
-                state.withLock { $0.items[id, default: SyncItem()].remote.skipped = item }
+            // Its name is taken here (by an item not uploaded yet) or its folder is missing: tried
+            // again after each push, which may rename or create what was in the way. A file that
+            // opened for writing meanwhile: its version waits for the writer like those above.
+            if let item = byID[id] {
+                let shownBefore: Bool = if case .some(.some) = oldBases[id] { true } else { false }
+                let writing = fs.writeState(id).map { $0.writers > 0 || $0.dirty } ?? false
+                state.withLock { $0.items[id, default: SyncItem()].notShown(item, shownBefore: shownBefore, openForWriting: writing) }
                 markRelist()
             }
             log("remote item \(id) not shown here yet (its folder is missing, its name is taken, or it is being written here)")
         }
-        sendKernel(actions)
     }
 
     static func remoteState(_ r: ServerItem, resetContent: Bool) -> RemoteState {

@@ -1,4 +1,4 @@
-import ContainerFS
+import MountPorts
 import Crypto
 import Foundation
 import Glibc
@@ -38,6 +38,7 @@ extension SyncEngine: ChangeObserver {
         let nowComplete: Base? = state.withLock { s in
             s.queue.append(id)
             if case .contentChanged = change { s.items[id, default: SyncItem()].upload.pacing.changed(at: now, rules: rules) }
+            if case .deleted = change, s.items[id] != nil { s.items[id]?.upload.deletedHere() }
             // Content is written only into fully present files (open for writing downloads
             // first) or after O_TRUNC: either way the whole file is here now.
             if case .contentChanged = change, var b = s.base(id), !b.complete {
@@ -86,17 +87,17 @@ extension SyncEngine: ChangeObserver {
                 let delay = await loop.turn(.pushFailed(id)) { pushFailed(id, error, failure) }
                 switch failure {
                 case .unauthorized: log("upload of \(id) refused: \(error); uploads wait for a valid token (mount again with --token-file)")
-                case .retry: log("upload of \(id) failed: \(error); retrying in \(delay) s")
-                case .rejected: log("upload of \(id) refused: \(error); kept queued, retrying in \(delay) s or when it changes")
+                case .transient: log("upload of \(id) failed: \(error); retrying in \(delay) s")
+                case .refused: log("upload of \(id) refused: \(error); kept queued, retrying in \(delay) s or when it changes")
                 case .overQuota: log("upload of \(id) refused for the account's quota: \(error); kept queued, retrying in \(delay) s")
-                case .reverted:
+                case .moveRefused:
                     // The conflict rule for crossing moves (DESIGN §3): the mover's device puts
                     // the folder back where the server has it. Only the refused move is undone;
                     // nothing else of the item was in it (folders have no content).
                     log("upload of \(id) refused: \(error); putting it back where the server has it")
                     await revertToServer(id)
                 }
-                if failure == .retry, Self.isTransport(error) {
+                if failure == .transient, Self.isTransport(error) {
                     setConnection(.offline(retryIn: nil), error: "\(error)")
                 }
             }
@@ -163,7 +164,7 @@ extension SyncEngine: ChangeObserver {
 
     /// A push failed (in a turn): the item goes back to the front of the queue with its back-off
     /// (or, for a refused move, leaves it to be put back). Returns the back-off in seconds.
-    func pushFailed(_ id: ItemID, _ error: any Error, _ failure: Failure) -> Int {
+    func pushFailed(_ id: ItemID, _ error: any Error, _ failure: UploadFailure) -> Int {
         let now = options.clock.now
         let delay: Int = state.withLock { s in
             s.inFlight = nil
@@ -177,38 +178,25 @@ extension SyncEngine: ChangeObserver {
                 s.items[id, default: SyncItem()].upload.error = "upload failed: \(error)"
             }
             if (error as? RemoteError)?.code == .missingChunks { s.items[id]?.upload.chunksMissing = true }
-            let delay: Int
+            let delay = s.items[id, default: SyncItem()].upload.failed(failure, at: now)
             switch failure {
             case .unauthorized:
                 s.unauthorized = "\(error)"
                 s.connection = .unauthorized
-                delay = 0
-            case .retry:
-                delay = s.items[id]?.upload.failure?.nextDelay ?? 1
-                s.items[id]?.upload.failure = .retrying(at: now + .seconds(delay), delay: delay)
-            case .reverted:
+            case .moveRefused:
                 // The refused move leaves the queue; until the server's state is shown the
                 // tree holds a place the server never had, so the next pull (or start) lists
                 // the container again, so a lost answer to the put-back's request cannot leave
                 // it there for good.
                 s.relistDue = true
-                return 0
-            case .rejected:
-                // The server refuses this state as it is: shown as an error on the item,
-                // tried again when it changes, at the next start, or in five minutes.
-                delay = 300
-                s.items[id]?.upload.failure = .refused(at: now + .seconds(delay))
-            case .overQuota(let figures):
-                // Room appears when the admin raises the quota or the server's garbage
-                // collection frees content no version refers to any more; the device hears of neither, so it asks
-                // again after a while.
-                delay = UploadState<ContinuousClock.Instant>.quotaRetrySeconds
-                s.items[id]?.upload.failure = .overQuota(at: now + .seconds(delay), figures)
+                return delay
+            case .transient, .refused, .overQuota:
+                break
             }
             s.queue.prepend(id)
             return delay
         }
-        if failure == .reverted {
+        if failure == .moveRefused {
             markRelist()
             try? store.removeSyncOps(id, upTo: Int64.max)
         }
@@ -249,36 +237,21 @@ extension SyncEngine: ChangeObserver {
         guard let fs = state.withLock({ $0.fs }) else { return nil }
         let above = fs.ancestors(of: id).filter { !$0.isRoot }
         return state.withLock { s in
-            guard let f = above.last(where: { s.base($0) == nil && !s.refused($0) && (s.items[$0]?.upload.pushedAhead ?? 0) < 5 }) else { return nil }
+            guard let f = CommitPlan.folderFirst(above: above, { s.items[$0] }) else { return nil }
             s.items[f, default: SyncItem()].upload.pushedAhead += 1
             return f
         }
     }
 
-    enum Failure: Equatable { case retry, rejected, unauthorized, reverted, overQuota(QuotaFigures?) }
-
-    /// Transport failures, server-side trouble (5xx, `busy`, `storage_full`) and ordering races
-    /// are retried with a back-off; a 401 stops uploads until the token is accepted again; a
-    /// state the server refuses for what it is (a bad name, a kind change) is `rejected`: shown on
-    /// the item and tried again later; a chunk refused for the account's quota is `overQuota`:
-    /// shown on the item with the server's figures and tried again in a minute. None of them
-    /// drops the change.
-    static func classify(_ e: any Error) -> Failure {
-        guard let r = e as? RemoteError else { return e is ChunkReadError ? .rejected : .retry }
+    /// A failed request as SyncCore's `UploadFailure`: no answer (transport, certificate) is
+    /// transient; an answer by its status and the server's code; a file that cannot be read here
+    /// is refused (its state cannot be sent as it is). None of them drops the change.
+    static func classify(_ e: any Error) -> UploadFailure {
+        guard let r = e as? RemoteError else { return e is ChunkReadError ? .refused : .transient }
         switch r {
-        case .transport, .certificate: return .retry
-        case .unexpected(let status, _): return status == 401 ? .unauthorized : status >= 500 ? .retry : .rejected
-        case .server(let status, _, _, _, let quota):
-            let code = r.code
-            if code == .unauthorized || status == 401 { return .unauthorized }
-            if code == .quotaExceeded { return .overQuota(quota) }
-            if status >= 500 || status == 413 || status == 429 { return .retry }
-            switch code {
-            case .moveCycle: return .reverted
-            // Ordering races: the chunk, the folder or the container is on its way.
-            case .missingChunks, .parentNotFound, .itemNotFound, .containerNotFound: return .retry
-            default: return .rejected
-            }
+        case .transport, .certificate: return .of(status: nil)
+        case .unexpected(let status, _): return .of(status: status)
+        case .server(let status, _, _, _, let quota): return .of(status: status, code: r.code, quota: quota)
         }
     }
 
@@ -372,9 +345,12 @@ extension SyncEngine: ChangeObserver {
         switch step {
         case .commitDelete:
             // Never tell the server we saw items we skipped: it would delete them with the folder.
+            // Nor states held back here (for a push, a writer or a lock): another device's
+            // write this device never showed would go with the folder (`SeenCursor`).
             let seen = state.withLock { s in
                 s.items[id]?.upload.deviceLocal = false
-                return s.minSkipped.map { min(cursor, $0 - 1) } ?? cursor
+                let held = s.items.busyItems.lazy.flatMap(\.item.remote.heldVersions)
+                return SeenCursor.forDelete(cursor: cursor, notShown: held + (s.minSkipped.map { [$0] } ?? []))
             }
             return .delete(base: base, cursor: seen)
         case .keepLocal:
@@ -382,12 +358,21 @@ extension SyncEngine: ChangeObserver {
             state.withLock { $0.items[id, default: SyncItem()].upload.deviceLocal = true }
             try store.removeSyncOps(id, upTo: upTo)
             return .nothing
-        case .waitForSafeSave:
+        case .waitForSafeSave(let until):
             // A new file under the name a document was just renamed away from (vim's save): wait
             // a moment — when the backup goes, this file takes the document's identity instead.
+            // It keeps its place in the queue (local work a folder delete must see).
+            let leaves = Mutation.safeSaveHoldLeavesQueue.isOn
+            if !leaves {
+                state.withLock { s in
+                    s.items[id, default: SyncItem()].upload.notBefore = until
+                    s.queue.prepend(id)
+                }
+            }
+            let clock = options.clock
             jobs.spawn {
-                try? await Task.sleep(for: .milliseconds(500))
-                self.state.withLock { $0.queue.append(id) }
+                await clock.sleep(for: until - clock.now)
+                if leaves { self.state.withLock { $0.queue.append(id) } }
                 self.wake.yield()
             }
             return .nothing
@@ -439,13 +424,13 @@ extension SyncEngine: ChangeObserver {
         // change) is sent.
         let timeSet = try c.base.map { $0.record.modified != c.draft.modified } == true
             && store.hasSyncOp(id, kind: .attributes)
-        if let base = c.base, !timeSet, ItemDraft(base.record) == c.draft.withModified(base.record.modified), !base.record.deleted {
+        if CommitPlan.nothingToSend(base: c.base?.record, draft: c.draft, timeSetOnPurpose: timeSet) {
             trace("push \(id): nothing to send")
             try store.removeSyncOps(id, upTo: upTo)  // nothing the server does not have
             try applyHeldForWriter(id)
             return nil
         }
-        return CommitRequest(item: id, baseVersion: c.base?.version, state: c.draft, seenCursor: c.cursor)
+        return CommitRequest(item: id, baseVersion: Mutation.commitWithoutBase.isOn ? nil : c.base?.version, state: c.draft, seenCursor: c.cursor)
     }
 
     /// A newer version that waited for this file's push or writer goes in now, when no program
@@ -562,7 +547,7 @@ extension SyncEngine: ChangeObserver {
         guard let fs = state.withLock({ $0.fs }) else { return }
         let (relocate, record) = state.withLock { s in
             defer { s.items[id]?.upload.relocate = false }
-            return (s.items[id]?.upload.relocate == true, s.items[id] ?? SyncItem())
+            return (s.items[id]?.upload.relocate == true && !Mutation.settleWithoutRelocate.isOn, s.items[id] ?? SyncItem())
         }
         let sameContent = item.chunks == sent.chunks
         let shown = ItemDraft(item).withModified(sent.modified)
@@ -612,8 +597,7 @@ extension SyncEngine: ChangeObserver {
         // A rename, move or chmod made here since the draft stays (pushed next, on this answer).
         // After a commit on a base older than our own move (below), the local place stays too.
         shownState.sentPlace = relocate ? (item.parent, item.name.value, sent.mode) : (sent.parent, sent.name.value, sent.mode)
-        let (actions, skipped) = fs.applyRemote([shownState])
-        sendKernel(actions)
+        let skipped = fs.show([shownState])
         trace("settle \(id) v\(item.version): \(skipped.contains(id) ? "not shown yet" : "shown")\(sameContent ? "" : " (other content)")")
         if skipped.contains(id) {
             // The server's place for it is taken here (or its folder missing), or the file was
@@ -635,9 +619,8 @@ extension SyncEngine: ChangeObserver {
             // under the old name taking its identity). On the previous base the next commit
             // looks like no move to the server, which keeps our own earlier one: its answer must
             // not move the item, and the item is pushed once more from there.
-            if let previous, let here = fs.localState(id), relocate
-                || ((previous.record.parent != sent.parent || previous.record.name != sent.name)
-                    && here.parent == previous.record.parent && ItemName.same(here.name, previous.record.name.value)) {
+            if let previous, let here = fs.localState(id),
+               SettleFacts.movedBackSinceCommit(previous: previous.record, sent: sent, here: (here.parent, here.name), relocate: relocate) {
                 state.withLock { $0.items[id, default: SyncItem()].upload.relocate = true }
                 trace("settle \(id): moved back here since the commit; the next answer keeps the place here")
             }
@@ -702,17 +685,25 @@ extension SyncEngine: ChangeObserver {
             state.withLock { $0.items[id, default: SyncItem()].upload.waitingForLock = true }
             return nil
         }
-        let written = fs.writeState(id)?.written ?? 0
+        let before = fs.writeState(id)
+        let written = before?.written ?? 0
         let spans: [ChunkSpan]
         do { spans = try chunker.chunks(fd: fd) } catch { claim.release(); throw error }
         claim.release()
         let refs = spans.map(\.ref)
-        // A writer that opened since the check in push() is mid-save until its close or fsync,
-        // so this catches every partial file chunked above. A snapshot of a file kept open is
-        // good when no write happened while it was chunked.
+        // What was chunked is one state of the file only when no write, truncation or identity
+        // transfer ended while it was read (the generation is the same) and none is under way
+        // now (its bytes land before its generation moves): a program that truncates, writes
+        // and closes in that time would otherwise have its empty middle state committed. The
+        // change's close or fsync queues the item again. A writer still mid-save (opened since
+        // the check in push()) waits for its close or fsync too. A snapshot of a file kept open
+        // is good when it is the generation the quiet period saw.
+        let after = fs.writeState(id)
+        let torn = after == nil || after!.changing || before?.changing != false || after!.generation != before!.generation
         if let snapshot {
-            if fs.writeState(id)?.generation != snapshot { return nil }
-        } else if fs.isBeingWritten(id) {
+            if torn || after?.generation != snapshot { return nil }
+        } else if torn || after!.unsynced {
+            trace("upload \(id): written while chunked or mid-save; sent after the change")
             return nil
         }
         // The base's chunks are on the server (it sent them), unless it said they are gone since.
@@ -745,13 +736,5 @@ extension SyncEngine: ChangeObserver {
             }
         }
         return refs
-    }
-}
-
-extension ItemDraft {
-    func withModified(_ m: Int64) -> ItemDraft {
-        var d = self
-        d.modified = m
-        return d
     }
 }

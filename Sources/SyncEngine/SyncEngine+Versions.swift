@@ -1,7 +1,7 @@
-import ContainerFS
+import MountPorts
 import Crypto
 import Foundation
-import FuseKit
+import FuseIDs
 import NimbusCore
 import NimbusProtocol
 import NimbusRemote
@@ -60,17 +60,17 @@ extension SyncEngine: VersionSource {
     /// `user.nimbus.resolve` (`current`, or a version number to keep), `user.nimbus.restore` (a
     /// previous version to make current again) and `user.nimbus.discard` (a conflict version to
     /// drop). The server's answer is shown at once; the journal tells the other devices.
-    public func resolve(_ name: String, value: String, item: ItemID, done: @escaping @Sendable (Errno?) -> Void) {
+    public func resolve(_ name: NimbusXattr, value: String, item: ItemID, done: @escaping @Sendable (Errno?) -> Void) {
         let request: ResolveRequest
         switch (name, value) {
-        case ("resolve", "current"): request = ResolveRequest(action: .keepCurrent)
-        case ("resolve", _):
+        case (.resolve, "current"): request = ResolveRequest(action: .keepCurrent)
+        case (.resolve, _):
             guard let v = Int64(value) else { return done(.EINVAL) }
             request = ResolveRequest(action: .keepVersion, version: v)
-        case ("restore", _):
+        case (.restore, _):
             guard let v = Int64(value) else { return done(.EINVAL) }
             request = ResolveRequest(action: .restore, version: v)
-        case ("discard", _):
+        case (.discard, _):
             guard let v = Int64(value) else { return done(.EINVAL) }
             request = ResolveRequest(action: .discard, versions: [v])
         default: return done(.EPERM)

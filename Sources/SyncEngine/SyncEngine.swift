@@ -1,6 +1,6 @@
-import ContainerFS
+import MountPorts
 import Foundation
-import FuseKit
+import FuseIDs
 import LocalStore
 import NimbusCore
 import NimbusLog
@@ -12,8 +12,8 @@ import SyncCore
 /// Keeps one mounted container in sync with one server container (docs/sync.md).
 ///
 /// - Pull: the first sync lists the container and shows every item as a placeholder (size,
-///   mtime and mode right, no bytes); then one long-poll loop applies the journal and sends
-///   exactly the kernel invalidations each change needs.
+///   mtime and mode right, no bytes); then one long-poll loop applies the journal (the tree
+///   sends the kernel invalidations each change needs).
 /// - Hydration (`ContentProvider`): a read of missing bytes downloads the chunks covering it into
 ///   the sparse cache file and answers the read afterwards; readers of one chunk share a download.
 /// - Push (`ChangeObserver`): local changes queue the item (durably, in `sync_op`); one loop
@@ -24,8 +24,7 @@ import SyncCore
 /// decision about items (showing server states, a push's step, a commit's answer, the tick) in a
 /// turn of `loop`, one at a time (EngineLoop.swift).
 /// Lock order: ContainerFS.lock → LocalStore queue lock; `state` is a leaf (nothing else is
-/// called while it is held), so it can be taken under ContainerFS.lock or without it. Kernel
-/// notifications go out on `kernelQueue` only, with no lock held (see `sendKernel`).
+/// called while it is held), so it can be taken under ContainerFS.lock or without it.
 public final class SyncEngine: Sendable {
     public struct Options: Sendable {
         /// Longest wait of one chunk download before the read fails with EIO.
@@ -58,6 +57,10 @@ public final class SyncEngine: Sendable {
     /// Orders base writes to disk (`persistBases`, `persistPresence`): each reads memory and
     /// writes under it, so the last write on disk carries the newest state.
     let baseDiskLock = Mutex<Void>(())
+    /// Orders the writes of `sync.relist` (`markRelist`, `clearRelistMark`): the decision is read
+    /// from `state` and written to disk under this, never under `state`, which libfuse threads
+    /// take on the read path. Lock order: this, then `state`.
+    let relistDiskLock = Mutex<Void>(())
     /// Per item, how many times a program truncated its file in place while downloads of it
     /// were asked for or under way (`willTruncate`; lock order: `state`, then this). Held
     /// by a download while it checks this and writes a part into the cache file, so no bytes of
@@ -72,8 +75,6 @@ public final class SyncEngine: Sendable {
     /// Wakes the pull's supervisor when sync is paused or resumed (`setPaused`).
     let pauseWake: AsyncStream<Void>.Continuation
     let pauseWakes: AsyncStream<Void>
-    /// Kernel cache notifications (see `sendKernel`).
-    let kernelQueue = DispatchQueue(label: "nimbus.kernel-notify")
     /// Downloads and other short jobs, all children of the engine's task tree (EngineJobs.swift).
     let jobs = EngineJobs()
     /// Where every decision about items is made, one turn at a time (EngineLoop.swift).
@@ -83,7 +84,6 @@ public final class SyncEngine: Sendable {
         /// The mounted tree and what it shares with the engine (`attach`).
         var fs: (any MountedTree)?
         var services: MountServices?
-        var kernel: (any KernelCache)?
         /// One record per item shown here or with work under way (SyncCore `SyncItem`): its base,
         /// its cache file's use, its local changes on their way up and the server states held
         /// back here (for a lock, a writer, a taken name or a missing folder).
@@ -229,8 +229,6 @@ public final class SyncEngine: Sendable {
     /// The services shared with the mounted tree (set by `attach`).
     var services: MountServices? { state.withLock { $0.services } }
 
-    public func setKernel(_ k: any KernelCache) { state.withLock { $0.kernel = k } }
-
     /// Runs the engine — the pull (while not paused), the push loop, the tick loop and the jobs
     /// (downloads, server calls of the mount) — as one task tree, until the task running it is
     /// cancelled. Nothing the engine starts lives outside it.
@@ -289,9 +287,6 @@ public final class SyncEngine: Sendable {
         pauseWake.finish()
         jobs.finish()
         await running?.value
-        // Let queued invalidations finish before the session goes (they are harmless after it:
-        // FuseSession answers ENOTCONN once unmounted).
-        await withCheckedContinuation { (c: CheckedContinuation<Void, Never>) in kernelQueue.async { c.resume() } }
     }
 
     /// Lines for `.nimbus/status` (SyncStatusSource).
@@ -404,22 +399,10 @@ public final class SyncEngine: Sendable {
             try store.saveSyncBases(rows, removing: gone)
         }
     }
-
-    /// Sends invalidations on `kernelQueue`, in order, never on a Swift task thread.
-    ///
-    /// Why: `inval_inode` waits for the page locks of the file, and a read of a placeholder holds
-    /// its page locked until our deferred reply — which needs a download task to run. Sent from
-    /// the (2-thread) cooperative pool, a blocked invalidation plus a second one waiting for the
-    /// session lock starved the pool and deadlocked a `cat` (seen in SyncTests). A serial
-    /// dispatch queue has its own thread, so the download still runs and the wait ends.
-    func sendKernel(_ actions: [KernelAction]) {
-        guard !actions.isEmpty, let k = state.withLock({ $0.kernel }) else { return }
-        kernelQueue.async { for a in actions { a.send(to: k) } }
-    }
 }
 
 extension SyncEngine: SyncStatusSource {
-    public func itemStatus(_ item: ItemID) -> String {
+    public func itemStatus(_ item: ItemID) -> ItemStatus {
         state.withLock { s in
             let base = s.base(item).map { b in
                 StatusFacts.Base(version: b.version, conflicts: b.record.conflicts, complete: b.present == nil,
@@ -428,23 +411,23 @@ extension SyncEngine: SyncStatusSource {
             let facts = StatusFacts(base: base, isRoot: item.isRoot, queued: s.inFlight == item || s.queue.contains(item),
                                     downloading: base?.complete == false && s.downloads.keys.contains(where: { $0.item == item }),
                                     unauthorized: s.unauthorized != nil)
-            return (s.items[item] ?? SyncItem()).status(facts).rawValue
+            return (s.items[item] ?? SyncItem()).status(facts)
         }
     }
 
-    public func itemAttribute(_ name: String, item: ItemID, ancestors: [ItemID]) -> String? {
+    public func itemAttribute(_ name: NimbusXattr, item: ItemID, ancestors: [ItemID]) -> String? {
         state.withLock { s in
             switch name {
-            case "version": return s.base(item).map { "\($0.version)" } ?? "none"
-            case "conflicts": return "\(s.base(item)?.record.conflicts ?? 0)"
-            case "pinned": return s.pinned.contains(item) || ancestors.contains(where: s.pinned.contains) ? "1" : "0"
-            case "error":
+            case .version: return s.base(item).map { "\($0.version)" } ?? "none"
+            case .conflicts: return "\(s.base(item)?.record.conflicts ?? 0)"
+            case .pinned: return s.pinned.contains(item) || ancestors.contains(where: s.pinned.contains) ? "1" : "0"
+            case .error:
                 if s.refused(item) { return s.items[item]?.upload.error ?? "the server refused the upload (see the mount log)" }
                 if s.unauthorized != nil, s.queue.contains(item) || s.isWriting(item) || s.base(item) == nil {
                     return "not uploaded: the server refused this device's token (revoked or wrong); the change is kept — mount again with a valid --token-file"
                 }
                 return s.items[item]?.upload.error ?? ""
-            case "progress":
+            case .progress:
                 if let u = s.upload, u.item == item {
                     return "\(u.total == 0 ? 100 : Int(u.sent * 100 / u.total))% \(u.sent)/\(u.total) uploaded"
                 }
@@ -452,7 +435,7 @@ extension SyncEngine: SyncStatusSource {
                 let size = b.offsets[b.offsets.count - 1]
                 let have = b.presentBytes
                 return "\(size == 0 ? 100 : Int(have * 100 / size))% \(have)/\(size)"
-            default: return nil
+            case .status, .itemid, .evict, .download, .paused, .versions, .resolve, .restore, .discard: return nil
             }
         }
     }

@@ -3,26 +3,25 @@ import ArgumentParser
 import CFuse3  // getxattr/setxattr (sys/xattr.h), not in Glibc's module
 import Foundation
 import Glibc
+import NimbusCore
 
 // `nimbus status|download|evict|pin|unpin|pause|resume`: thin shells over the mount's own
 // surface (user.nimbus.* xattrs and .nimbus/status, docs/sync.md "Status and control"), so
 // what the CLI does, `getfattr`/`setfattr`/`cat` can do too.
 
 enum MountSurface {
-    static let prefix = "user.nimbus."
-
-    static func get(_ path: String, _ name: String) -> String? {
+    static func get(_ path: String, _ name: NimbusXattr) -> String? {
         var buf = [UInt8](repeating: 0, count: 4096)
-        let n = lgetxattr(realPath(path) ?? path, prefix + name, &buf, buf.count)
+        let n = lgetxattr(realPath(path) ?? path, name.name, &buf, buf.count)
         guard n >= 0 else { return nil }
         return String(decoding: buf[0..<n], as: UTF8.self)
     }
 
-    static func set(_ path: String, _ name: String, _ value: String) throws {
+    static func set(_ path: String, _ name: NimbusXattr, _ value: String) throws {
         let bytes = Array(value.utf8)
         // On the resolved path (`root(of:)` checked it is inside the mount) and without following
         // a link: a link swapped in meanwhile is not followed either.
-        if lsetxattr(realPath(path) ?? path, prefix + name, bytes, bytes.count, 0) != 0 {
+        if lsetxattr(realPath(path) ?? path, name.name, bytes, bytes.count, 0) != 0 {
             let e = errno
             let what: String
             switch e {
@@ -82,7 +81,7 @@ enum MountSurface {
 
     /// `present/size` from `user.nimbus.progress` ("P% HAVE/SIZE…").
     static func progress(_ path: String) -> (have: Int64, size: Int64)? {
-        guard let p = get(path, "progress"), let field = p.split(separator: " ").dropFirst().first else { return nil }
+        guard let p = get(path, .progress), let field = p.split(separator: " ").dropFirst().first else { return nil }
         let parts = field.split(separator: "/")
         guard parts.count == 2, let h = Int64(parts[0]), let s = Int64(parts[1]) else { return nil }
         return (h, s)
@@ -129,8 +128,8 @@ struct Status: ParsableCommand {
                 continue
             }
             var d = ["path": p]
-            for name in ["status", "progress", "version", "pinned", "itemid", "error"] {
-                d[name] = MountSurface.get(p, name) ?? ""
+            for x in [NimbusXattr.status, .progress, .version, .pinned, .itemid, .error] {
+                d[x.rawValue] = MountSurface.get(p, x) ?? ""
             }
             out.append(d)
             if !json {
@@ -183,7 +182,7 @@ struct Download: ParsableCommand {
                 batch = []
                 batchBytes = 0
             }
-            try MountSurface.set(f, "download", "1")
+            try MountSurface.set(f, .download, "1")
             batch.append(f)
             batchBytes += sizes[f]!
         }
@@ -205,11 +204,11 @@ struct Download: ParsableCommand {
             var done = true
             for f in files {
                 if complete.contains(f) { have += sizes[f] ?? 0; total += sizes[f] ?? 0; continue }
-                let status = MountSurface.get(f, "status") ?? "?"
+                let status = MountSurface.get(f, .status) ?? "?"
                 if let p = MountSurface.progress(f) { have += p.have; total += p.size; sizes[f] = p.size }
                 if ["cloud", "partial", "downloading"].contains(status) { done = false } else { complete.insert(f) }
-                if status == "error" || (status == "cloud" && !(MountSurface.get(f, "error") ?? "").isEmpty) {
-                    errors.append("\(f): \(MountSurface.get(f, "error") ?? "error")")
+                if status == "error" || (status == "cloud" && !(MountSurface.get(f, .error) ?? "").isEmpty) {
+                    errors.append("\(f): \(MountSurface.get(f, .error) ?? "error")")
                 }
             }
             if tty {
@@ -234,7 +233,7 @@ struct Download: ParsableCommand {
 
 /// `nimbus evict|pin|unpin PATH…`: one xattr per path.
 struct SetEach {
-    static func run(_ paths: [String], _ name: String, _ value: String, _ verb: String) throws {
+    static func run(_ paths: [String], _ name: NimbusXattr, _ value: String, _ verb: String) throws {
         var failed = 0
         for p in paths {
             do {
@@ -254,20 +253,20 @@ struct Evict: ParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Free the local copy of files (they stay in the cloud and download again when read).")
     @Argument(help: "Files or folders in a mount.") var paths: [String]
-    func run() throws { try SetEach.run(paths, "evict", "1", "evicted") }
+    func run() throws { try SetEach.run(paths, .evict, "1", "evicted") }
 }
 
 struct Pin: ParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Keep files (or everything below folders) downloaded on this device.")
     @Argument(help: "Files or folders in a mount.") var paths: [String]
-    func run() throws { try SetEach.run(paths, "pinned", "1", "pinned") }
+    func run() throws { try SetEach.run(paths, .pinned, "1", "pinned") }
 }
 
 struct Unpin: ParsableCommand {
     static let configuration = CommandConfiguration(abstract: "Let the cache evict files again.")
     @Argument(help: "Files or folders in a mount.") var paths: [String]
-    func run() throws { try SetEach.run(paths, "pinned", "0", "unpinned") }
+    func run() throws { try SetEach.run(paths, .pinned, "0", "unpinned") }
 }
 
 struct Pause: ParsableCommand {
@@ -276,7 +275,7 @@ struct Pause: ParsableCommand {
     @Argument(help: "The mountpoint (or a path inside it; default: the current folder).") var path: String?
     func run() throws {
         let root = try MountSurface.root(of: path ?? FileManager.default.currentDirectoryPath)
-        try MountSurface.set(root, "paused", "1")
+        try MountSurface.set(root, .paused, "1")
         print("paused \(root)")
     }
 }
@@ -286,7 +285,7 @@ struct Resume: ParsableCommand {
     @Argument(help: "The mountpoint (or a path inside it; default: the current folder).") var path: String?
     func run() throws {
         let root = try MountSurface.root(of: path ?? FileManager.default.currentDirectoryPath)
-        try MountSurface.set(root, "paused", "0")
+        try MountSurface.set(root, .paused, "0")
         print("resumed \(root)")
     }
 }
@@ -301,13 +300,13 @@ struct Versions: ParsableCommand {
 
     func run() throws {
         _ = try MountSurface.root(of: path)
-        let size = lgetxattr(path, MountSurface.prefix + "versions", nil, 0)
+        let size = lgetxattr(path, NimbusXattr.versions.name, nil, 0)
         guard size >= 0 else {
             throw CLIFailure(errno == EIO ? .network : .usage,
                              "\(path): \(errno == EIO ? "the server cannot be reached (or sync is paused); try again when online" : String(cString: strerror(errno)))")
         }
         var buf = [UInt8](repeating: 0, count: size + 4096)
-        let n = lgetxattr(path, MountSurface.prefix + "versions", &buf, buf.count)
+        let n = lgetxattr(path, NimbusXattr.versions.name, &buf, buf.count)
         guard n >= 0 else { throw CLIFailure(.network, "\(path): \(String(cString: strerror(errno)))") }
         let rows = String(decoding: buf[0..<n], as: UTF8.self).split(separator: "\n").map { $0.split(separator: "\t", omittingEmptySubsequences: false).map(String.init) }
         if json {
@@ -340,7 +339,7 @@ struct Resolve: ParsableCommand {
 
     func run() throws {
         _ = try MountSurface.root(of: path)
-        try MountSurface.set(path, "resolve", keep)
+        try MountSurface.set(path, .resolve, keep)
         print("resolved \(path): kept \(keep == "current" ? "the current version" : "version \(keep)")")
     }
 }
@@ -354,7 +353,7 @@ struct Restore: ParsableCommand {
 
     func run() throws {
         _ = try MountSurface.root(of: path)
-        try MountSurface.set(path, "restore", "\(version)")
+        try MountSurface.set(path, .restore, "\(version)")
         print("restored \(path) to version \(version)")
     }
 }

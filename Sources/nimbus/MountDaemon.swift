@@ -4,6 +4,7 @@ import Foundation
 import FuseKit
 import Glibc
 import LocalStore
+import MountPorts
 import NimbusLog
 import NimbusRemote
 import SyncEngine
@@ -98,10 +99,8 @@ struct MountDaemon {
             log("presenters are not available: \(error)")
         }
         defer { services.presenters.stop() }
-        if let engine {
-            engine.setKernel(SessionKernelCache(session))
-            engine.start()
-        }
+        fs.setKernel(SessionKernelCache(session))
+        engine?.start()
         log("mounted \(mountpoint) (state \(state), pid \(getpid())\(remote.map { ", syncing \($0.container) on \($0.server)" } ?? ""))")
         let rc = session.run()
         fs.saveEventSequence()
@@ -111,6 +110,8 @@ struct MountDaemon {
             Task { await engine.stop(); stopped.signal() }
             _ = stopped.wait(timeout: .now() + 10)
         }
+        // Queued invalidations go out before the session does.
+        fs.drainKernel()
         // Bounded: a state that cannot be saved (a full disk) is retried for a few seconds, then
         // reported — in the log, to `nimbus unmount` (daemon.status) and as exit status 4.
         if let failure = store.close() {

@@ -1,5 +1,6 @@
 @testable import ContainerFS
 import Testing
+import MountPorts
 
 /// The log behind `.nimbus/events`: line format, escapes, what is kept when it grows.
 @Suite struct EventLogTests {

@@ -3,6 +3,7 @@ import Foundation
 import FuseKit
 import Glibc
 import LocalStore
+import MountPorts
 import NimbusCore
 import Testing
 

@@ -1,4 +1,5 @@
 import Foundation
+import MountPorts
 import NimbusServer
 import NimbusTesting
 import Testing

@@ -1,4 +1,5 @@
 import ContainerFS
+import MountPorts
 import Crypto
 import Foundation
 import FuseKit

@@ -1,4 +1,5 @@
 import ContainerFS
+import MountPorts
 import Foundation
 import FuseKit
 import Glibc

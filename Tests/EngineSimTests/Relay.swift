@@ -1,4 +1,5 @@
 import Foundation
+import MountPorts
 import Glibc
 
 /// A TCP relay on 127.0.0.1 in front of the server, one per device: the device's client talks to

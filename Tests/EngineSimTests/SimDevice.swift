@@ -3,6 +3,7 @@ import Foundation
 import FuseKit
 import Glibc
 import LocalStore
+import MountPorts
 import NimbusCore
 import NimbusRemote
 import SyncEngine
@@ -67,7 +68,7 @@ final class SimDevice: @unchecked Sendable {
                                         container: container, options: o)
             let fs = try ContainerFS(store: store, content: engine, observer: engine, syncStatus: engine, control: engine, versions: engine)
             try engine.attach(fs, services: fs.services)
-            engine.setKernel(NoKernel())
+            fs.setKernel(NoKernel())
             return (store, fs, engine)
         } catch {
             store.close()

@@ -21,7 +21,7 @@ import Testing
         (facts(), .commit(snapshot: nil)),
         (facts(hasBase: false, deviceLocalName: true), .keepLocal),
         (facts(hasBase: true, deviceLocalName: true), .commit(snapshot: nil)),
-        (facts(hasBase: false, pendingSafeSave: true), .waitForSafeSave),
+        (facts(hasBase: false, pendingSafeSave: true), .waitForSafeSave(until: T.s(100).advanced(by: .milliseconds(500)))),
         (facts(hasBase: false, deviceLocalName: true, pendingSafeSave: true), .keepLocal),
         (facts(midSave: 7), .waitForWriter),
         (facts(midSave: 7, locked: true), .waitForWriter),
@@ -54,7 +54,7 @@ import Testing
     }
 
     @Test(arguments: [
-        (Step.commitDelete, false), (.keepLocal, false), (.waitForSafeSave, false), (.waitForWriter, true),
+        (Step.commitDelete, false), (.keepLocal, false), (.waitForSafeSave(until: .s(1)), false), (.waitForWriter, true),
         (.waitForLock, true), (.paced(until: .s(1)), true), (.commit(snapshot: nil), true),
     ] as [(Step, Bool)])
     func presentersAreAskedForContentSteps(_ step: Step, _ asks: Bool) {

@@ -78,3 +78,29 @@ extension RemoteHoldsTests {
         #expect(h.skipped?.version == skippedLeft)
     }
 }
+
+@Suite struct SeenCursorTests {
+    /// (cursor, versions received and not shown, the seenCursor a delete sends)
+    @Test(arguments: [
+        (Int64(40), [Int64](), Int64(40)),
+        (40, [21], 20),
+        (40, [33, 21, 38], 20),
+        (40, [41, 50], 40),
+        (40, [40], 39),
+        (40, [1], 0),
+        (0, [0], 0),
+        (Int64.max, [Int64.max], Int64.max - 1),
+    ] as [(Int64, [Int64], Int64)])
+    func aDeleteNeverClaimsAStateItDidNotShow(_ cursor: Int64, _ held: [Int64], _ seen: Int64) {
+        #expect(SeenCursor.forDelete(cursor: cursor, notShown: held) == seen)
+    }
+
+    @Test func everyHoldCounts() {
+        var h = RemoteHolds()
+        #expect(h.heldVersions.isEmpty)
+        h.forLock = RemoteHoldsTests.v(7)
+        h.holdForWriter(RemoteHoldsTests.v(9))
+        h.skipped = RemoteHoldsTests.v(4)
+        #expect(h.heldVersions.sorted() == [4, 7, 9])
+    }
+}

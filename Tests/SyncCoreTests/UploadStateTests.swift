@@ -1,3 +1,4 @@
+import NimbusProtocol
 import SyncCore
 import Testing
 
@@ -75,5 +76,65 @@ import Testing
         u.pacing.uploaded(at: .s(0), sent: 10, written: 10, rules: rules)
         #expect(!u.isIdle(at: .s(5), rules: rules))
         #expect(u.isIdle(at: .s(30), rules: rules))
+    }
+}
+
+@Suite struct DeletedHereTests {
+    typealias S = UploadState<T>
+
+    /// A delete is never paced, held for a save, a snapshot or a lock, nor kept back by a refusal
+    /// of the state it deletes; server trouble still backs it off.
+    @Test func aDeleteGoesAtOnceUnlessTheServerIsInTrouble() {
+        var s = S()
+        s.notBefore = .s(200)
+        s.snapshotDue = true
+        s.waitingForLock = true
+        s.failure = .refused(at: .s(400))
+        s.error = "invalid_name"
+        s.deletedHere()
+        #expect(s.ready(at: .s(100)) && s.failure == nil && s.error == nil && !s.snapshotDue && !s.waitingForLock)
+
+        var q = S()
+        q.failure = .overQuota(at: .s(160), nil)
+        q.deletedHere()
+        #expect(q.ready(at: .s(100)))
+
+        var r = S()
+        r.failure = .retrying(at: .s(104), delay: 4)
+        r.error = "upload failed: 503"
+        r.deletedHere()
+        #expect(!r.ready(at: .s(100)) && r.ready(at: .s(104)) && r.error != nil)
+    }
+}
+
+@Suite struct UploadFailureTests {
+    typealias S = UploadState<T>
+
+    /// (HTTP status or none, the server's code, what the failure is)
+    @Test(arguments: [
+        (Int?.none, APIErrorCode?.none, UploadFailure.transient),
+        (500, nil, .transient), (503, .busy, .transient), (507, .storageFull, .transient),
+        (413, .bodyTooLarge, .transient), (429, .rateLimited, .transient),
+        (409, .missingChunks, .transient), (409, .parentNotFound, .transient), (404, .itemNotFound, .transient),
+        (404, .containerNotFound, .transient),
+        (401, nil, .unauthorized), (401, .unauthorized, .unauthorized),
+        (409, .moveCycle, .moveRefused),
+        (400, .invalidName, .refused), (409, .kindMismatch, .refused), (400, nil, .refused), (404, nil, .refused),
+        (507, .quotaExceeded, .overQuota(nil)),
+    ] as [(Int?, APIErrorCode?, UploadFailure)])
+    func whatAFailureIs(_ status: Int?, _ code: APIErrorCode?, _ kind: UploadFailure) {
+        #expect(UploadFailure.of(status: status, code: code) == kind)
+    }
+
+    @Test func eachFailureWaitsItsTime() {
+        var s = S()
+        #expect(s.failed(.transient, at: .s(100)) == 1 && s.failure == .retrying(at: .s(101), delay: 1))
+        #expect(s.failed(.transient, at: .s(101)) == 2 && s.failure == .retrying(at: .s(103), delay: 2))
+        #expect(s.failed(.refused, at: .s(103)) == 300 && s.refused && !s.ready(at: .s(402)) && s.ready(at: .s(403)))
+        let figures = QuotaFigures(usage: 10, quota: 5)
+        #expect(s.failed(.overQuota(figures), at: .s(500)) == 60 && s.overQuota == .some(figures))
+        var t = S()
+        #expect(t.failed(.unauthorized, at: .s(1)) == 0 && t.failure == nil)
+        #expect(t.failed(.moveRefused, at: .s(1)) == 0 && t.failure == nil)
     }
 }

@@ -211,7 +211,8 @@ struct ModelDevice {
         switch step {
         case .commitDelete:
             if let base, base.deleted { return finishPush(id, upTo: upTo) }
-            let seen = minSkipped.map { min(disk.cursor, $0 - 1) } ?? disk.cursor
+            let held = items.values.flatMap(\.remote.heldVersions) + (minSkipped.map { [$0] } ?? [])
+            let seen = SeenCursor.forDelete(cursor: disk.cursor, notShown: held)
             guard let base else {
                 let r = send(.deleteUnanswered(id, seenCursor: seen))
                 inFlight = InFlight(request: r, id: id, sent: nil, previous: nil, writeGen: 0, upTo: upTo, deadline: now.advanced(by: Self.timeout))
@@ -231,9 +232,7 @@ struct ModelDevice {
             var draft = ItemDraft(kind: node.kind, parent: node.parent, name: ItemName(trusted: node.name),
                                   mode: node.kind == .folder ? 0o755 : 0o644, modified: node.modified, extra: base?.extra)
             draft.chunks = ModelContent.chunks(node.content)
-            var same = draft
-            if let base { same.modified = base.modified }
-            if let base, !base.deleted, ItemDraft(base) == same {
+            if CommitPlan.nothingToSend(base: base, draft: draft, timeSetOnPurpose: false) {
                 log.append("push \(id): nothing to send")
                 finishPush(id, upTo: upTo)
                 if let held = items[id]?.remote.forWriter {
@@ -267,8 +266,7 @@ struct ModelDevice {
 
     /// No answer in time, or an error to retry: the item stays queued, with a back-off.
     mutating func pushFailed(_ f: InFlight, now: SimInstant, why: String) {
-        let delay = items[f.id]?.upload.failure?.nextDelay ?? 1
-        items[f.id, default: SyncItem()].upload.failure = .retrying(at: now.advanced(by: .seconds(delay)), delay: delay)
+        let delay = items[f.id, default: SyncItem()].upload.failed(.transient, at: now)
         queue.prepend(f.id)
         log.append("push \(f.id) failed (\(why)); retry in \(delay) s")
     }

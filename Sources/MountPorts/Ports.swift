@@ -1,8 +1,10 @@
-import FuseKit
+import FuseIDs
 import NimbusCore
 
-// The ports through which the sync engine (SyncEngine target) plugs into the filesystem.
-// ContainerFS never imports networking; it calls these protocols, and the engine implements them.
+// The ports through which the sync engine (SyncEngine target) plugs into the filesystem, in a
+// target of their own with no libfuse: ContainerFS calls these protocols and the engine
+// implements them; the engine calls `MountedTree` and ContainerFS implements it. Neither imports
+// the other.
 
 /// Where file content comes from. Local-only mounts use `LocalContent` (always present). The
 /// sync engine answers `.pending` for placeholders, fetches the bytes into the cache file, then
@@ -52,14 +54,13 @@ public protocol ChangeObserver: Sendable {
 /// What a sync engine reports: per item for `user.nimbus.status`, and lines for
 /// `.nimbus/status`. Called with the filesystem lock held: answer from memory, at once.
 public protocol SyncStatusSource: Sendable {
-    /// `cloud`, `downloading`, `partial`, `uploading`, `current` or `error`.
-    func itemStatus(_ item: ItemID) -> String
+    /// `user.nimbus.status` of `item`.
+    func itemStatus(_ item: ItemID) -> ItemStatus
     /// `key: value` lines replacing or adding to the local ones (`connection`, queues…).
     func statusLines() -> [(String, String)]
-    /// The virtual attribute `user.nimbus.NAME` of `item` (NAME without the prefix; not
-    /// `status` or `itemid`); nil = no such attribute (ENODATA). `ancestors`: the ids of the
-    /// folders above the item, nearest first (for inherited pins).
-    func itemAttribute(_ name: String, item: ItemID, ancestors: [ItemID]) -> String?
+    /// One of `NimbusXattr.listedWhenSynced` of `item`; nil = not answered here (ENODATA).
+    /// `ancestors`: the ids of the folders above the item, nearest first (for inherited pins).
+    func itemAttribute(_ name: NimbusXattr, item: ItemID, ancestors: [ItemID]) -> String?
     /// Items with unresolved conflict versions and their counts (`.nimbus/conflicts`).
     func conflictedItems() -> [(ItemID, Int)]
     /// Whether the server keeps unresolved conflict versions of `item` (from memory, lock held).
@@ -75,7 +76,9 @@ extension SyncStatusSource {
 /// here), `evict` (drop it), `download` (fetch it now), and on the root `paused`. Called
 /// without the filesystem lock held; may call back into the filesystem.
 public protocol SyncControl: Sendable {
-    func setItemAttribute(_ name: String, value: String, item: ItemID, isFolder: Bool) throws(Errno)
+    /// `name` is one whose `isControl` holds; `value` the text written (trailing newline or
+    /// blanks dropped).
+    func setItemAttribute(_ name: NimbusXattr, value: String, item: ItemID, isFolder: Bool) throws(Errno)
 }
 
 /// What needs the server: versions of a file, their bytes, resolving conflicts. Every call
@@ -89,8 +92,8 @@ public protocol VersionSource: Sendable {
     func versionsText(_ item: ItemID, done: @escaping @Sendable (Result<String, Errno>) -> Void)
     /// One version, to read (`VersionReader`).
     func openVersion(_ item: ItemID, version: Int64, done: @escaping @Sendable (Result<any VersionReader, Errno>) -> Void)
-    /// `user.nimbus.resolve`, `restore` or `discard` (NAME without the prefix) set to `value`.
-    func resolve(_ name: String, value: String, item: ItemID, done: @escaping @Sendable (Errno?) -> Void)
+    /// `user.nimbus.resolve`, `restore` or `discard` set to `value`.
+    func resolve(_ name: NimbusXattr, value: String, item: ItemID, done: @escaping @Sendable (Errno?) -> Void)
 }
 
 /// The bytes of one version, read a range at a time.
@@ -98,12 +101,4 @@ public protocol VersionReader: Sendable {
     var size: Int64 { get }
     /// Bytes `range` (clamped to the size); `done` exactly once, from any thread.
     func read(_ range: Range<Int64>, done: @escaping @Sendable (Result<[UInt8], Errno>) -> Void)
-}
-
-/// The kernel's caches, for changes that did not come through the kernel (remote changes).
-/// The FUSE adapter implements it; tests use a recorder.
-public protocol KernelCache: Sendable {
-    func invalidateNode(_ node: NodeID)
-    func invalidateEntry(parent: NodeID, name: String)
-    func notifyDelete(parent: NodeID, child: NodeID, name: String)
 }

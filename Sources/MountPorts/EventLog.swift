@@ -233,7 +233,7 @@ public final class EventLog: Sendable {
     /// sequence to whoever reads the log: `\` → `\\`, newline → `\n`, any other control
     /// character (U+0000–U+001F, U+007F) → `\xHH`, and the `>` of a `->` inside a name → `\>`.
     /// (By scalars: CR LF is one `Character`, and must not hide its newline.)
-    static func escape(_ p: String) -> String {
+    public static func escape(_ p: String) -> String {
         var out = String.UnicodeScalarView()
         var previous: Unicode.Scalar = " "
         for c in p.unicodeScalars {

@@ -9,6 +9,12 @@ public struct MountServices: Sendable {
     public let events: EventLog
     public let presenters: PresenterHub
 
+    public init(coordinator: Coordinator, events: EventLog, presenters: PresenterHub) {
+        self.coordinator = coordinator
+        self.events = events
+        self.presenters = presenters
+    }
+
     /// Opens the services of the mount whose state is `store`. Event sequence numbers keep
     /// increasing across restarts, also after kill -9: this run's first numbers are promised on
     /// disk before the first line (EventLog.reserve).

@@ -1,0 +1,81 @@
+import NimbusCore
+
+// Values that cross between the mounted tree (ContainerFS) and the sync engine.
+
+/// A server state to show on this device (the sync engine's pull).
+public struct RemoteState: Sendable {
+    public var id: ItemID
+    public var parent: ItemID
+    public var name: String
+    public var kind: ItemKind
+    /// Permission bits (`ItemLimits.syncedPermissions`: never set-user-id or set-group-id).
+    public var perm: UInt32
+    public var size: Int64
+    public var mtime: Int64
+    public var target: String?
+    public var deleted: Bool
+    /// The content differs from the cache file's: the cache file becomes an empty sparse file
+    /// of `size` (a placeholder) whose bytes the content provider fetches on read.
+    public var resetContent: Bool
+    /// With `resetContent`: which bytes of the old content were here (nil: all). Handles open on
+    /// the file keep reading the old bytes; reads outside these fail with EIO.
+    public var oldPresent: (@Sendable (Range<Int64>) -> Bool)?
+    /// The server version (for the event line).
+    public var version: Int64 = 0
+    /// With `resetContent`: the file's write generation (`WriteState.generation`) when the
+    /// engine decided to replace it; a write or truncate since then keeps the file (skipped).
+    public var unlessWrittenSince: UInt64?
+    /// For a commit's answer: the place (folder, name) and permission bits the commit sent. An
+    /// item renamed, moved or chmodded here since keeps its own (the engine pushes them next, on
+    /// the answered version): an answer never undoes a later local change.
+    public var sentPlace: (parent: ItemID, name: String, perm: UInt32)?
+    public init(id: ItemID, parent: ItemID, name: String, kind: ItemKind, perm: UInt32, size: Int64, mtime: Int64,
+                target: String?, deleted: Bool, resetContent: Bool) {
+        self.id = id; self.parent = parent; self.name = name; self.kind = kind; self.perm = perm; self.size = size
+        self.mtime = mtime; self.target = target; self.deleted = deleted; self.resetContent = resetContent
+    }
+}
+
+/// How a file is being written: open writers, writes since the last fsync, the write
+/// counter and nanoseconds since the last write (for quiet-period uploads).
+public struct WriteState: Sendable, Equatable {
+    public init(writers: Int, unsynced: Bool, changing: Bool, generation: UInt64, idleNanoseconds: UInt64, dirty: Bool, written: UInt64) {
+        self.writers = writers
+        self.unsynced = unsynced
+        self.changing = changing
+        self.generation = generation
+        self.idleNanoseconds = idleNanoseconds
+        self.dirty = dirty
+        self.written = written
+    }
+
+    public var writers: Int
+    public var unsynced: Bool
+    /// A write or truncation is changing the bytes now (the generation moves when it is done):
+    /// content read now or since the last generation may be torn.
+    public var changing: Bool
+    public var generation: UInt64
+    public var idleNanoseconds: UInt64
+    /// Written since the last close, flush or fsync.
+    public var dirty: Bool
+    /// Bytes programs wrote into this content so far (wrapping; restarts when a remote
+    /// version or an identity transfer gives the item another node).
+    public var written: UInt64
+}
+
+/// One non-current version of a file, as `.nimbus/versions/PATH/` lists it.
+public struct VersionEntry: Sendable, Hashable {
+    public let version: Int64
+    public let device: String
+    /// Modification time of that content, ns since 1970 UTC.
+    public let modified: Int64
+    public let size: Int64
+    public let conflict: Bool
+    public init(version: Int64, device: String, modified: Int64, size: Int64, conflict: Bool) {
+        self.version = version
+        self.device = device
+        self.modified = modified
+        self.size = size
+        self.conflict = conflict
+    }
+}

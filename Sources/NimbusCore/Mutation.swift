@@ -1,0 +1,48 @@
+import Foundation
+
+/// Sync rules broken on purpose, one at a time, to show that the tests catch each one's absence
+/// (docs/sync.md "Mutations"; `scripts/mutate` runs the table). A debug build reads the name of
+/// one mutation from `NIMBUS_MUTATE` once, in the test process and in every daemon it starts; a
+/// release build never breaks a rule (`isOn` is always false there).
+public enum Mutation: String, CaseIterable, Sendable {
+    /// A local delete keeps the item's pacing wait (`UploadState.deletedHere` does nothing).
+    case deleteWaitsOutPacing = "delete-waits-out-pacing"
+    /// A delete's `seenCursor` covers states held back here (`SeenCursor.forDelete`).
+    case deleteClaimsHeldStates = "delete-claims-held-states"
+    /// A first upload held as a possible editor's save leaves the upload queue while it waits.
+    case safeSaveHoldLeavesQueue = "safe-save-hold-leaves-queue"
+    /// A pull replaces a file whose change the engine has not heard of yet.
+    case pullOverlooksUnnoticedChange = "pull-overlooks-unnoticed-change"
+    /// A server state is not held for a file open for writing here (SyncCore's writer hold:
+    /// `planApply`, `notShown`).
+    case dropWriterHold = "drop-writer-hold"
+    /// A remote state goes in although the item's own push is queued or on its way.
+    case dropPushHold = "drop-push-hold"
+    /// A folder deleted elsewhere goes although an item below has local work.
+    case folderDeleteOverLocalWork = "folder-delete-over-local-work"
+    /// A commit is sent without its base version.
+    case commitWithoutBase = "commit-without-base"
+    /// A commit's answer is shown over a rename made here since (settle without relocating).
+    case settleWithoutRelocate = "settle-without-relocate"
+    /// A state the server refused as it is (`invalid_name`, …) is retried like server trouble
+    /// (`UploadFailure.of`).
+    case retryRefusedForever = "retry-refused-forever"
+    /// A remote state that could not be shown leaves no mark for the next start's relist.
+    case forgetHeldAcrossCrash = "forget-held-across-crash"
+    /// Eviction drops a file with changes not uploaded yet (`SyncItem.evictable`).
+    case evictUnsentWrites = "evict-unsent-writes"
+
+    /// This mutation is the one the run breaks.
+    public var isOn: Bool {
+        #if DEBUG
+        Self.active == self
+        #else
+        false
+        #endif
+    }
+
+    #if DEBUG
+    /// The mutation `NIMBUS_MUTATE` names (read once); nil for every ordinary run.
+    public static let active: Mutation? = ProcessInfo.processInfo.environment["NIMBUS_MUTATE"].flatMap(Mutation.init(rawValue:))
+    #endif
+}

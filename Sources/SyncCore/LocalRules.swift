@@ -1,0 +1,81 @@
+import NimbusCore
+import NimbusProtocol
+
+// Smaller rules the engine asks about one item at a time: what a commit would change, which
+// folder goes first, what waits when the tree cannot show a state, what may be evicted, and
+// whether a commit's answer must keep a place the item was moved back to. Pure.
+
+extension ItemDraft {
+    /// The draft with another modification time.
+    public func withModified(_ m: Int64) -> ItemDraft {
+        var d = self
+        d.modified = m
+        return d
+    }
+}
+
+/// What a push compares before it commits.
+public enum CommitPlan {
+    /// Nothing to send: the draft is the base's state (a save that changed only the
+    /// modification time commits nothing, so it makes no false conflicts), unless that time was
+    /// set on purpose (`touch -d`, `cp -p`, `rsync -t`: an attributes change), or the base is a
+    /// delete (a create after it must go).
+    public static func nothingToSend(base: ServerItem?, draft: ItemDraft, timeSetOnPurpose: Bool) -> Bool {
+        guard let base, !base.deleted else { return false }
+        if timeSetOnPurpose, base.modified != draft.modified { return false }
+        return ItemDraft(base) == draft.withModified(base.modified)
+    }
+
+    /// How many times a never-committed folder is pushed ahead of an item inside it before it
+    /// counts as failing (a folder that cannot be committed never keeps the loop spinning).
+    public static var pushAheadLimit: Int { 5 }
+
+    /// The topmost folder of `above` (the item's folders, nearest first, the root left out) that
+    /// exists here but was never committed, so it is created before the item (else the server
+    /// answers `parent_not_found` and the item would wait for good); nil when every one is on
+    /// the server, refused for good, or pushed ahead `pushAheadLimit` times already.
+    public static func folderFirst<Instant>(above: [ItemID], _ record: (ItemID) -> SyncItem<Instant>?) -> ItemID? {
+        above.last { id in
+            let r = record(id)
+            return r?.base == nil && r?.upload.refused != true && (r?.upload.pushedAhead ?? 0) < pushAheadLimit
+        }
+    }
+}
+
+extension SyncItem {
+    /// A state the tree could not show (its folder missing, its name taken, or the file being
+    /// written or changed here) waits: for the writer when the file was shown here before and is
+    /// open for writing or written since its last close (`RemoteHolds.forWriter`: its close lets
+    /// it in), else until what was in the way has moved (`RemoteHolds.skipped`, retried after
+    /// pushes and pulls, and by a relist after a restart).
+    public mutating func notShown(_ server: ServerItem, shownBefore: Bool, openForWriting: Bool) {
+        if server.kind == .file, !server.deleted, shownBefore, openForWriting, !Mutation.dropWriterHold.isOn {
+            remote.forWriter = server
+        } else {
+            remote.skipped = server
+        }
+    }
+
+    /// Whether the cached bytes of this file may be dropped: a file with content, nothing of it
+    /// on its way up (queued, in flight, being written), no program's lock on it or version
+    /// waiting for one, no download of it under way.
+    public func evictable(unsent: Bool, downloading: Bool) -> Bool {
+        guard let b = base, b.record.kind == .file, !b.record.chunks.isEmpty else { return false }
+        if unsent, !Mutation.evictUnsentWrites.isOn { return false }
+        return !upload.waitingForLock && remote.forLock == nil && !upload.writing && !downloading
+    }
+}
+
+extension SettleFacts {
+    /// After a commit that moved the item (or one sent while `relocate` was due), whether the
+    /// tree has put it back since — an editor's save renamed the document to a backup name while
+    /// the commit was on its way, then a new file took its name and identity. Then the next
+    /// commit, on the previous base, looks like no move to the server, which keeps our earlier
+    /// one: that answer must not move the item, and the item is pushed once more (`relocate`).
+    public static func movedBackSinceCommit(previous: ServerItem, sent: ItemDraft, here: (parent: ItemID?, name: String),
+                                            relocate: Bool) -> Bool {
+        if relocate { return true }
+        let commitMoved = previous.parent != sent.parent || previous.name != sent.name
+        return commitMoved && here.parent == previous.parent && ItemName.same(here.name, previous.name.value)
+    }
+}

@@ -1,0 +1,93 @@
+import Foundation
+import NimbusCore
+import NimbusProtocol
+import SyncCore
+import Testing
+
+@Suite struct LocalRulesTests {
+    static let device = DeviceID(UUID())
+    static let folder = ItemID(UUID()), other = ItemID(UUID())
+
+    static func item(_ kind: ItemKind = .file, parent: ItemID = .root, name: String = "f.txt", modified: Int64 = 100,
+                     chunks: [ChunkRef] = [], deleted: Bool = false, version: Int64 = 3) -> ServerItem {
+        var state = ItemState(kind: kind, location: ItemLocation(parent: parent, name: ItemName(trusted: name)),
+                              mode: 0o644, modified: modified, modifiedBy: device)
+        state.content = ItemContent(chunks: chunks, symlinkTarget: nil)
+        state.deleted = deleted
+        return ServerItem(id: ItemID(UUID()), version: version, state: state, conflicts: 0)
+    }
+
+    static let chunk = ChunkRef(hash: ContentHash(hex: String(repeating: "ab", count: 32))!, size: 10)
+
+    /// (base, draft changes, time set on purpose, nothing to send)
+    @Test func aCommitIsSentOnlyWhenSomethingChanged() {
+        let base = Self.item(modified: 100)
+        let same = ItemDraft(base)
+        #expect(CommitPlan.nothingToSend(base: base, draft: same, timeSetOnPurpose: false))
+        #expect(CommitPlan.nothingToSend(base: base, draft: same.withModified(200), timeSetOnPurpose: false), "only the time: a save that changed nothing")
+        #expect(!CommitPlan.nothingToSend(base: base, draft: same.withModified(200), timeSetOnPurpose: true), "touch -d is sent")
+        #expect(CommitPlan.nothingToSend(base: base, draft: same, timeSetOnPurpose: true), "a time set to what the base has")
+        var renamed = same
+        renamed.name = ItemName(trusted: "g.txt")
+        #expect(!CommitPlan.nothingToSend(base: base, draft: renamed, timeSetOnPurpose: false))
+        var edited = same
+        edited.chunks = [Self.chunk]
+        #expect(!CommitPlan.nothingToSend(base: base, draft: edited, timeSetOnPurpose: false))
+        #expect(!CommitPlan.nothingToSend(base: nil, draft: same, timeSetOnPurpose: false), "never committed")
+        #expect(!CommitPlan.nothingToSend(base: Self.item(deleted: true), draft: same, timeSetOnPurpose: false), "after a delete")
+    }
+
+    @Test func theTopmostUncommittedFolderGoesFirst() {
+        let a = ItemID(UUID()), b = ItemID(UUID()), c = ItemID(UUID())
+        var records: [ItemID: SyncItem<T>] = [c: SyncItem(base: Base(record: Self.item(.folder), present: nil))]
+        // above: nearest first (a inside b inside c); c is committed, b and a are not.
+        #expect(CommitPlan.folderFirst(above: [a, b, c]) { records[$0] } == b)
+        records[b, default: SyncItem()].upload.failure = .refused(at: .s(1))
+        #expect(CommitPlan.folderFirst(above: [a, b, c]) { records[$0] } == a, "a folder refused for good is not pushed ahead")
+        records[a, default: SyncItem()].upload.pushedAhead = CommitPlan.pushAheadLimit
+        #expect(CommitPlan.folderFirst(above: [a, b, c]) { records[$0] } == nil, "nor one pushed ahead too often")
+        #expect(CommitPlan.folderFirst(above: []) { records[$0] } == nil)
+    }
+
+    /// (file, shown here before, open for writing → held for the writer)
+    @Test(arguments: [
+        (ItemKind.file, true, true, true), (.file, true, false, false), (.file, false, true, false), (.folder, true, true, false),
+    ] as [(ItemKind, Bool, Bool, Bool)])
+    func aStateTheTreeCouldNotShowWaits(_ kind: ItemKind, _ shownBefore: Bool, _ writing: Bool, _ forWriter: Bool) {
+        var r = SyncItem<T>()
+        let s = Self.item(kind)
+        r.notShown(s, shownBefore: shownBefore, openForWriting: writing)
+        #expect((r.remote.forWriter == s) == forWriter)
+        #expect((r.remote.skipped == s) == !forWriter)
+    }
+
+    @Test func onlyCleanSyncedFilesAreEvicted() {
+        let file = SyncItem<T>(base: Base(record: Self.item(chunks: [Self.chunk]), present: nil))
+        #expect(file.evictable(unsent: false, downloading: false))
+        #expect(!file.evictable(unsent: true, downloading: false), "changes not uploaded yet")
+        #expect(!file.evictable(unsent: false, downloading: true))
+        var writing = file
+        writing.upload.writing = true
+        #expect(!writing.evictable(unsent: false, downloading: false))
+        var locked = file
+        locked.upload.waitingForLock = true
+        #expect(!locked.evictable(unsent: false, downloading: false))
+        var held = file
+        held.remote.forLock = Self.item(chunks: [Self.chunk], version: 9)
+        #expect(!held.evictable(unsent: false, downloading: false))
+        #expect(!SyncItem<T>(base: Base(record: Self.item(), present: nil)).evictable(unsent: false, downloading: false), "empty: nothing to drop")
+        #expect(!SyncItem<T>(base: Base(record: Self.item(.folder), present: nil)).evictable(unsent: false, downloading: false))
+        #expect(!SyncItem<T>().evictable(unsent: false, downloading: false), "never synced")
+    }
+
+    @Test func aPlaceMovedBackSinceTheCommitIsKept() {
+        let previous = Self.item(parent: .root, name: "doc.txt")
+        var moved = ItemDraft(previous)
+        moved.name = ItemName(trusted: "doc.txt~")
+        // The commit renamed it to the backup name; the tree has it under the old name again.
+        #expect(SettleFacts.movedBackSinceCommit(previous: previous, sent: moved, here: (.root, "doc.txt"), relocate: false))
+        #expect(!SettleFacts.movedBackSinceCommit(previous: previous, sent: moved, here: (.root, "doc.txt~"), relocate: false))
+        #expect(!SettleFacts.movedBackSinceCommit(previous: previous, sent: ItemDraft(previous), here: (.root, "doc.txt"), relocate: false), "the commit moved nothing")
+        #expect(SettleFacts.movedBackSinceCommit(previous: previous, sent: ItemDraft(previous), here: (Self.folder, "x"), relocate: true))
+    }
+}
