@@ -1,6 +1,6 @@
 import FuseKit
-import MountPorts
 import Glibc
+import MountPorts
 
 /// One entry of a folder listing, as `ContainerFS.readdir` returns it; the FUSE adapter copies
 /// it into the kernel's buffer. "." and ".." carry `NodeID.absent`: the kernel takes no reference.

@@ -131,8 +131,24 @@ extension ContainerFS {
         let now = Self.monotonicNow()
         return lock.withLock {
             guard let node = t.byID[item], let n = t.nodes[node] else { return nil }
-            return WriteState(writers: n.writers, unsynced: n.writers > 0 && !n.fsyncedSinceWrite, changing: n.changing > 0, generation: n.writeGen,
-                              idleNanoseconds: now &- n.lastWrite, dirty: n.metaDirty, written: n.bytesWritten)
+            return writeState(of: n, now: now)
+        }
+    }
+
+    /// How `n` is being written (lock held).
+    func writeState(of n: Node, now: UInt64) -> WriteState {
+        WriteState(writers: n.writers, unsynced: n.writers > 0 && !n.fsyncedSinceWrite, changing: n.changing > 0, generation: n.writeGen,
+                   idleNanoseconds: now &- n.lastWrite, dirty: n.metaDirty, written: n.bytesWritten)
+    }
+
+    /// `MountedTree.snapshot`: the item's row, write state and pending safe save, under one lock.
+    public func snapshot(_ item: ItemID) -> TreeSnapshot {
+        let now = Self.monotonicNow()
+        return lock.withLock {
+            guard let node = t.byID[item], let n = t.nodes[node] else { return TreeSnapshot(local: nil, write: nil, pendingSafeSave: false) }
+            let isFile = n.rec.kind == .file
+            return TreeSnapshot(local: n.linked ? n.rec : nil, write: isFile ? writeState(of: n, now: now) : nil,
+                                pendingSafeSave: isFile && pendingSafeSave(node, now: now))
         }
     }
 

@@ -1,7 +1,7 @@
 import Coordination
-import MountPorts
 import FuseKit
 import Glibc
+import MountPorts
 import NimbusCore
 
 // Program locks and claims (DESIGN §4 "Coordination", docs/coordination.md). fcntl and flock locks

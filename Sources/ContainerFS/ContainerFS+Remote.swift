@@ -147,7 +147,8 @@ extension ContainerFS {
         }
     }
 
-    /// The ids of every item below folder `id` here (empty for a file or an unknown id).
+    /// The ids of every item below folder `id` here, in id order (empty for a file or an unknown
+    /// id): what the engine decides from it never depends on a dictionary's order.
     public func descendants(of id: ItemID) -> [ItemID] {
         lock.withLock {
             guard let node = t.byID[id], let n = t.nodes[node] else { return [] }
@@ -160,7 +161,7 @@ extension ContainerFS {
                     if child.isDir { stack.append(child) }
                 }
             }
-            return out
+            return out.sorted()
         }
     }
 

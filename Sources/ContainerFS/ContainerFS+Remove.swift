@@ -131,9 +131,15 @@ extension ContainerFS {
     public func isPendingSafeSave(_ item: ItemID) -> Bool {
         let now = Self.monotonicNow()
         return lock.withLock {
-            guard let node = t.byID[item], let s = t.safeSaves[node] else { return false }
-            return now &- s.at <= 2_000_000_000
+            guard let node = t.byID[item] else { return false }
+            return pendingSafeSave(node, now: now)
         }
+    }
+
+    /// `isPendingSafeSave` of a node (lock held).
+    func pendingSafeSave(_ node: NodeID, now: UInt64) -> Bool {
+        guard let s = t.safeSaves[node] else { return false }
+        return now &- s.at <= 2_000_000_000
     }
 
     public func rmdir(parent: NodeID, name: String) throws(Errno) {

@@ -1,7 +1,7 @@
 import Coordination
-import MountPorts
 import FuseKit
 import Glibc
+import MountPorts
 import NimbusCore
 
 // fcntl and flock locks on the mount (ContainerFS+Locks.swift): decoded here, decided by the

@@ -1,7 +1,7 @@
 import FuseKit
+import Glibc
 import MountPorts
 import NimbusCore
-import Glibc
 import Synchronization
 
 /// Maps kernel requests onto `ContainerFS`: decode, call, reply. The only file that knows both.

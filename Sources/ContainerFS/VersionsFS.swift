@@ -1,6 +1,6 @@
 import FuseKit
-import MountPorts
 import Glibc
+import MountPorts
 import NimbusCore
 import Synchronization
 

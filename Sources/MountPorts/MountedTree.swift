@@ -14,6 +14,8 @@ public protocol MountedTree: AnyObject, Sendable {
     func localState(_ id: ItemID) -> ItemRecord?
     /// Writers, unsynced writes and the write generation of a file (nil: not a file here).
     func writeState(_ id: ItemID) -> WriteState?
+    /// The item's row, write state and pending safe save read at one instant (one lock).
+    func snapshot(_ id: ItemID) -> TreeSnapshot
     /// Every item below a folder.
     func descendants(of id: ItemID) -> [ItemID]
     /// The folders above an item, nearest first.

@@ -1,3 +1,4 @@
+import LocalStore
 import NimbusCore
 
 // Values that cross between the mounted tree (ContainerFS) and the sync engine.
@@ -77,5 +78,21 @@ public struct VersionEntry: Sendable, Hashable {
         self.modified = modified
         self.size = size
         self.conflict = conflict
+    }
+}
+
+/// An item as the tree has it at one instant (`MountedTree.snapshot`): what a push decides on.
+public struct TreeSnapshot: Sendable {
+    /// Its row (nil: not in the tree).
+    public var local: ItemRecord?
+    /// How the file is being written (nil: not a file here).
+    public var write: WriteState?
+    /// A new file that may be the temporary of an editor's save (`MountedTree.isPendingSafeSave`).
+    public var pendingSafeSave: Bool
+
+    public init(local: ItemRecord?, write: WriteState?, pendingSafeSave: Bool) {
+        self.local = local
+        self.write = write
+        self.pendingSafeSave = pendingSafeSave
     }
 }

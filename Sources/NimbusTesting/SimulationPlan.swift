@@ -132,9 +132,17 @@ public struct SimLedger: Sendable {
     public struct Key: Hashable, Sendable {
         public var device: Int
         public var item: ItemID
+        public init(device: Int, item: ItemID) {
+            self.device = device
+            self.item = item
+        }
     }
     public private(set) var last: [Key: String] = [:]
     public private(set) var writes = 0
+    /// Per device and item it deleted: the newest server version it showed when it did (0 when
+    /// it showed none). A write that survives only in the history of a deleted item was given up
+    /// rightly only when the device whose delete took it had shown a version holding it.
+    public private(set) var deletedShowing: [Key: Int64] = [:]
 
     public init() {}
 
@@ -146,6 +154,13 @@ public struct SimLedger: Sendable {
     /// The device deleted the item itself: what it wrote there need not survive.
     public mutating func deleted(device: Int, item: ItemID) {
         last[Key(device: device, item: item)] = nil
+    }
+
+    /// The same, when the device showed server version `version` of the item (nil: none).
+    public mutating func deleted(device: Int, item: ItemID, showing version: Int64?) {
+        deleted(device: device, item: item)
+        let key = Key(device: device, item: item)
+        deletedShowing[key] = max(deletedShowing[key] ?? 0, version ?? 0)
     }
 
     /// A file took another item's identity here (an editor's safe save: the item renamed away is

@@ -66,8 +66,9 @@ struct ItemTable {
         return body(&all[id]!.cache)
     }
 
-    /// The busy records.
-    var busyItems: [(id: ItemID, item: Item)] { busy.compactMap { id in all[id].map { (id, $0) } } }
+    /// The busy records, in id order (a set's order differs from run to run: what is decided
+    /// from this list must not).
+    var busyItems: [(id: ItemID, item: Item)] { busy.sorted().compactMap { id in all[id].map { (id, $0) } } }
 
     /// The shown items and their bases.
     var bases: some Sequence<(key: ItemID, value: Base)> {

@@ -1,6 +1,6 @@
-import MountPorts
 import Foundation
 import FuseIDs
+import MountPorts
 import NimbusCore
 import NimbusProtocol
 import SyncCore
@@ -69,7 +69,7 @@ extension SyncEngine: SyncControl {
         guard let fs = state.withLock({ $0.fs }) else { return }
         let pins = state.withLock { $0.pinned }
         var files: [ItemID] = []
-        for p in pins { files += [p] + fs.descendants(of: p) }
+        for p in pins.sorted() { files += [p] + fs.descendants(of: p) }
         let missing = state.withLock { s in files.filter { s.base($0).map { !$0.complete && $0.record.kind == .file } ?? false } }
         try? fetchWhole(missing, priority: 1)
     }
@@ -163,7 +163,7 @@ extension SyncEngine: SyncControl {
             s.items.all.compactMap { id, item in
                 guard let b = item.base, b.record.kind == .file, b.presentBytes > 0, !keep.contains(id) else { return nil }
                 return (id, item.cache.lastUse)
-            }.sorted { $0.1 < $1.1 }
+            }.sorted { $0.1 != $1.1 ? $0.1 < $1.1 : $0.0 < $1.0 }
         }
         var evicted = 0
         for (id, _) in candidates where used > target {

@@ -1,6 +1,6 @@
 import Coordination
-import MountPorts
 import Foundation
+import MountPorts
 import NimbusCore
 import NimbusProtocol
 import SyncCore

@@ -1,13 +1,13 @@
-import MountPorts
 import Crypto
 import Foundation
 import FuseIDs
 import Glibc
+import MountPorts
 import NimbusCore
 import NimbusProtocol
 import NimbusRemote
-import Synchronization
 import SyncCore
+import Synchronization
 
 // Hydration: the ContentProvider port. Called on libfuse threads: takes `state` briefly, starts
 // downloads as tasks and returns; the read is answered by `done` when its chunks are in.

@@ -1,6 +1,6 @@
 import Coordination
-import MountPorts
 import Foundation
+import MountPorts
 import NimbusCore
 import NimbusProtocol
 import NimbusRemote
@@ -44,7 +44,7 @@ extension SyncEngine {
             state.withLock { $0.minSkipped = nil }
             try apply(all)
             return state.withLock { s in
-                s.items.bases.compactMap { id, b in !b.record.deleted && id != .root && !listed.contains(id) ? id : nil }
+                s.items.bases.compactMap { id, b in !b.record.deleted && id != .root && !listed.contains(id) ? id : nil }.sorted()
             }
         }
         var gone: [ServerItem] = []

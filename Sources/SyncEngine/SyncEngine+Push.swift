@@ -1,8 +1,8 @@
-import MountPorts
 import Crypto
 import Foundation
 import Glibc
 import LocalStore
+import MountPorts
 import NimbusCore
 import NimbusProtocol
 import NimbusRemote
@@ -331,9 +331,10 @@ extension SyncEngine: ChangeObserver {
     func decidePush(_ id: ItemID, upTo: Int64, askPresenters: Bool) throws -> PushWork {
         let (fs, base, cursor) = state.withLock { s in (s.fs, s.base(id), s.cursor) }
         guard let fs else { return .nothing }
-        let local = fs.localState(id)
+        let tree = fs.snapshot(id)
+        let local = tree.local
         trace("push \(id): base v\(base?.version ?? -1)\(local == nil ? ", gone here" : "")")
-        let step = state.withLock { $0.items[id] ?? SyncItem() }.pushStep(pushFacts(id, local: local, base: base, fs: fs), rules: pacingRules)
+        let step = state.withLock { $0.items[id] ?? SyncItem() }.pushStep(pushFacts(id, tree, base: base), rules: pacingRules)
         if askPresenters, local?.kind == .file, let presenters = services?.presenters, !presenters.isEmpty, step.concernsContent {
             return .askPresenters(path: fs.path(of: id))
         }
@@ -413,7 +414,7 @@ extension SyncEngine: ChangeObserver {
             }
         }
         return .commit(CommitWork(base: base, cursor: cursor, draft: draft, needsContent: needsContent, snapshot: snapshot,
-                                  generation: fs.writeState(id)?.generation))
+                                  generation: tree.write?.generation))
     }
 
     /// The commit to send once the content is on the server (in a turn); nil when there is
@@ -636,14 +637,15 @@ extension SyncEngine: ChangeObserver {
         if r.outcome == .conflict { log("conflict on \(item.name.value): the server kept both (yours: \(r.yours ?? "?"))") }
     }
 
-    /// The tree's facts about `id` for `SyncItem.pushStep`.
-    func pushFacts(_ id: ItemID, local: LocalItem?, base: Base?, fs: any MountedTree) -> PushFacts<ContinuousClock.Instant> {
+    /// The tree's facts about `id` for `SyncItem.pushStep`, from one snapshot of the tree.
+    func pushFacts(_ id: ItemID, _ tree: TreeSnapshot, base: Base?) -> PushFacts<ContinuousClock.Instant> {
+        let local = tree.local
         let isFile = local?.kind == .file
-        let ws = isFile ? fs.writeState(id) : nil
+        let ws = isFile ? tree.write : nil
         return PushFacts(
             exists: local != nil, isFile: isFile, hasBase: base != nil, complete: base?.complete ?? true,
             deviceLocalName: isFile && base == nil && local.map { DeviceLocalNames.matches($0.name) } == true,
-            pendingSafeSave: isFile && base == nil && fs.isPendingSafeSave(id),
+            pendingSafeSave: isFile && base == nil && tree.pendingSafeSave,
             midSaveGeneration: ws?.unsynced == true ? ws?.generation : nil,
             lockedExclusively: isFile && services?.coordinator.programLock(on: id) == .exclusive,
             written: ws?.written ?? 0, now: options.clock.now)
@@ -708,7 +710,7 @@ extension SyncEngine: ChangeObserver {
         }
         // The base's chunks are on the server (it sent them), unless it said they are gone since.
         if refs == known, state.withLock({ $0.items[id]?.upload.chunksMissing != true }) { return refs }
-        let missing = Set(try await client.missingChunks(Array(Set(refs.map(\.hash)))))
+        let missing = Set(try await client.missingChunks(Set(refs.map(\.hash)).sorted()))
         var sent = Set<ContentHash>()
         let total = spans.filter { missing.contains($0.ref.hash) }.reduce(Int64(0)) { $0 + $1.ref.size }
         state.withLock { $0.upload = (id, 0, total) }

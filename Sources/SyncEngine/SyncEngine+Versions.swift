@@ -1,7 +1,7 @@
-import MountPorts
 import Crypto
 import Foundation
 import FuseIDs
+import MountPorts
 import NimbusCore
 import NimbusProtocol
 import NimbusRemote

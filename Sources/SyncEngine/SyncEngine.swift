@@ -1,13 +1,13 @@
-import MountPorts
 import Foundation
 import FuseIDs
 import LocalStore
+import MountPorts
 import NimbusCore
 import NimbusLog
 import NimbusProtocol
 import NimbusRemote
-import Synchronization
 import SyncCore
+import Synchronization
 
 /// Keeps one mounted container in sync with one server container (docs/sync.md).
 ///

@@ -1,8 +1,8 @@
 import ContainerFS
-import MountPorts
 import Crypto
 import Foundation
 import FuseKit
+import MountPorts
 import NimbusCore
 import NimbusProtocol
 import NimbusRemote
@@ -168,8 +168,9 @@ struct EngineSim {
                 let f = files[Int(step.pick % UInt64(files.count))]
                 guard let parent = f.rec.parent.flatMap(dev.node(of:)) else { return "no parent" }
                 let before = Dictionary(files.map { ($0.rec.node, $0.rec.id) }, uniquingKeysWith: { a, _ in a })
+                let shown = (try? fs.getxattr(node: f.rec.node, name: NimbusXattr.version.name)).flatMap { Int64(String(decoding: $0, as: UTF8.self)) }
                 try fs.unlink(parent: parent, name: f.rec.name)
-                ledger.deleted(device: dev.index, item: f.rec.id)
+                ledger.deleted(device: dev.index, item: f.rec.id, showing: shown)
                 // An editor's save (rename away, create, delete the backup): the new file took
                 // the deleted item's identity (ContainerFS+Remove.swift).
                 for g in dev.files() where before[g.rec.node].map({ $0 != g.rec.id }) == true {
@@ -258,7 +259,10 @@ struct EngineSim {
         }.joined(separator: "\n")
     }
 
-    /// The ledger's contents not found among the versions the server keeps of their item.
+    /// The ledger's contents the server lost: each device's last write to an item must be live
+    /// (the current state or a conflict version), kept as history under a later state, or
+    /// given up by a delete whose device had shown a version holding it. A write that survives
+    /// only in the history of an item deleted by a device that never showed it is lost.
     func lostContents(_ ledger: SimLedger, client: NimbusClient) async throws -> [String] {
         var lost: [String] = []
         for (key, content) in ledger.mustSurvive {
@@ -268,11 +272,21 @@ struct EngineSim {
                 lost.append("\(key.item) (device \(key.device)): \(content.trimmingCharacters(in: .newlines)) — no versions: \(error)")
                 continue
             }
-            if versions.contains(where: { $0.state.chunks.contains { $0.hash == hash } }) { continue }
             let vs = versions.map { v in
                 "v\(v.version) \(v.role) \(v.deviceName) \(v.state.name.value)\(v.state.deleted ? " deleted" : "")"
             }
-            lost.append("\(key.item) (device \(key.device)): \(content.trimmingCharacters(in: .newlines)) — versions: \(vs)")
+            let holding = versions.filter { $0.state.chunks.contains { $0.hash == hash } }
+            guard let first = holding.map(\.version).min() else {
+                lost.append("\(key.item) (device \(key.device)): \(content.trimmingCharacters(in: .newlines)) — versions: \(vs)")
+                continue
+            }
+            if holding.contains(where: { $0.role == .current || $0.role == .conflict }) { continue }
+            guard let current = versions.first(where: { $0.role == .current }), current.state.deleted else { continue }
+            let deleter = current.deviceName.unicodeScalars.first.map { Int($0.value) - 97 }
+            let shown = deleter.flatMap { ledger.deletedShowing[SimLedger.Key(device: $0, item: key.item)] } ?? -1
+            if shown >= first { continue }
+            lost.append("\(key.item) (device \(key.device)): \(content.trimmingCharacters(in: .newlines)) — deleted (v\(current.version)) by "
+                + "\(current.deviceName), which had shown v\(shown), not v\(first) that holds it; versions: \(vs)")
         }
         return lost
     }

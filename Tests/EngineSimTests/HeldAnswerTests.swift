@@ -1,8 +1,8 @@
 import ContainerFS
-import MountPorts
 import Foundation
 import FuseKit
 import Glibc
+import MountPorts
 import NimbusCore
 import NimbusProtocol
 import NimbusRemote

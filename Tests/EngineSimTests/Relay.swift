@@ -1,6 +1,6 @@
 import Foundation
-import MountPorts
 import Glibc
+import MountPorts
 
 /// A TCP relay on 127.0.0.1 in front of the server, one per device: the device's client talks to
 /// the relay, so the network can go away under the engine in the middle of any request.
