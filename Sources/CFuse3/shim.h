@@ -1,5 +1,5 @@
 // The libfuse3 low-level API for Swift. FUSE_USE_VERSION must be defined here: a cSettings define
-// does not reach the Swift importer (FUSE-NOTES). Macros and varargs get static inline wrappers.
+// does not reach the Swift importer. Macros and varargs get static inline wrappers.
 #ifndef NIMBUS_CFUSE3_SHIM_H
 #define NIMBUS_CFUSE3_SHIM_H
 
@@ -42,7 +42,7 @@ static inline int cfuse_session_loop_mt(struct fuse_session *se, unsigned max_id
 }
 
 /// Replies with `size` bytes read from `fd` at `off` (splice when the kernel allows), so reads
-/// never allocate in Swift (FUSE-NOTES "Speed").
+/// never allocate in Swift (an allocation per read halves the read speed).
 static inline int cfuse_reply_fd(fuse_req_t req, int fd, off_t off, size_t size) {
     struct fuse_bufvec bv = FUSE_BUFVEC_INIT(size);
     bv.buf[0].flags = (enum fuse_buf_flags)(FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK);
@@ -98,7 +98,7 @@ static inline void cfuse_watch_interrupt(fuse_req_t req, uint64_t token) {
 
 static inline void cfuse_noop_handler(int sig) { (void)sig; }
 /// Installs a no-op SIGUSR2 handler (without SA_RESTART) and unblocks SIGUSR2 on the calling
-/// thread, so pthread_kill(loopThread, SIGUSR2) interrupts its blocking wait (FUSE-NOTES).
+/// thread, so pthread_kill(loopThread, SIGUSR2) interrupts its blocking wait.
 static inline void cfuse_prepare_wakeup_signal(void) {
     struct sigaction sa;
     memset(&sa, 0, sizeof(sa));

@@ -4,7 +4,7 @@ import Glibc
 import MountPorts
 import NimbusCore
 
-// Program locks and claims (DESIGN §4 "Coordination", docs/coordination.md). fcntl and flock locks
+// Program locks and claims (docs/coordination.md). fcntl and flock locks
 // taken on the mount come here (FuseAdapter+Locks.swift) and live in `coordinator` beside the sync
 // engine's claims, so the engine sees what programs hold: it neither uploads a file a program
 // holds exclusively (mid-save) nor replaces one any program holds.

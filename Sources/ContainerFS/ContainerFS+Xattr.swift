@@ -11,7 +11,7 @@ import MountPorts
 // - Other `user.*` attributes are stored per item (database row per name) and survive remounts.
 // - `security.*`, `system.*` (ACLs) and `trusted.*` are not supported: reads answer ENODATA at
 //   once, without a lock or I/O — the kernel asks for `security.capability` before every
-//   write(2) (FUSE-NOTES), so this path is hot.
+//   write(2), so this path is hot.
 
 extension ContainerFS {
     static let maxXattrValue = 64 * 1024

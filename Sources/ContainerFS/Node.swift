@@ -16,7 +16,7 @@ final class Node {
     /// Every open handle of this file (for swapping the cache file under readers).
     var handles: Set<HandleID> = []
     /// Handles open for writing. While positive (and no fsync since the last write) the content
-    /// is mid-save: the sync engine must not upload it (DESIGN §4 Push).
+    /// is mid-save: the sync engine must not upload it (docs/sync.md).
     var writers = 0
     /// An fsync came after the last write: the content is a state the writer asked to keep.
     var fsyncedSinceWrite = false

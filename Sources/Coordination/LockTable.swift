@@ -1,4 +1,4 @@
-// The claim state machine (DESIGN §4 "Coordination"): who holds and who waits for which part of
+// The claim state machine (docs/coordination.md): who holds and who waits for which part of
 // which item. Pure: no clock (times come in as arguments), no I/O, no threads. Every operation
 // returns the actions the shell must carry out (answer a waiting request: granted or denied).
 //

@@ -80,8 +80,8 @@ public final class FuseSession: @unchecked Sendable {
         return rc
     }
 
-    /// Makes `run()` return: sets libfuse's exit flag and wakes the loop thread (FUSE-NOTES:
-    /// libfuse's own signal handlers are unreliable on a background thread).
+    /// Makes `run()` return: sets libfuse's exit flag and wakes the loop thread
+    /// (libfuse's own signal handlers are unreliable on a background thread).
     public func exit() {
         aliveLock.withLock {
             guard alive, let se = session else { return }
@@ -91,7 +91,7 @@ public final class FuseSession: @unchecked Sendable {
     }
 
     /// Routes SIGINT, SIGTERM and SIGHUP to `exit()`. Dispatch sources on a global queue; must
-    /// not be called from main-actor code paths that capture isolated state (FUSE-NOTES).
+    /// not be called from main-actor code paths that capture isolated state.
     public nonisolated func exitOnSignals() -> [any DispatchSourceSignal] {
         [SIGINT, SIGTERM, SIGHUP].map { sig in
             signal(sig, SIG_IGN)

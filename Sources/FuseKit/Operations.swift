@@ -35,7 +35,7 @@ func makeOperations() -> fuse_lowlevel_ops {
     var o = fuse_lowlevel_ops()
     o.`init` = { userdata, conn in
         guard let conn else { return }
-        // A large max_background so deferred replies do not complete in batches (FUSE-NOTES).
+        // A large max_background so deferred replies do not complete in batches (the kernel's default, 12, makes them).
         let s = Unmanaged<FuseSession>.fromOpaque(userdata!).takeUnretainedValue()
         cfuse_conn_tune(conn, 256, 192, 1, s.filesystem.handlesLocks ? 1 : 0)
         s.filesystem.initialize(capabilities: conn.pointee.capable)

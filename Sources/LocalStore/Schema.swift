@@ -1,7 +1,7 @@
 import GRDB
 
 /// Forward-only, named migrations (GRDB `DatabaseMigrator`). Never edit a shipped migration;
-/// add a new one. The schema enforces what the code assumes (STYLE rule 2).
+/// add a new one. The schema enforces what the code assumes.
 enum Schema {
     static var migrator: DatabaseMigrator {
         var m = DatabaseMigrator()

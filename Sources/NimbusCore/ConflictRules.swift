@@ -1,4 +1,4 @@
-/// The concurrency rules of DESIGN §3 as pure functions. The store calls them inside the commit
+/// The concurrency rules (docs/protocol.md "Commit") as pure functions. The store calls them inside the commit
 /// transaction; they read no clock and touch no storage, so they are tested as tables.
 ///
 /// The model is a three-way merge per field group, with the state at the committer's

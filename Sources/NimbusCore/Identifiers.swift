@@ -1,7 +1,7 @@
 import Foundation
 
 /// The identity of an item (file, folder or symlink). It never changes: renames and moves keep it,
-/// and the path is derived from the parent chain (DESIGN §1, rule 1 of §5).
+/// and the path is derived from the parent chain.
 public struct ItemID: Hashable, Comparable, Sendable, Codable, CustomStringConvertible {
     public let uuid: UUID
 

@@ -1,6 +1,6 @@
 /// A validated name of an item inside its folder.
 ///
-/// Rules (DESIGN §3 "Auth"): not empty, not `.` or `..`, no `/`, no NUL, at most 255 bytes of
+/// Rules: not empty, not `.` or `..`, no `/`, no NUL, at most 255 bytes of
 /// UTF-8. Swift strings are always valid Unicode, so invalid UTF-8 is rejected where bytes become a
 /// string (the JSON decoder, the FUSE layer), never here.
 ///

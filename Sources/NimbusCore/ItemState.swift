@@ -4,7 +4,7 @@ public enum ItemKind: String, Sendable, Codable, CaseIterable {
 }
 
 /// One chunk of a file's content, in order. The list of chunks is the file's content record:
-/// chunk boundaries are part of the version (DESIGN §3 "Content").
+/// chunk boundaries are part of the version (docs/protocol.md "Items and versions").
 public struct ChunkRef: Hashable, Sendable, Codable {
     public var hash: ContentHash
     public var size: Int64
@@ -46,7 +46,7 @@ public struct ItemLocation: Hashable, Sendable, Codable {
 /// A complete state of an item: what one version records.
 ///
 /// `modified` (nanoseconds since the epoch) and `modifiedBy` decide the conflict rule; `extra` is a
-/// JSON object of fields this build does not know, kept verbatim (rule 8 of DESIGN §5).
+/// JSON object of fields this build does not know, kept verbatim (docs/protocol.md "Items and versions").
 public struct ItemState: Hashable, Sendable, Codable {
     public var kind: ItemKind
     public var location: ItemLocation

@@ -1,5 +1,5 @@
 /// Any JSON value, kept verbatim. Used for the `extra` object of an item, where fields that this
-/// build does not know (written by newer clients) travel and are preserved (DESIGN §5 rule 8).
+/// build does not know (written by newer clients) travel and are preserved (docs/protocol.md "Items and versions").
 public enum JSONValue: Hashable, Sendable, Codable {
     case null
     case bool(Bool)

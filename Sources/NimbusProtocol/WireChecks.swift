@@ -1,6 +1,6 @@
 import NimbusCore
 
-/// The one place where numbers and shapes that arrive from the wire are checked (STYLE rule 14).
+/// The one place where numbers and shapes that arrive from the wire are checked.
 /// A request body is decoded, then `check()`ed, before anything else reads it; past this point a
 /// time, size, version or cursor is inside its range and arithmetic on it cannot trap.
 public struct WireProblem: Error, Sendable, Equatable, CustomStringConvertible {

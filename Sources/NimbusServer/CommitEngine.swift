@@ -1,7 +1,7 @@
 import NimbusCore
 import NimbusProtocol
 
-/// Applies one commit or resolve inside a store transaction, following DESIGN §3:
+/// Applies one commit or resolve inside a store transaction, following docs/protocol.md "Commit":
 /// the state at the committer's base is compared by `ConflictRules`, placement rules (parent must
 /// be a live folder — a deleted one is restored —, no cycles, `name 2.ext` on a taken name) are
 /// applied, and every change gets its own journal sequence number and version row. Last, the

@@ -32,7 +32,7 @@ public protocol ServerStore: Sendable {
     /// The container's journal cursor (its last sequence number; 0 when empty).
     func cursor(of container: ContainerRecord) async throws -> Int64
 
-    /// Applies one commit under the race rules (DESIGN §3). Chunks must already be recorded for
+    /// Applies one commit under the race rules (docs/protocol.md "Commit"). Chunks must already be recorded for
     /// the account (`recordChunk`).
     func commit(_ request: CommitRequest, in container: ContainerRecord, by device: DeviceRecord, now: Int64) async throws -> CommitResponse
     /// Resolves conflicts or restores a version.

@@ -91,7 +91,7 @@ extension SyncEngine: ChangeObserver {
                 case .refused: log("upload of \(id) refused: \(error); kept queued, retrying in \(delay) s or when it changes")
                 case .overQuota: log("upload of \(id) refused for the account's quota: \(error); kept queued, retrying in \(delay) s")
                 case .moveRefused:
-                    // The conflict rule for crossing moves (DESIGN §3): the mover's device puts
+                    // The conflict rule for crossing moves (docs/protocol.md "Commit"): the mover's device puts
                     // the folder back where the server has it. Only the refused move is undone;
                     // nothing else of the item was in it (folders have no content).
                     log("upload of \(id) refused: \(error); putting it back where the server has it")

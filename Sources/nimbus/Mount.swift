@@ -4,7 +4,7 @@ import NimbusProtocol
 import NimbusRemote
 
 /// `nimbus mount MOUNTPOINT --state DIR [--server URL --container NAME [--token-file FILE]]
-/// [--foreground]` (DESIGN §6, docs/mount.md, docs/sync.md).
+/// [--foreground]` (docs/mount.md, docs/sync.md).
 ///
 /// Without `--foreground` it starts itself again as a background daemon (new session, output
 /// to `STATE/mount.log`) and returns once the mount answers, or fails with the daemon's error.

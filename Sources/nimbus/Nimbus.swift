@@ -1,7 +1,7 @@
 import ArgumentParser
 
 /// The one executable. Each subcommand is a thin shell over a library target; the command tree is
-/// the contract of DESIGN §6 and README's CLI section.
+/// the contract of README's CLI section.
 struct Nimbus: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "nimbus",
