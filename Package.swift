@@ -154,7 +154,6 @@ let package = Package(
         // The sync core: the engine's decisions as pure state machines (no I/O, no clock, no locks).
         .target(name: "SyncCore", dependencies: ["NimbusCore", "NimbusProtocol"], swiftSettings: strict),
         .testTarget(name: "SyncCoreTests", dependencies: ["SyncCore", "NimbusCore", "NimbusProtocol"], swiftSettings: strict),
-        .testTarget(name: "SyncModelTests", dependencies: ["SyncCore", "NimbusCore", "NimbusProtocol", "NimbusServer", "NimbusTesting"], swiftSettings: strict),
         // Placeholders, hydration, uploads and live pull: implements MountPorts' ports for the
         // filesystem. No libfuse: it knows the tree only through MountedTree.
         .target(
@@ -175,7 +174,7 @@ let package = Package(
             name: "EngineSimTests",
             dependencies: [
                 "SyncEngine", "ContainerFS", "MountPorts", "LocalStore", "FuseKit", "NimbusCore", "NimbusProtocol", "NimbusRemote", "NimbusTesting",
-                .product(name: "Crypto", package: "swift-crypto"),
+                "NimbusServer", .product(name: "Crypto", package: "swift-crypto"),
             ],
             swiftSettings: strict
         ),

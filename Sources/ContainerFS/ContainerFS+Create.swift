@@ -22,7 +22,7 @@ extension ContainerFS {
     /// A folder with the set-group-ID bit passes its group (and, to folders, the bit) on.
     func insert(parent p: Node, name: String, kind: ItemKind, mode: mode_t, caller: Caller, target: String? = nil) throws(Errno) -> Node {
         guard p.children[name] == nil else { throw .EEXIST }
-        let now = WallClock.nowNanoseconds()
+        let now = options.clock.wall()
         let node = t.newNode()
         var perm = UInt32(mode) & 0o7777
         var gid = caller.gid
@@ -36,7 +36,7 @@ extension ContainerFS {
         case .symlink: UInt32(S_IFLNK)
         }
         if kind == .symlink { perm = 0o777 }
-        let rec = ItemRecord(id: ItemID(UUID()), node: node, parent: p.rec.id, name: name, kind: kind,
+        let rec = ItemRecord(id: options.clock.newItemID(), node: node, parent: p.rec.id, name: name, kind: kind,
                              mode: type | perm, uid: caller.uid, gid: gid, size: Int64(target?.utf8.count ?? 0),
                              time: now, target: target)
         let n = Node(rec)

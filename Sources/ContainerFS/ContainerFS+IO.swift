@@ -59,7 +59,7 @@ extension ContainerFS {
                 release(node: node, handle: Self.handle(descriptor: fd))
                 throw e
             }
-            let now = WallClock.nowNanoseconds()
+            let now = options.clock.wall()
             let changed = lock.withLock { () -> ItemID? in
                 guard let n = t.nodes[node] else { return nil }
                 n.changing -= 1
@@ -91,8 +91,8 @@ extension ContainerFS {
             lock.withLock { t.nodes[node]?.changing -= 1 }
             throw e
         }
-        let now = WallClock.nowNanoseconds()
-        let mono = Self.monotonicNow()
+        let now = options.clock.wall()
+        let mono = options.clock.monotonic()
         let first = lock.withLock { () -> ItemID? in
             guard let x = t.nodes[node] else { return nil }
             x.changing -= 1
@@ -113,12 +113,6 @@ extension ContainerFS {
         return n
     }
 
-    static func monotonicNow() -> UInt64 {
-        var ts = timespec()
-        clock_gettime(CLOCK_MONOTONIC, &ts)
-        return UInt64(ts.tv_sec) * 1_000_000_000 + UInt64(ts.tv_nsec)
-    }
-
     /// A new write generation for `n` (lock held): one counter for the whole tree, so a value
     /// names one node's content at one moment. An identity transfer gives the item another node,
     /// and a generation read from the old node never matches the new one.
@@ -128,7 +122,7 @@ extension ContainerFS {
     }
 
     public func writeState(_ item: ItemID) -> WriteState? {
-        let now = Self.monotonicNow()
+        let now = options.clock.monotonic()
         return lock.withLock {
             guard let node = t.byID[item], let n = t.nodes[node] else { return nil }
             return writeState(of: n, now: now)
@@ -143,7 +137,7 @@ extension ContainerFS {
 
     /// `MountedTree.snapshot`: the item's row, write state and pending safe save, under one lock.
     public func snapshot(_ item: ItemID) -> TreeSnapshot {
-        let now = Self.monotonicNow()
+        let now = options.clock.monotonic()
         return lock.withLock {
             guard let node = t.byID[item], let n = t.nodes[node] else { return TreeSnapshot(local: nil, write: nil, pendingSafeSave: false) }
             let isFile = n.rec.kind == .file
@@ -252,7 +246,7 @@ extension ContainerFS {
         guard mode == 0 else { throw .EOPNOTSUPP }
         let rc = posix_fallocate(fd, off_t(offset), off_t(length))
         if rc != 0 { throw Errno(rc) }
-        let now = WallClock.nowNanoseconds()
+        let now = options.clock.wall()
         lock.withLock {
             let (end, overflow) = offset.addingReportingOverflow(length)
             guard let n = t.nodes[node], !overflow, end > n.rec.size else { return }
@@ -293,7 +287,7 @@ extension ContainerFS {
                 throw failed
             }
         }
-        let now = WallClock.nowNanoseconds()
+        let now = options.clock.wall()
         let (st, id, content, viaWriter, changed) = try lock.withLock { () throws(Errno) -> (stat, ItemID, Bool, Bool, Node) in
             let n = try self.node(node)
             if let m = c.mode { n.rec.mode = (n.rec.mode & UInt32(S_IFMT)) | (UInt32(m) & 0o7777) }

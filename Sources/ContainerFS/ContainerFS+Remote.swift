@@ -213,7 +213,7 @@ extension ContainerFS {
 
     /// One state (lock held).
     private func applyOne(_ s: RemoteState, _ actions: inout [KernelAction], _ applied: (ItemID) -> Void) -> ApplyResult {
-        let now = WallClock.nowNanoseconds()
+        let now = options.clock.wall()
         let existing = t.byID[s.id].flatMap { t.nodes[$0] }.flatMap { $0.linked ? $0 : nil }
         if s.deleted {
             // A delete never takes a file written since its content was read for the commit

@@ -37,13 +37,13 @@ extension ContainerFS {
             // identity (item id, versions, pin); the item that goes is the new file's.
             if let heir = safeSaveHeir(of: n), transferIdentity(from: n, to: heir) {
                 events.append(.deleted, origin: .local, path: pathLocked(n))  // the backup name
-                detach(n, from: p, now: WallClock.nowNanoseconds(), origin: nil)
+                detach(n, from: p, now: options.clock.wall(), origin: nil)
                 persist(heir)
                 heir.noticesPending += 1
                 keptIdentity = (heir.rec.id, heir)
                 return n.rec.id
             }
-            detach(n, from: p, now: WallClock.nowNanoseconds())
+            detach(n, from: p, now: options.clock.wall())
             return n.rec.id
         }
         notify(.deleted(id))
@@ -100,7 +100,7 @@ extension ContainerFS {
     /// A file renamed away from `name` in `folder`: a new file created under that name soon
     /// after may be an editor's save (lock held).
     func noteRenamedAway(folder: NodeID, name: String, node: NodeID) {
-        let now = Self.monotonicNow()
+        let now = options.clock.monotonic()
         t.renamedAway.removeAll { now &- $0.at > Self.safeSaveWindow }
         if t.renamedAway.count >= 32 { t.renamedAway.removeFirst() }
         t.renamedAway.append((folder, name, node, now))
@@ -108,7 +108,7 @@ extension ContainerFS {
 
     /// Called by create (lock held): the new file `n` takes the name a file was just renamed from.
     func noteCreated(_ n: Node, folder: NodeID, name: String) {
-        let now = Self.monotonicNow()
+        let now = options.clock.monotonic()
         t.safeSaves = t.safeSaves.filter { now &- $0.value.at <= Self.safeSaveWindow }
         guard let r = t.renamedAway.last(where: { $0.folder == folder && ItemName.same($0.name, name) && now &- $0.at <= Self.safeSaveWindow }),
               t.nodes[r.node]?.linked == true else { return }
@@ -117,7 +117,7 @@ extension ContainerFS {
 
     /// The file that should take `n`'s identity when `n` is removed (vim's backup pattern).
     func safeSaveHeir(of n: Node) -> Node? {
-        let now = Self.monotonicNow()
+        let now = options.clock.monotonic()
         guard let (heir, _) = t.safeSaves.first(where: { $0.value.renamed == n.node && now &- $0.value.at <= Self.safeSaveWindow }),
               let h = t.nodes[heir], h.linked, h.writers == 0 else { return nil }
         return h
@@ -129,7 +129,7 @@ extension ContainerFS {
     /// Whether `item` is a new file that may yet take over another item's identity (a save in
     /// progress): the sync engine holds its first upload for a moment.
     public func isPendingSafeSave(_ item: ItemID) -> Bool {
-        let now = Self.monotonicNow()
+        let now = options.clock.monotonic()
         return lock.withLock {
             guard let node = t.byID[item] else { return false }
             return pendingSafeSave(node, now: now)
@@ -149,7 +149,7 @@ extension ContainerFS {
             guard let id = p.children[name], let n = t.nodes[id] else { throw .ENOENT }
             guard n.isDir else { throw .ENOTDIR }
             guard n.children.isEmpty else { throw .ENOTEMPTY }
-            detach(n, from: p, now: WallClock.nowNanoseconds())
+            detach(n, from: p, now: options.clock.wall())
             return n.rec.id
         }
         notify(.deleted(id))
@@ -186,7 +186,7 @@ extension ContainerFS {
             let np = try folder(newParent)
             guard let sid = p.children[name], let s = t.nodes[sid] else { throw .ENOENT }
             let target = np.children[newName].flatMap { t.nodes[$0] }
-            let now = WallClock.nowNanoseconds()
+            let now = options.clock.wall()
             if let target, target === s { return }  // same item: nothing to do (POSIX)
             if s.isDir && isInside(np, s) { throw .EINVAL }
 

@@ -70,7 +70,7 @@ extension ContainerFS {
             if flags & 1 /* XATTR_CREATE */ != 0 && exists { throw .EEXIST }
             if flags & 2 /* XATTR_REPLACE */ != 0 && !exists { throw .ENODATA }
             n.xattrs[name] = value
-            n.rec.ctime = WallClock.nowNanoseconds()
+            n.rec.ctime = options.clock.wall()
             if n.linked {
                 store.enqueue(.setXattr(n.rec.id, name: name, value: value))
                 persist(n)
@@ -124,7 +124,7 @@ extension ContainerFS {
         let id = try lock.withLock { () throws(Errno) -> ItemID in
             let n = try self.node(node)
             guard n.xattrs.removeValue(forKey: name) != nil else { throw .ENODATA }
-            n.rec.ctime = WallClock.nowNanoseconds()
+            n.rec.ctime = options.clock.wall()
             if n.linked {
                 store.enqueue(.removeXattr(n.rec.id, name: name))
                 persist(n)

@@ -27,6 +27,8 @@ public final class ContainerFS: @unchecked Sendable {
         public var negativeTimeout = 1.0
         /// How long an ask to presenters may take (docs/presenters.md).
         public var presenterTimeout: Duration = .seconds(2)
+        /// Times and new item ids (MountClock.swift).
+        public var clock = MountClock.system
         public init() {}
     }
 
@@ -99,7 +101,7 @@ public final class ContainerFS: @unchecked Sendable {
     let syncControl: (any SyncControl)?
     let lock = FSLock()
     let t = Tables()
-    let mountTime = WallClock.nowNanoseconds()
+    let mountTime: Int64
     let owner: (uid: UInt32, gid: UInt32)
     /// Program locks (fcntl, flock) and the sync engine's claims (ContainerFS+Locks.swift).
     public let coordinator: Coordinator
@@ -126,6 +128,7 @@ public final class ContainerFS: @unchecked Sendable {
                 control: (any SyncControl)? = nil, versions: (any VersionSource)? = nil, services: MountServices? = nil) throws {
         self.store = store
         self.options = options
+        self.mountTime = options.clock.wall()
         self.content = content
         self.lazyContent = !(content is LocalContent)
         self.observer = observer

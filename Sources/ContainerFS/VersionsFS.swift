@@ -26,7 +26,7 @@ final class VersionsFS: Sendable {
         var byKey: [VNode: NodeID] = [:]
         var next = ContainerFS.versionsNodes.lowerBound
         var entries: [NodeID: VersionEntry] = [:]
-        var lists: [ItemID: (at: ContinuousClock.Instant, list: [VersionEntry])] = [:]
+        var lists: [ItemID: (at: UInt64, list: [VersionEntry])] = [:]
         var readers: [HandleID: any VersionReader] = [:]
         /// The last handle given out.
         var lastHandle = ContainerFS.versionHandles.lowerBound
@@ -134,12 +134,12 @@ final class VersionsFS: Sendable {
 
     /// The other versions of `item` (from the server; a listing younger than 2 s is reused).
     func list(_ item: ItemID, done: @escaping @Sendable (Result<[VersionEntry], Errno>) -> Void) {
-        if let cached = state.withLock({ $0.lists[item] }), ContinuousClock.now - cached.at < .seconds(2) {
+        if let cached = state.withLock({ $0.lists[item] }), fs.options.clock.monotonic() &- cached.at < 2_000_000_000 {
             return done(.success(cached.list))
         }
         guard let source else { return done(.success([])) }
         source.versionEntries(item) { [self] r in
-            if case .success(let list) = r { state.withLock { $0.lists[item] = (ContinuousClock.now, list) } }
+            if case .success(let list) = r { state.withLock { $0.lists[item] = (fs.options.clock.monotonic(), list) } }
             done(r)
         }
     }

@@ -83,10 +83,17 @@ public final class LocalStore: @unchecked Sendable {
 
     /// Opens (creating when needed) the state in `directory` and runs pending migrations.
     public init(directory: URL, rootOwner: (uid: UInt32, gid: UInt32) = (getuid(), getgid()),
-                spaceReserve: Int64 = LocalStore.defaultSpaceReserve) throws {
+                spaceReserve: Int64 = LocalStore.defaultSpaceReserve, writer: Writer = .thread) throws {
         self.directory = directory
+        self.writer = writer
         self.spaceReserve = max(0, spaceReserve)
         try StateFiles.directory(directory.path)
+        // `running` exists from open to a close that saved everything: found at open, the last
+        // run was killed or had to give up changes.
+        let running = directory.appendingPathComponent("running").path
+        startedUnclean = access(running, F_OK) == 0
+        let fd = open(running, O_CREAT | O_WRONLY | O_CLOEXEC, 0o600)
+        if fd >= 0 { _ = Foundation.close(fd) }
         let dbPath = directory.appendingPathComponent("state.sqlite").path
         // Names, user xattrs and content of every item are in here: 0600 whatever the umask,
         // made before SQLite opens it (SQLite gives its -wal and -shm files the database's mode).
@@ -121,9 +128,62 @@ public final class LocalStore: @unchecked Sendable {
         // The thread holds the store until `close()` (or `abandon()`) ends it: a store dropped
         // without closing is kept alive (and its queue still committed) rather than freed under
         // the running writer (it was `unowned`: a test that forgot `close()` crashed the run).
+        guard writer == .thread else { return }
         let t = Thread { [self] in self.writerLoop() }
         t.name = "nimbus-store-writer"
         t.start()
+    }
+
+    /// The last run of this state directory did not end with everything saved (killed, or a
+    /// close that had to give up changes on a full disk): a file may hold bytes whose change was
+    /// never recorded, so the sync engine checks every file (`SyncEngine.attach`).
+    public let startedUnclean: Bool
+
+    /// Who commits the queue.
+    public enum Writer: Sendable {
+        /// A thread of the store's own, in bursts (a mount).
+        case thread
+        /// Whoever calls: `sync()`, `commitQueued()` and `close()` commit inline, and
+        /// `writePending()` commits what is queued when the caller decides — the deterministic
+        /// simulation (Tests/EngineSimTests) decides when the queue reaches the disk, so a
+        /// simulated crash drops exactly what the seed says.
+        case caller
+    }
+    public let writer: Writer
+
+    /// With `Writer.caller`: while on, every write fails as on a full disk (SQLITE_FULL) — the
+    /// deterministic simulation's store fault. What is queued stays queued, as on a real disk.
+    public func simulateFullDisk(_ on: Bool) {
+        precondition(writer == .caller, "simulateFullDisk is for a store whose caller writes")
+        queueLock.withLock { simulatedFull = on }
+    }
+    private var simulatedFull = false
+
+    private func simulatedFault() throws {
+        if queueLock.withLock({ simulatedFull }) {
+            throw DatabaseError(resultCode: .SQLITE_FULL, message: "simulated: database or disk is full")
+        }
+    }
+
+    /// With `Writer.caller`: one commit attempt of what is queued (nothing when it is empty).
+    public func writePending() {
+        precondition(writer == .caller, "writePending() is for a store whose caller writes")
+        attemptInline(full: false)
+    }
+
+    /// One attempt of the writer loop, on the caller's thread (`Writer.caller`).
+    private func attemptInline(full wantsFull: Bool) {
+        let taken: ([Queued], Bool)? = queueLock.withLock {
+            if abandoned || writerDone { return nil }
+            let full = wantsFullSync || wantsFull
+            if pending.isEmpty && !full { return nil }
+            wantsFullSync = false
+            hurry = false
+            attemptsStarted += 1
+            return (pending, full)
+        }
+        guard let (batch, full) = taken else { return }
+        commitAndPublish(batch, full: full)
     }
 
     /// Everything persisted, for building the in-memory tree at mount time.
@@ -164,6 +224,13 @@ public final class LocalStore: @unchecked Sendable {
     /// returns its failure; the changes stay queued and are retried.
     @discardableResult
     public func sync() -> StoreFailure? {
+        if writer == .caller {
+            let target = queueLock.withLock { enqueued }
+            attemptInline(full: true)
+            return queueLock.withLock {
+                committed >= target ? nil : failure ?? StoreFailure(message: "the local state is closed", noSpace: false)
+            }
+        }
         queueLock.lock()
         defer { queueLock.unlock() }
         let target = enqueued
@@ -185,6 +252,12 @@ public final class LocalStore: @unchecked Sendable {
     /// it returns at once, and the direct writes that follow join the queue behind those
     /// changes (so the order holds then too).
     public func commitQueued() {
+        if writer == .caller {
+            let (target, failing) = queueLock.withLock { (enqueued, failure != nil) }
+            if !failing { attemptInline(full: false) }
+            queueLock.withLock { if committed < target { orderBarrier = max(orderBarrier, target) } }
+            return
+        }
         queueLock.lock()
         defer { queueLock.unlock() }
         let target = enqueued
@@ -209,14 +282,30 @@ public final class LocalStore: @unchecked Sendable {
         let first = sync()
         queueLock.lock()
         defer { queueLock.unlock() }
+        if writer == .caller {
+            // Nobody retries later: what the attempt of sync() could not commit is given up now.
+            writerDone = true
+            stopping = true
+        }
         if first != nil { giveUpAt = Date(timeIntervalSinceNow: limit) }
         stopping = true
         queueLock.broadcast()
         while !writerDone { queueLock.wait() }
         let lost = enqueued - committed
-        guard lost > 0 else { return nil }
+        guard lost > 0 else {
+            unlink(directory.appendingPathComponent("running").path)
+            return nil
+        }
         let why = failure ?? first ?? StoreFailure(message: "the local state is closed", noSpace: false)
         return StoreFailure(message: "\(lost) change(s) to the local state could not be saved: \(why.message)", noSpace: why.noSpace)
+    }
+
+    /// Closes the database connections of a store that is not used again, after `close()` or
+    /// `abandon()` (tests that open thousands of stores in one process, where a connection
+    /// left open keeps its file descriptors). Only when every reader is done: with `Writer.caller`.
+    public func closeDatabase() {
+        precondition(writer == .caller, "closeDatabase() is for a store whose caller writes")
+        try? pool.close()
     }
 
     /// What a `kill -9` leaves on disk, for tests that simulate a crash in process
@@ -230,6 +319,7 @@ public final class LocalStore: @unchecked Sendable {
         pending.removeAll()
         stopping = true
         abandoned = true
+        if writer == .caller { writerDone = true }
         queueLock.broadcast()
         while !writerDone { queueLock.wait() }
         queueLock.unlock()
@@ -249,13 +339,14 @@ public final class LocalStore: @unchecked Sendable {
         }
         if !queueIt {
             do {
+                try simulatedFault()
                 try pool.write(body)
                 return
             } catch {
                 var f = StoreFailure(error, directory: directory.path)
                 guard f.retryable else { throw error }
                 if f.noSpace && releaseReserve() {
-                    do { try pool.write(body); return } catch {
+                    do { try simulatedFault(); try pool.write(body); return } catch {
                         f = StoreFailure(error, directory: directory.path)
                         guard f.retryable else { throw error }
                     }
@@ -279,7 +370,12 @@ public final class LocalStore: @unchecked Sendable {
     public func read<T>(_ body: (Database) throws -> T) throws -> T { try pool.read(body) }
 
     private func writerLoop() {
-        while let (batch, full) = nextBatch() {
+        while let (batch, full) = nextBatch() { commitAndPublish(batch, full: full) }
+    }
+
+    /// Commits `batch` (taken from the head of the queue) and publishes the outcome.
+    private func commitAndPublish(_ batch: [Queued], full: Bool) {
+        do {
             writeOrder.lock()
             let outcome = commit(batch, full: full)
             if outcome == nil {
@@ -350,6 +446,7 @@ public final class LocalStore: @unchecked Sendable {
     /// and the batch is tried once more at once.
     private func commit(_ batch: [Queued], full: Bool) -> StoreFailure? {
         func attempt() throws {
+            try simulatedFault()
             if full { try pool.writeWithoutTransaction { try $0.execute(sql: "PRAGMA synchronous = FULL") } }
             defer { if full { try? pool.writeWithoutTransaction { try $0.execute(sql: "PRAGMA synchronous = NORMAL") } } }
             if !batch.isEmpty {

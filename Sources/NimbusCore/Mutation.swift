@@ -31,6 +31,16 @@ public enum Mutation: String, CaseIterable, Sendable {
     case forgetHeldAcrossCrash = "forget-held-across-crash"
     /// Eviction drops a file with changes not uploaded yet (`SyncItem.evictable`).
     case evictUnsentWrites = "evict-unsent-writes"
+    /// A write kept over a delete made elsewhere loses its "downloaded" marks, so a placeholder
+    /// overwritten during the commit sends its old chunks.
+    case forgetPresenceOnKeep = "forget-presence-on-keep"
+    /// A live state older than a delete shown here is shown (a listing answered after the delete).
+    case resurrectFromStaleListing = "resurrect-from-stale-listing"
+    /// An older state of an item takes the place of a newer one waiting to be shown.
+    case olderOverWaiting = "older-over-waiting"
+    /// A folder's delete goes while an item the server has below it is still to be pushed
+    /// (moved out here).
+    case folderDeleteBeforeMovesOut = "folder-delete-before-moves-out"
 
     /// This mutation is the one the run breaks.
     public var isOn: Bool {

@@ -37,6 +37,11 @@ public enum SimAction: String, Sendable, CaseIterable {
     case delete
     /// Create folder `folder` (one of `SimPlan.folders`) / remove it when empty.
     case mkdir, rmdir
+    /// An editor's atomic save of a present file: write `.NAME.tmp` beside it (fsync), rename
+    /// it over the file.
+    case saveOver
+    /// `rm -r` of folder `folder`: its files, then the folder.
+    case rmTree
     /// Take the device offline on purpose (`nimbus pause`) / back online.
     case pause, resume
     /// The network goes away under the device (open requests drop, new ones fail) / comes back.
@@ -67,10 +72,10 @@ public struct SimStep: Sendable, CustomStringConvertible {
         let dev = String(UnicodeScalar(UInt8(97 + device)))
         switch action {
         case .create: return "\(round): \(dev) create \(SimPlan.path(folder, name))"
-        case .mkdir, .rmdir: return "\(round): \(dev) \(action) \(folder)"
+        case .mkdir, .rmdir, .rmTree: return "\(round): \(dev) \(action) \(folder)"
         case .rename: return "\(round): \(dev) rename #\(pick) to \(toName)"
         case .move: return "\(round): \(dev) move #\(pick) to \(SimPlan.path(toFolder, toName))"
-        case .write, .delete: return "\(round): \(dev) \(action) #\(pick)"
+        case .write, .delete, .saveOver: return "\(round): \(dev) \(action) #\(pick)"
         case .pause, .resume, .disconnect, .reconnect, .restart, .crash: return "\(round): \(dev) \(action)"
         }
     }
@@ -84,7 +89,7 @@ public struct SimPlan: Sendable {
     public static let names = ["a.txt", "b.txt", "c.txt", "d.txt", "e.txt"]
     /// How often each action is drawn (out of the sum).
     public static let weights: [(SimAction, Int)] = [
-        (.write, 10), (.create, 6), (.rename, 2), (.move, 2), (.delete, 2), (.mkdir, 1), (.rmdir, 1),
+        (.write, 10), (.create, 6), (.rename, 2), (.move, 2), (.delete, 2), (.mkdir, 1), (.rmdir, 1), (.saveOver, 2), (.rmTree, 1),
         (.pause, 1), (.resume, 2), (.disconnect, 1), (.reconnect, 2), (.restart, 1), (.crash, 1),
     ]
 
@@ -114,7 +119,7 @@ public struct SimPlan: Sendable {
             let pause = rng.below(4) == 0 ? rng.below(40) : 0
             let mkdirFolder = Self.folders[1 + rng.below(Self.folders.count - 1)]
             steps.append(SimStep(round: r, device: device, action: action,
-                                 folder: action == .mkdir || action == .rmdir ? mkdirFolder : folder, name: name,
+                                 folder: action == .mkdir || action == .rmdir || action == .rmTree ? mkdirFolder : folder, name: name,
                                  toFolder: toFolder, toName: toName, pick: pick, pause: pause,
                                  content: "seed \(seed) round \(r) device \(device)\n"))
         }
@@ -161,6 +166,12 @@ public struct SimLedger: Sendable {
         deleted(device: device, item: item)
         let key = Key(device: device, item: item)
         deletedShowing[key] = max(deletedShowing[key] ?? 0, version ?? 0)
+    }
+
+    /// The device overwrote its last write to the item, but the program was told the new bytes
+    /// may not be kept (fsync failed): neither must survive.
+    public mutating func unpromised(device: Int, item: ItemID) {
+        last[Key(device: device, item: item)] = nil
     }
 
     /// A file took another item's identity here (an editor's safe save: the item renamed away is

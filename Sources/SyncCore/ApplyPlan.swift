@@ -27,9 +27,14 @@ public struct ApplyFacts: Sendable, Equatable {
     /// For a folder delete only: an item below the folder was synced at a version newer than
     /// the delete (the server kept it and brought the folder back; that news is on its way).
     public var newerBelow: Bool
+    /// The version of a delete of this item shown here since the engine started (its base is
+    /// gone with it): a state no newer is old news — a listing read before the delete and
+    /// answered after it would bring the item back.
+    public var deleteShown: Int64?
 
     public init(shownVersion: Int64?, contentDiffers: Bool = false, forced: Bool = false, pushPending: Bool = false,
-                placeDiffers: Bool = false, openForWriting: Bool = false, localWorkBelow: Bool = false, newerBelow: Bool = false) {
+                placeDiffers: Bool = false, openForWriting: Bool = false, localWorkBelow: Bool = false, newerBelow: Bool = false,
+                deleteShown: Int64? = nil) {
         self.shownVersion = shownVersion
         self.contentDiffers = contentDiffers
         self.forced = forced
@@ -38,6 +43,7 @@ public struct ApplyFacts: Sendable, Equatable {
         self.openForWriting = openForWriting
         self.localWorkBelow = localWorkBelow
         self.newerBelow = newerBelow
+        self.deleteShown = deleteShown
     }
 }
 
@@ -71,11 +77,21 @@ public enum ApplyStep: Sendable, Equatable {
 extension SyncItem {
     /// Decides what becomes of `server`, a state of this item that arrived, and records the hold
     /// it makes (or lets go of the holds it overtakes). Pure; the order of the checks is the rule:
-    /// old news, the item's own push, a writer here, a folder delete over local work, else shown.
+    /// old news (also: no newer than a delete shown), the item's own push, a writer here, a
+    /// folder delete over local work, else shown.
     public mutating func planApply(_ server: ServerItem, _ f: ApplyFacts) -> ApplyStep {
         // A state waiting to be shown (a commit's answer whose place was taken here) is shown
         // although its version is the base's.
         let notShown = remote.skipped?.version == server.version || f.placeDiffers
+        if let gone = f.deleteShown, server.version <= gone, !Mutation.resurrectFromStaleListing.isOn {
+            remote.drop(upTo: gone)
+            return .oldNews
+        }
+        // A newer state already waits to be shown here (its folder missing, its name taken): an
+        // older one — from a listing read before it — must not take its place.
+        if let waiting = remote.skipped?.version, waiting > server.version, !Mutation.olderOverWaiting.isOn {
+            return .oldNews
+        }
         if let shown = f.shownVersion, !f.forced, shown > server.version || (shown == server.version && !notShown) {
             // A state waiting to be shown that a newer one has overtaken waits no more, nor do
             // versions held for a lock or a writer that are shown already.

@@ -16,6 +16,24 @@ extension ItemDraft {
 
 /// What a push compares before it commits.
 public enum CommitPlan {
+    /// A folder's delete waits while an item the server has below it still has a push to make
+    /// (moved out of the folder here, or deleted here): the server's folder delete takes what it
+    /// holds below the folder, so a file moved out here and not yet committed would go with it.
+    /// `parentOf` is the server's parent of an item (its base); the walk is bounded.
+    public static func deleteWaitsForBelow(_ folder: ItemID, pending: [ItemID], parentOf: (ItemID) -> ItemID?) -> Bool {
+        if Mutation.folderDeleteBeforeMovesOut.isOn { return false }
+        return pending.contains { id in
+            guard id != folder else { return false }
+            var p = parentOf(id)
+            for _ in 0..<4096 {
+                guard let cur = p else { return false }
+                if cur == folder { return true }
+                p = parentOf(cur)
+            }
+            return false
+        }
+    }
+
     /// Nothing to send: the draft is the base's state (a save that changed only the
     /// modification time commits nothing, so it makes no false conflicts), unless that time was
     /// set on purpose (`touch -d`, `cp -p`, `rsync -t`: an attributes change), or the base is a

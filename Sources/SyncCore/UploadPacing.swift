@@ -79,8 +79,10 @@ public struct UploadPacing<Instant: InstantProtocol>: Sendable, Equatable where 
         // sent + next ≤ written, leaving as much again for the run's last state. Each term is
         // at most Int64.max, so the sum cannot overflow.
         if UInt64(sentSinceStart) + UInt64(lastSent) <= wrote { return .now }
-        // The last state of a run of changes.
-        let quiet = (lastChange ?? now).advanced(by: rules.quietPeriod)
+        // The last state of a run of changes: quiet since the last change — or, when none was
+        // seen (uploads retried after a restart), since the last upload.
+        guard let since = lastChange ?? lastUpload else { return .now }
+        let quiet = since.advanced(by: rules.quietPeriod)
         return now >= quiet ? .now : .wait(until: quiet)
     }
 

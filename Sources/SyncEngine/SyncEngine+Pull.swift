@@ -269,7 +269,8 @@ extension SyncEngine {
             let generation = item.kind == .file ? fs.writeState(item.id)?.generation : nil
             let (old, busy) = state.withLock { s in (s.base(item.id), s.queue.contains(item.id) || s.inFlight == item.id) }
             let contentDiffers = old.map { $0.record.chunks != item.chunks } ?? false
-            var facts = ApplyFacts(shownVersion: old?.version, contentDiffers: contentDiffers, forced: force.contains(item.id), pushPending: busy)
+            var facts = ApplyFacts(shownVersion: old?.version, contentDiffers: contentDiffers, forced: force.contains(item.id), pushPending: busy,
+                                   deleteShown: old == nil ? state.withLock { $0.deletesShown[item.id] } : nil)
             var leaving = false  // a folder delete that would take items moving out of it
             if let old, old.version == item.version, !busy, !item.deleted {
                 let here = fs.localState(item.id)
@@ -332,6 +333,7 @@ extension SyncEngine {
                 continue
             case .show(_, let underClaim):
                 trace("pull \(item.id) v\(item.version) \(item.deleted ? "deleted" : item.name.value) (base v\(old?.version ?? -1))")
+                if item.deleted { state.withLock { $0.deletesShown[item.id] = item.version } }
                 // New content goes in under a write claim; while a program holds the file (a
                 // lock) the new version waits until it lets go (SyncEngine+Claims.swift).
                 if underClaim {

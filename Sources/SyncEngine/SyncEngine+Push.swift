@@ -345,6 +345,22 @@ extension SyncEngine: ChangeObserver {
         var snapshot: UInt64?
         switch step {
         case .commitDelete:
+            if base?.record.kind == .folder {
+                let wait: Bool = state.withLock { s in
+                    let pending = s.items.busyItems.compactMap { e in s.queue.contains(e.id) || s.inFlight == e.id ? e.id : nil }
+                    return CommitPlan.deleteWaitsForBelow(id, pending: pending) { s.base($0)?.record.parent }
+                }
+                if wait {
+                    // Kept in the queue until the items moved out (or deleted) here are pushed.
+                    let until = options.clock.now + .seconds(1)
+                    state.withLock { s in
+                        s.items[id, default: SyncItem()].upload.notBefore = until
+                        s.queue.prepend(id)
+                    }
+                    trace("push \(id): a folder delete waits for the pushes of items below it on the server")
+                    return .nothing
+                }
+            }
             // Never tell the server we saw items we skipped: it would delete them with the folder.
             // Nor states held back here (for a push, a writer or a lock): another device's
             // write this device never showed would go with the folder (`SeenCursor`).
@@ -487,7 +503,10 @@ extension SyncEngine: ChangeObserver {
             // The answer covers any version that waited for this push.
             state.withLock { $0.items[id]?.remote.answered(r.item.version) }
             try saveBase(id, nil)
-            guard !r.item.deleted else { return false }
+            guard !r.item.deleted else {
+                state.withLock { $0.deletesShown[id] = r.item.version }
+                return false
+            }
             // delete_ignored: edited elsewhere meanwhile; it comes back here as a placeholder.
             // The push of this item is over: let `apply` show it (it skips items in flight).
             state.withLock { s in if s.inFlight == id { s.inFlight = nil } }
@@ -568,8 +587,11 @@ extension SyncEngine: ChangeObserver {
         switch record.planSettle(facts, isFile: item.kind == .file) {
         case .deletedElsewhere(let keptForWrite):
             // The previous base stays: with the delete as its base while the item stays here,
-            // the journal's delete would be old news and the item would stay for good.
-            try saveBase(id, previous)
+            // the journal's delete would be old news and the item would stay for good. What was
+            // downloaded or written here since stays marked: a placeholder overwritten while the
+            // commit was on its way is whole now, and its next push must send those bytes.
+            let now = state.withLock { $0.base(id) }
+            try saveBase(id, now != nil && now?.record == previous?.record && !Mutation.forgetPresenceOnKeep.isOn ? now : previous)
             if keptForWrite {
                 trace("settle \(id) v\(item.version): deleted elsewhere, but written here since; kept")
                 return

@@ -98,7 +98,7 @@ extension SyncEngine: VersionSource {
                     do { return .success(try await call()) } catch { return .failure(error) }
                 }
                 group.addTask {
-                    try? await Task.sleep(for: .seconds(seconds))
+                    await self.options.clock.sleepReal(for: .seconds(seconds))
                     return nil
                 }
                 let first = await group.next() ?? nil

@@ -41,8 +41,13 @@ public final class SyncEngine: Sendable {
         public var parallelDownloads = 8
         /// Added to every log line (several engines in one process: EngineSimTests).
         public var logLabel = ""
+        /// Where log lines go (nil: stderr). The deterministic simulation keeps them with its run.
+        public var logSink: (@Sendable (String) -> Void)?
         /// The clock of the engine's back-offs, tick loop and offline window (EngineClock.swift).
         public var clock = EngineClock.real
+        /// Where `start()` runs the engine's tasks (nil: the global pool). The deterministic
+        /// simulation runs every device's engine on one serial executor of its own.
+        public var executor: (any TaskExecutor)?
         public init() {}
     }
 
@@ -105,6 +110,9 @@ public final class SyncEngine: Sendable {
         var running: Task<Void, Never>?
         /// Why the server refused this device's token (401); uploads wait while set.
         var unauthorized: String?
+        /// Deletes shown here since the start, by item: their bases are gone, and a live state
+        /// no newer than one is old news (`ApplyFacts.deleteShown`).
+        var deletesShown: [ItemID: Int64] = [:]
         /// The pull lists the container before its next page: the last run left remote states not
         /// shown, or a folder delete took items the server had moved out.
         var relistDue = false
@@ -218,6 +226,15 @@ public final class SyncEngine: Sendable {
         var ids: [ItemID] = []
         for op in try store.syncOps() where !ids.contains(op.item) { ids.append(op.item) }
         for id in try store.unsyncedItems() where !ids.contains(id) { ids.append(id) }
+        if store.startedUnclean {
+            // Bytes may have reached a file whose change was never recorded (a kill -9, or a
+            // full disk, before the change's note was saved): every whole file shown here is
+            // pushed once; an unchanged one has nothing to send.
+            let whole: [ItemID] = state.withLock { s in
+                s.items.bases.compactMap { id, b in b.complete && b.record.kind == .file && !b.record.deleted ? id : nil }.sorted()
+            }
+            for id in whole where !ids.contains(id) && fs.localState(id) != nil { ids.append(id) }
+        }
         state.withLock { s in
             s.fs = fs
             s.services = services
@@ -245,7 +262,7 @@ public final class SyncEngine: Sendable {
 
     /// Runs the engine in a task of its own; `stop()` ends it.
     public func start() {
-        let t = Task { await self.run() }
+        let t = Task(executorPreference: options.executor) { await self.run() }
         state.withLock { $0.running = t }
     }
 
@@ -342,6 +359,7 @@ public final class SyncEngine: Sendable {
     }
 
     func log(_ s: String) {
+        if let sink = options.logSink { return sink(s) }
         LogLine.write(options.logLabel.isEmpty ? "nimbus sync" : "nimbus sync " + options.logLabel, s)
     }
 

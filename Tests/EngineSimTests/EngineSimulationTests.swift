@@ -9,52 +9,10 @@ import NimbusRemote
 import NimbusTesting
 import Testing
 
-/// The engine-level simulation (docs/sync.md "Simulation"): three devices — each a state
-/// directory with LocalStore + ContainerFS + SyncEngine, no mount — against one server in this
-/// process, each through its own TCP relay. A seeded plan (NimbusTesting `SimPlan`) creates,
-/// writes, renames, moves and deletes files, makes and removes a folder, pauses and resumes
-/// devices, cuts and restores their network (requests dropped midway), restarts them cleanly
-/// and after a simulated crash. Then every device is resumed and, once the queues are empty and the
-/// cursors at the server's, the checks: all three trees are equal (names, kinds, contents), and
-/// the last content each device wrote to each item (unless it deleted the item itself) is on
-/// the server as a current, conflict or earlier version of that item.
-///
-/// The plan replays from its seed; the engines' timing does not (real clocks, real threads).
-/// `NIMBUS_ENGINE_SIM_SEEDS=7` (or `1-200`, `3,9`) and `NIMBUS_ENGINE_SIM_ROUNDS=400` change the
-/// run; `scripts/soak --engine` runs many seeds. `NIMBUS_ENGINE_SIM_KEEP=1` keeps the state
-/// directories of a failing seed.
-@Suite(.serialized) struct EngineSimulationTests {
-    /// The bounded run of the default test suite (~20 s here).
-    static let ciSeeds: [UInt64] = [1, 2, 3, 4, 5, 6]
-    static let ciRounds = 120
-
-    static var seeds: [UInt64] {
-        guard let env = ProcessInfo.processInfo.environment["NIMBUS_ENGINE_SIM_SEEDS"] else { return ciSeeds }
-        return env.split(separator: ",").flatMap { part -> [UInt64] in
-            let ends = part.split(separator: "-").compactMap { UInt64($0.trimmingCharacters(in: .whitespaces)) }
-            if ends.count == 2, ends[0] <= ends[1] { return Array(ends[0]...ends[1]) }
-            return ends.count == 1 ? ends : []
-        }
-    }
-    static var rounds: Int { Int(ProcessInfo.processInfo.environment["NIMBUS_ENGINE_SIM_ROUNDS"] ?? "") ?? ciRounds }
-
-    @Test(arguments: EngineSimulationTests.seeds)
-    func threeDevicesConvergeAndKeepEveryLastWrite(_ seed: UInt64) async throws {
-        let plan = SimPlan(seed: seed, rounds: Self.rounds)
-        let replay = "replay: NIMBUS_ENGINE_SIM_SEEDS=\(seed) NIMBUS_ENGINE_SIM_ROUNDS=\(Self.rounds) swift test --filter EngineSimulationTests"
-        let report = try await LiveServer.with { server in try await EngineSim(plan: plan, server: server).run() }
-        guard let failure = report.failure else {
-            print("engine sim figures: seed \(seed): \(report.figures)")
-            return
-        }
-        // Every failure fails, in the default run too: the report holds what is needed to
-        // understand it, and the planner-level simulation (SyncModelTests) replays exactly.
-        Issue.record("engine sim seed \(seed) (\(replay)): \(failure)")
-    }
-}
-
-/// One run of a plan. Failures are returned (with what is needed to understand them), not
-/// thrown, so the devices and the server are always shut down first.
+/// The real-thread harness of the engine tests that need a real server and real sockets
+/// (HeldAnswerTests, RecoveryTests): devices against a `LiveServer`, each through its own TCP
+/// relay. The seeded simulation runs on `SimWorld` instead (DeterministicSimulationTests); the
+/// steps and checks below are shared.
 struct EngineSim {
     let plan: SimPlan
     let server: LiveServer
@@ -62,25 +20,23 @@ struct EngineSim {
 
     struct Report: Sendable {
         var failure: String?
-        var figures = ""
     }
 
+    /// The plan on three devices over the real network (CollectingServerTests: a server that
+    /// collects garbage meanwhile): the steps, then every device resumed, settled and checked.
     func run() async throws -> Report {
         let base = FileManager.default.temporaryDirectory.appendingPathComponent("nimbus-enginesim-\(plan.seed)-\(UUID().uuidString)")
-        var keep = false
-        defer { if !keep { try? FileManager.default.removeItem(at: base) } }
+        defer { try? FileManager.default.removeItem(at: base) }
         var devices: [SimDevice] = []
-        var tokens: [String] = []
         guard let port = server.url.split(separator: ":").last.flatMap({ Int($0) }) else { throw SimFailure("no port in \(server.url)") }
         defer { for d in devices { d.relay.close() } }
+        var tokens: [String] = []
         for i in 0..<plan.devices {
             let name = String(UnicodeScalar(UInt8(97 + i)))
             tokens.append(try await server.token(device: name))
-            devices.append(try SimDevice(index: i, dir: base.appendingPathComponent(name), serverPort: port,
-                                         token: tokens[i], container: container))
+            devices.append(try SimDevice(index: i, dir: base.appendingPathComponent(name), serverPort: port, token: tokens[i], container: container))
         }
         let client = NimbusClient(baseURL: server.url, token: tokens[0])
-        let started = ContinuousClock.now
         var report = Report()
         var steps: [String] = []
         var ledger = SimLedger()
@@ -90,38 +46,20 @@ struct EngineSim {
                 let e = try devices[0].fs.mkdir(parent: NodeID.root, name: f, mode: 0o755, caller: .process)
                 devices[0].fs.forget(node: e.node, count: 1)
             }
-            if let why = await settle(devices, client: client, within: .seconds(30)) {
-                throw SimFailure("the first folders did not reach every device: \(why)")
-            }
-            var counts: [SimAction: Int] = [:]
+            if let why = await settle(devices, client: client, within: .seconds(30)) { throw SimFailure("the first folders did not reach every device: \(why)") }
             for step in plan.steps {
-                let outcome = await execute(step, on: devices[step.device], ledger: &ledger)
-                if outcome.hasPrefix("ok") { counts[step.action, default: 0] += 1 }
-                steps.append("\(step): \(outcome)")
+                steps.append("\(step): \(await SimChecks.execute(step, on: devices[step.device], ledger: &ledger))")
                 if step.pause > 0 { try await Task.sleep(for: .milliseconds(step.pause)) }
             }
-            let opsDone = ContinuousClock.now
             for d in devices {
-                d.relay.restore()
+                d.restore()
                 d.engine.setPaused(false)
             }
-            if let why = await settle(devices, client: client, within: .seconds(90)) {
-                throw SimFailure("the devices did not agree: \(why)")
-            }
-            let settled = ContinuousClock.now
-            let lost = try await lostContents(ledger, client: client)
-            if !lost.isEmpty {
-                throw SimFailure("lost \(lost.count) of \(ledger.last.count) contents:\n" + lost.joined(separator: "\n"))
-            }
-            let tree = await devices[0].tree() ?? [:]
-            let done = counts.sorted { $0.key.rawValue < $1.key.rawValue }.map { "\($0.value) \($0.key)" }.joined(separator: ", ")
-            report.figures = "\(plan.steps.count) steps (done: \(done)), \(ledger.writes) writes, "
-                + "\(ledger.last.count) contents checked, tree of \(tree.count) entries; "
-                + "steps \(Self.seconds(opsDone - started)), settled in \(Self.seconds(settled - opsDone))"
+            if let why = await settle(devices, client: client, within: .seconds(90)) { throw SimFailure("the devices did not agree: \(why)") }
+            let lost = await SimChecks.lostContents(ledger) { try await client.versions(container, $0) }
+            if !lost.isEmpty { throw SimFailure("lost \(lost.count) of \(ledger.last.count) contents:\n" + lost.joined(separator: "\n")) }
         } catch {
-            keep = ProcessInfo.processInfo.environment["NIMBUS_ENGINE_SIM_KEEP"] != nil
             report.failure = "\(error)\nsteps:\n" + steps.suffix(300).joined(separator: "\n")
-                + (keep ? "\nstate directories kept in \(base.path)" : "")
         }
         for d in devices { await d.stop() }
         return report
@@ -131,11 +69,26 @@ struct EngineSim {
         String(format: "%.1f s", Double(d.components.seconds) + Double(d.components.attoseconds) / 1e18)
     }
 
+    /// Waits (polling real time, bounded) until the devices agree (`SimChecks.settled`).
+    func settle(_ devices: [SimDevice], client: NimbusClient, within limit: Duration) async -> String? {
+        let deadline = ContinuousClock.now + limit
+        var check = SimChecks.Settling()
+        while ContinuousClock.now < deadline {
+            let cursor = try? await client.container(container).cursor
+            if await check.settled(devices, serverCursor: cursor) { return nil }
+            try? await Task.sleep(for: .milliseconds(100))
+        }
+        return check.why
+    }
+}
+
+/// What the simulations do and check, on any `SimDevice`.
+enum SimChecks {
     // MARK: steps
 
     /// Does one step on one device as a program (or the user) would; the outcome is "ok", or
     /// why nothing was done (nothing to pick, a name taken, an errno the program would see).
-    func execute(_ step: SimStep, on dev: SimDevice, ledger: inout SimLedger) async -> String {
+    static func execute(_ step: SimStep, on dev: SimDevice, ledger: inout SimLedger) async -> String {
         let fs = dev.fs
         do {
             switch step.action {
@@ -166,17 +119,43 @@ struct EngineSim {
                 let files = dev.files()
                 guard !files.isEmpty else { return "no file" }
                 let f = files[Int(step.pick % UInt64(files.count))]
-                guard let parent = f.rec.parent.flatMap(dev.node(of:)) else { return "no parent" }
-                let before = Dictionary(files.map { ($0.rec.node, $0.rec.id) }, uniquingKeysWith: { a, _ in a })
-                let shown = (try? fs.getxattr(node: f.rec.node, name: NimbusXattr.version.name)).flatMap { Int64(String(decoding: $0, as: UTF8.self)) }
-                try fs.unlink(parent: parent, name: f.rec.name)
-                ledger.deleted(device: dev.index, item: f.rec.id, showing: shown)
-                // An editor's save (rename away, create, delete the backup): the new file took
-                // the deleted item's identity (ContainerFS+Remove.swift).
-                for g in dev.files() where before[g.rec.node].map({ $0 != g.rec.id }) == true {
-                    ledger.identityMoved(device: dev.index, from: before[g.rec.node]!, to: g.rec.id)
-                }
+                try remove(f, on: dev, ledger: &ledger)
                 return "ok (\(f.path))"
+            case .saveOver:
+                let files = dev.files().filter { !$0.rec.name.hasPrefix(".") }
+                guard !files.isEmpty else { return "no file" }
+                let f = files[Int(step.pick % UInt64(files.count))]
+                guard let parent = f.rec.parent.flatMap(dev.node(of:)) else { return "no parent" }
+                let tmp = "." + f.rec.name + ".tmp"
+                let old = dev.lookup(parent, tmp)
+                let shown = old.flatMap { try? fs.getxattr(node: $0, name: NimbusXattr.version.name) }.flatMap { Int64(String(decoding: $0, as: UTF8.self)) }
+                let tmpID = try dev.writeFile(node: old, parent: parent, name: tmp, content: step.content)
+                let targetShown = (try? fs.getxattr(node: f.rec.node, name: NimbusXattr.version.name)).flatMap { Int64(String(decoding: $0, as: UTF8.self)) }
+                try fs.rename(parent: parent, name: tmp, newParent: parent, newName: f.rec.name, flags: [])
+                // The file renamed over keeps its identity and takes the new bytes
+                // (ContainerFS+Remove.swift): the write is the saved file's.
+                guard let node = dev.lookup(parent, f.rec.name) else { return "gone after the rename" }
+                let raw = try fs.getxattr(node: node, name: NimbusXattr.itemid.name)
+                guard let id = ItemID(String(decoding: raw, as: UTF8.self)) else { throw Errno.EIO }
+                ledger.wrote(device: dev.index, item: id, content: step.content)
+                // A temporary file left by an earlier save was overwritten, then went with the
+                // rename: this device deleted that item.
+                if tmpID != id { ledger.deleted(device: dev.index, item: tmpID, showing: shown) }
+                // The file did not keep its identity (it has conflict versions, or is not all
+                // here): the rename deleted it, and the new bytes are a new item.
+                if f.rec.id != id { ledger.deleted(device: dev.index, item: f.rec.id, showing: targetShown) }
+                return "ok (\(f.path))"
+            case .rmTree:
+                guard dev.folderNode(step.folder) != nil else { return "no folder \(step.folder)" }
+                // One file at a time, looked up again each time: removing an editor's backup
+                // gives its identity to the new file (`remove`).
+                var n = 0
+                while let f = dev.files().first(where: { $0.path.hasPrefix(step.folder + "/") }), n < 100 {
+                    try remove(f, on: dev, ledger: &ledger)
+                    n += 1
+                }
+                try fs.rmdir(parent: NodeID.root, name: step.folder)
+                return "ok (\(n) files)"
             case .mkdir:
                 let e = try fs.mkdir(parent: NodeID.root, name: step.folder, mode: 0o755, caller: .process)
                 fs.forget(node: e.node, count: 1)
@@ -185,14 +164,17 @@ struct EngineSim {
             case .pause, .resume:
                 dev.engine.setPaused(step.action == .pause)
             case .disconnect:
-                dev.relay.cut()
+                dev.cut()
             case .reconnect:
-                dev.relay.restore()
+                dev.restore()
             case .restart, .crash:
                 try await dev.restart(crash: step.action == .crash)
             }
             return "ok"
         } catch let e as Errno {
+            return "\(e)"
+        } catch let e as WriteNotDurable {
+            if let id = e.item { ledger.unpromised(device: dev.index, item: id) }
             return "\(e)"
         } catch let e as WrittenAfterDelete {
             return "\(e)"
@@ -201,30 +183,45 @@ struct EngineSim {
         }
     }
 
+    /// `rm` of one file as a program does it, with what the ledger must know: the version the
+    /// device showed, and an editor's save whose new file took the deleted item's identity.
+    static func remove(_ f: SimDevice.Entry, on dev: SimDevice, ledger: inout SimLedger) throws {
+        guard let parent = f.rec.parent.flatMap(dev.node(of:)) else { throw Errno.ENOENT }
+        let files = dev.files()
+        let before = Dictionary(files.map { ($0.rec.node, $0.rec.id) }, uniquingKeysWith: { a, _ in a })
+        let shown = (try? dev.fs.getxattr(node: f.rec.node, name: NimbusXattr.version.name)).flatMap { Int64(String(decoding: $0, as: UTF8.self)) }
+        try dev.fs.unlink(parent: parent, name: f.rec.name)
+        ledger.deleted(device: dev.index, item: f.rec.id, showing: shown)
+        // An editor's save (rename away, create, delete the backup): the new file took
+        // the deleted item's identity (ContainerFS+Remove.swift).
+        for g in dev.files() where before[g.rec.node].map({ $0 != g.rec.id }) == true {
+            ledger.identityMoved(device: dev.index, from: before[g.rec.node]!, to: g.rec.id)
+        }
+    }
+
     // MARK: checks
 
-    /// Waits (polling, bounded) until every device has an empty upload queue, its cursor at the
-    /// server's, and all trees are equal — twice in a row. Nil when settled, else the last
+    /// Settledness over successive looks: every device has an empty upload queue and its cursor
+    /// at the server's, and all trees are equal — in two looks in a row. `why` is the last
     /// difference seen.
-    func settle(_ devices: [SimDevice], client: NimbusClient, within limit: Duration) async -> String? {
-        let deadline = ContinuousClock.now + limit
+    struct Settling {
         var why = "not checked"
         var lastTree: [String: String]?
-        while ContinuousClock.now < deadline {
-            if let w = await difference(devices, client: client) {
+
+        mutating func settled(_ devices: [SimDevice], serverCursor: Int64?) async -> Bool {
+            if let w = await SimChecks.difference(devices, serverCursor: serverCursor) {
                 why = w
                 lastTree = nil
             } else if let t = await devices[0].tree() {
-                if t == lastTree { return nil }
+                if t == lastTree { return true }
                 lastTree = t
             }
-            try? await Task.sleep(for: .milliseconds(100))
+            return false
         }
-        return why
     }
 
-    private func difference(_ devices: [SimDevice], client: NimbusClient) async -> String? {
-        guard let cursor = try? await client.container(container).cursor else { return "the server did not answer" }
+    static func difference(_ devices: [SimDevice], serverCursor: Int64?) async -> String? {
+        guard let cursor = serverCursor else { return "the server did not answer" }
         for d in devices {
             let queue = d.status("upload-queue") ?? "?"
             let at = d.status("cursor") ?? "?"
@@ -263,12 +260,12 @@ struct EngineSim {
     /// (the current state or a conflict version), kept as history under a later state, or
     /// given up by a delete whose device had shown a version holding it. A write that survives
     /// only in the history of an item deleted by a device that never showed it is lost.
-    func lostContents(_ ledger: SimLedger, client: NimbusClient) async throws -> [String] {
+    static func lostContents(_ ledger: SimLedger, versionsOf: (ItemID) async throws -> [VersionRecord]) async -> [String] {
         var lost: [String] = []
         for (key, content) in ledger.mustSurvive {
             let hash = ContentHash(digest: SHA256.hash(data: Array(content.utf8)))
             let versions: [VersionRecord]
-            do { versions = try await client.versions(container, key.item) } catch {
+            do { versions = try await versionsOf(key.item) } catch {
                 lost.append("\(key.item) (device \(key.device)): \(content.trimmingCharacters(in: .newlines)) — no versions: \(error)")
                 continue
             }
@@ -282,6 +279,11 @@ struct EngineSim {
             }
             if holding.contains(where: { $0.role == .current || $0.role == .conflict }) { continue }
             guard let current = versions.first(where: { $0.role == .current }), current.state.deleted else { continue }
+            // Replaced by a later edit (a `previous` version is one a commit based on it replaced;
+            // had the edit not seen it, the server would have kept it as a conflict version):
+            // history under a later state. Only a delete right after it can have taken it.
+            let lastHolding = holding.map(\.version).max() ?? first
+            if let next = versions.filter({ $0.version > lastHolding }).min(by: { $0.version < $1.version }), !next.state.deleted { continue }
             let deleter = current.deviceName.unicodeScalars.first.map { Int($0.value) - 97 }
             let shown = deleter.flatMap { ledger.deletedShowing[SimLedger.Key(device: $0, item: key.item)] } ?? -1
             if shown >= first { continue }

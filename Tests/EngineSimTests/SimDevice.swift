@@ -15,6 +15,14 @@ struct NoKernel: KernelCache {
     func notifyDelete(parent: NodeID, child: NodeID, name: String) {}
 }
 
+/// How a simulated device reaches the server.
+enum SimNetwork {
+    /// Over TCP, through a relay that can cut and hold (real threads, real time).
+    case relay(Relay)
+    /// In process, on the deterministic simulation's one thread and clock.
+    case link(SimLink, SimWorld)
+}
+
 /// One simulated device: a state directory with LocalStore + ContainerFS + SyncEngine, wired as
 /// `MountDaemon` wires them, with no mount — the steps call ContainerFS as the kernel would.
 final class SimDevice: @unchecked Sendable {
@@ -22,9 +30,7 @@ final class SimDevice: @unchecked Sendable {
     // device from one task, one step at a time; the engine's own tasks hold their own references.
     let index: Int
     let dir: URL
-    /// The device's network: the client talks to the server through it.
-    let relay: Relay
-    var serverURL: String { relay.url }
+    let network: SimNetwork
     let token: String
     let container: String
     /// The read deadline (`SyncEngine.Options.hydrationSeconds`).
@@ -33,46 +39,88 @@ final class SimDevice: @unchecked Sendable {
     private(set) var fs: ContainerFS
     private(set) var engine: SyncEngine
     private(set) var running = false
+    /// Stores of earlier runs of this device (restarts), closed by `dispose()`.
+    private var retired: [LocalStore] = []
 
     var name: String { String(UnicodeScalar(UInt8(97 + index))) }
 
-    init(index: Int, dir: URL, serverPort: Int, token: String, container: String, hydrationSeconds: Int64 = 5) throws {
-        self.hydrationSeconds = hydrationSeconds
-        self.index = index
-        self.dir = dir
+    /// The relay of a device on the real network.
+    var relay: Relay {
+        guard case .relay(let r) = network else { preconditionFailure("device \(name) is on a simulated link") }
+        return r
+    }
+
+    /// A device on the real network: a relay to `serverPort`.
+    convenience init(index: Int, dir: URL, serverPort: Int, token: String, container: String, hydrationSeconds: Int64 = 5) throws {
         let relay = try Relay(targetPort: serverPort)
-        self.relay = relay
-        let serverURL = relay.url
-        self.token = token
-        self.container = container
         do {
-            (store, fs, engine) = try Self.open(dir: dir, serverURL: serverURL, token: token, container: container,
-                                                hydrationSeconds: hydrationSeconds)
+            try self.init(index: index, dir: dir, network: .relay(relay), token: token, container: container, hydrationSeconds: hydrationSeconds)
         } catch {
             relay.close()
             throw error
         }
     }
 
-    private static func open(dir: URL, serverURL: String, token: String, container: String,
+    init(index: Int, dir: URL, network: SimNetwork, token: String, container: String, hydrationSeconds: Int64 = 5) throws {
+        self.hydrationSeconds = hydrationSeconds
+        self.index = index
+        self.dir = dir
+        self.network = network
+        self.token = token
+        self.container = container
+        (store, fs, engine) = try Self.open(dir: dir, network: network, token: token, container: container, hydrationSeconds: hydrationSeconds)
+    }
+
+    private static func open(dir: URL, network: SimNetwork, token: String, container: String,
                              hydrationSeconds: Int64) throws -> (LocalStore, ContainerFS, SyncEngine) {
-        let store = try LocalStore(directory: dir)
         var o = SyncEngine.Options()
         o.hydrationSeconds = hydrationSeconds
-        // Back-offs, the tick loop and the offline window run ten times faster (EngineClock).
-        o.clock = .scaled(10)
         o.longPoll = 10
         o.logLabel = dir.lastPathComponent
+        var fo = ContainerFS.Options()
+        let store: LocalStore
+        switch network {
+        case .relay:
+            store = try LocalStore(directory: dir)
+            // Back-offs, the tick loop and the offline window run ten times faster (EngineClock).
+            o.clock = .scaled(10)
+        case .link(_, let world):
+            store = try LocalStore(directory: dir, writer: .caller)
+            o.clock = .driven(by: world.clock)
+            o.logSink = { [name = dir.lastPathComponent] line in world.log(name, line) }
+            o.executor = world.executor
+            fo.clock = world.mountClock
+        }
         do {
-            let engine = try SyncEngine(store: store, client: NimbusClient(baseURL: serverURL, token: token),
-                                        container: container, options: o)
-            let fs = try ContainerFS(store: store, content: engine, observer: engine, syncStatus: engine, control: engine, versions: engine)
+            let engine: SyncEngine
+            switch network {
+            case .relay(let relay):
+                engine = try SyncEngine(store: store, client: NimbusClient(baseURL: relay.url, token: token), container: container, options: o)
+            case .link(let link, _):
+                engine = try SyncEngine(store: store, remote: link, fetch: link, container: container, options: o)
+            }
+            let fs = try ContainerFS(store: store, options: fo, content: engine, observer: engine, syncStatus: engine, control: engine, versions: engine)
             try engine.attach(fs, services: fs.services)
             fs.setKernel(NoKernel())
             return (store, fs, engine)
         } catch {
             store.close()
             throw error
+        }
+    }
+
+    /// Cuts the device's network (requests fail, answers are lost) / brings it back.
+    func cut() {
+        switch network {
+        case .relay(let r): r.cut()
+        case .link(let l, _): l.cut = true
+        }
+    }
+
+    func restore() {
+        switch network {
+        case .relay(let r): r.restore()
+        case .link(let l, _): l.cut = false
         }
     }
 
@@ -96,10 +144,17 @@ final class SimDevice: @unchecked Sendable {
         }
     }
 
+    /// After the last stop of a simulated device: closes every database it opened.
+    func dispose() {
+        for s in retired + [store] { s.closeDatabase() }
+        retired = []
+    }
+
     /// Stop, then open the same state directory again and start.
     func restart(crash: Bool) async throws {
         await stop(crash: crash)
-        (store, fs, engine) = try Self.open(dir: dir, serverURL: serverURL, token: token, container: container,
+        retired.append(store)
+        (store, fs, engine) = try Self.open(dir: dir, network: network, token: token, container: container,
                                             hydrationSeconds: hydrationSeconds)
         start()
     }
@@ -196,7 +251,13 @@ final class SimDevice: @unchecked Sendable {
             guard written == bytes.count else { throw Errno.EIO }
             // Programs that care fsync; it also makes the write durable before a simulated crash,
             // so no loss of a written content is excused by the crash.
-            try fs.fsync(node: n, handle: h, dataOnly: false)
+            do { try fs.fsync(node: n, handle: h, dataOnly: false) } catch let e as Errno {
+                // The bytes are in the file, but the program was told they may not be kept:
+                // this device's earlier write to the item is overwritten, and this one is not
+                // promised.
+                let raw = try fs.getxattr(node: n, name: "user.nimbus.itemid")
+                throw WriteNotDurable(errno: e, item: ItemID(String(decoding: raw, as: UTF8.self)))
+            }
             let raw = try fs.getxattr(node: n, name: "user.nimbus.itemid")
             guard let id = ItemID(String(decoding: raw, as: UTF8.self)) else { throw Errno.EIO }
             // Opened after a delete from another device was shown here (the file was picked
@@ -221,4 +282,12 @@ final class SimDevice: @unchecked Sendable {
 /// A write that went to a file deleted (by another device) before it was opened.
 struct WrittenAfterDelete: Error, CustomStringConvertible {
     var description: String { "written to a file deleted elsewhere just before it was opened" }
+}
+
+/// A write whose fsync failed (a full disk): the program was told, so nothing of the item
+/// written by this device must survive.
+struct WriteNotDurable: Error, CustomStringConvertible {
+    let errno: Errno
+    let item: ItemID?
+    var description: String { "written, but fsync failed: \(errno)" }
 }

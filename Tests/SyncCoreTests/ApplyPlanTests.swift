@@ -30,6 +30,26 @@ import Testing
         #expect(item.remote.isEmpty)
     }
 
+    /// A delete shown here leaves no base; a live state read before it (a listing answered
+    /// after the delete) is old news, even forced; a newer one (the item brought back) is shown.
+    @Test func aDeleteShownHereOutranksOlderLiveStates() {
+        var item = Item()
+        #expect(item.planApply(Self.server(50), ApplyFacts(shownVersion: nil, deleteShown: 67)) == .oldNews)
+        #expect(item.planApply(Self.server(50), ApplyFacts(shownVersion: nil, forced: true, deleteShown: 67)) == .oldNews)
+        #expect(item.planApply(Self.server(67, deleted: true), ApplyFacts(shownVersion: nil, deleteShown: 67)) == .oldNews)
+        #expect(item.planApply(Self.server(70), ApplyFacts(shownVersion: nil, deleteShown: 67)) == .show(resetContent: true, underClaim: false))
+    }
+
+    /// A state skipped (its folder missing) waits; an older one arriving after it (a listing read
+    /// before it) is old news and leaves the newer one waiting.
+    @Test func anOlderStateNeverReplacesOneWaiting() {
+        var item = Item()
+        item.remote.skipped = Self.server(39)
+        #expect(item.planApply(Self.server(36), ApplyFacts(shownVersion: nil)) == .oldNews)
+        #expect(item.remote.skipped?.version == 39)
+        #expect(item.planApply(Self.server(39), ApplyFacts(shownVersion: nil)) == .show(resetContent: true, underClaim: false))
+    }
+
     @Test func aStateWaitingToBeShownIsShownAtTheBasesVersion() {
         var item = Item()
         item.remote.skipped = Self.server(5)

@@ -91,3 +91,17 @@ import Testing
         #expect(SettleFacts.movedBackSinceCommit(previous: previous, sent: ItemDraft(previous), here: (Self.folder, "x"), relocate: true))
     }
 }
+
+extension LocalRulesTests {
+    /// A folder's delete waits for the pushes of items the server has below it (a file moved
+    /// out here, not committed yet, would go with the folder), at any depth; not for others.
+    @Test func aFolderDeleteWaitsForPushesBelowItOnTheServer() {
+        let folder = ItemID(UUID()), sub = ItemID(UUID()), moved = ItemID(UUID()), other = ItemID(UUID())
+        let parents: [ItemID: ItemID] = [sub: folder, moved: sub, folder: .root, other: .root]
+        let parentOf = { (id: ItemID) in parents[id] }
+        #expect(CommitPlan.deleteWaitsForBelow(folder, pending: [moved], parentOf: parentOf))
+        #expect(CommitPlan.deleteWaitsForBelow(folder, pending: [other, sub], parentOf: parentOf))
+        #expect(!CommitPlan.deleteWaitsForBelow(folder, pending: [other, folder], parentOf: parentOf))
+        #expect(!CommitPlan.deleteWaitsForBelow(sub, pending: [folder], parentOf: parentOf))
+    }
+}

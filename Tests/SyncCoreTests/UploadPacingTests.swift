@@ -112,6 +112,18 @@ struct T: InstantProtocol, Sendable {
         #expect(p.isIdle(at: .s(7200), rules: rules))
     }
 
+    /// Uploads with no change seen (queued before a restart, one retried after a lost answer):
+    /// the run's last state still goes once quiet since the last upload, not "a quiet period
+    /// from now" at every ask.
+    @Test func uploadsWithNoChangeSeenAreNotPacedForever() {
+        var p = UploadPacing<T>()
+        p.uploaded(at: .s(0), sent: 28, written: 0, rules: rules)
+        p.uploaded(at: .s(1), sent: 28, written: 0, rules: rules)
+        #expect(p.decide(at: .s(5), written: 0, rules: rules) == .wait(until: .s(11)))
+        #expect(p.decide(at: .s(11), written: 0, rules: rules) == .now)
+        #expect(p.decide(at: .s(500), written: 0, rules: rules) == .now)
+    }
+
     @Test func aCounterThatRestartedCountsWhole() {
         var p = UploadPacing<T>()
         p.changed(at: .s(0), rules: rules)
