@@ -42,6 +42,12 @@ public enum SimAction: String, Sendable, CaseIterable {
     case saveOver
     /// `rm -r` of folder `folder`: its files, then the folder.
     case rmTree
+    /// Open a present file for writing (truncated), write the step's content and keep it open:
+    /// the simulation closes it (fsync, close) a few steps later.
+    case writeOpen
+    /// An editor's save that keeps a backup (vim): rename the file to `NAME~`, write a new file
+    /// under its name (fsync), delete the backup.
+    case saveAside
     /// Take the device offline on purpose (`nimbus pause`) / back online.
     case pause, resume
     /// The network goes away under the device (open requests drop, new ones fail) / comes back.
@@ -75,7 +81,7 @@ public struct SimStep: Sendable, CustomStringConvertible {
         case .mkdir, .rmdir, .rmTree: return "\(round): \(dev) \(action) \(folder)"
         case .rename: return "\(round): \(dev) rename #\(pick) to \(toName)"
         case .move: return "\(round): \(dev) move #\(pick) to \(SimPlan.path(toFolder, toName))"
-        case .write, .delete, .saveOver: return "\(round): \(dev) \(action) #\(pick)"
+        case .write, .delete, .saveOver, .writeOpen, .saveAside: return "\(round): \(dev) \(action) #\(pick)"
         case .pause, .resume, .disconnect, .reconnect, .restart, .crash: return "\(round): \(dev) \(action)"
         }
     }
@@ -89,7 +95,7 @@ public struct SimPlan: Sendable {
     public static let names = ["a.txt", "b.txt", "c.txt", "d.txt", "e.txt"]
     /// How often each action is drawn (out of the sum).
     public static let weights: [(SimAction, Int)] = [
-        (.write, 10), (.create, 6), (.rename, 2), (.move, 2), (.delete, 2), (.mkdir, 1), (.rmdir, 1), (.saveOver, 2), (.rmTree, 1),
+        (.write, 10), (.create, 6), (.rename, 2), (.move, 2), (.delete, 2), (.mkdir, 1), (.rmdir, 1), (.saveOver, 2), (.rmTree, 1), (.writeOpen, 2), (.saveAside, 2),
         (.pause, 1), (.resume, 2), (.disconnect, 1), (.reconnect, 2), (.restart, 1), (.crash, 1),
     ]
 

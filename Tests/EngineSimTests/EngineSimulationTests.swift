@@ -49,6 +49,8 @@ struct EngineSim {
             if let why = await settle(devices, client: client, within: .seconds(30)) { throw SimFailure("the first folders did not reach every device: \(why)") }
             for step in plan.steps {
                 steps.append("\(step): \(await SimChecks.execute(step, on: devices[step.device], ledger: &ledger))")
+                // Files kept open are closed after the step (real time passes between steps).
+                for d in devices { steps += await SimChecks.closeWriters(on: d, ledger: &ledger) { true } }
                 if step.pause > 0 { try await Task.sleep(for: .milliseconds(step.pause)) }
             }
             for d in devices {
@@ -127,6 +129,7 @@ enum SimChecks {
                 let f = files[Int(step.pick % UInt64(files.count))]
                 guard let parent = f.rec.parent.flatMap(dev.node(of:)) else { return "no parent" }
                 let tmp = "." + f.rec.name + ".tmp"
+                for w in dev.openWriters where w.node == f.rec.node { dev.rewritten.insert(w.handle) }
                 let old = dev.lookup(parent, tmp)
                 let shown = old.flatMap { try? fs.getxattr(node: $0, name: NimbusXattr.version.name) }.flatMap { Int64(String(decoding: $0, as: UTF8.self)) }
                 let tmpID = try dev.writeFile(node: old, parent: parent, name: tmp, content: step.content)
@@ -144,6 +147,39 @@ enum SimChecks {
                 // The file did not keep its identity (it has conflict versions, or is not all
                 // here): the rename deleted it, and the new bytes are a new item.
                 if f.rec.id != id { ledger.deleted(device: dev.index, item: f.rec.id, showing: targetShown) }
+                return "ok (\(f.path))"
+            case .writeOpen:
+                let files = dev.files()
+                guard !files.isEmpty else { return "no file" }
+                let f = files[Int(step.pick % UInt64(files.count))]
+                guard !dev.openWriters.contains(where: { $0.node == f.rec.node }) else { return "open already" }
+                let h = try fs.open(node: f.rec.node, flags: O_WRONLY | O_TRUNC).handle
+                let bytes = Array(step.content.utf8)
+                do {
+                    let n = try bytes.withUnsafeBytes { try fs.write(node: f.rec.node, handle: h, offset: 0, data: $0) }
+                    guard n == bytes.count else { throw Errno.EIO }
+                } catch {
+                    fs.release(node: f.rec.node, handle: h)
+                    throw error
+                }
+                // This device's earlier write to the file is overwritten; the new bytes are
+                // promised only once fsynced (at the close).
+                ledger.unpromised(device: dev.index, item: f.rec.id)
+                dev.openWriters.append((f.rec.node, h, step.content))
+                return "ok (\(f.path)), kept open"
+            case .saveAside:
+                let files = dev.files().filter { !$0.rec.name.hasPrefix(".") && !$0.rec.name.hasSuffix("~") }
+                guard !files.isEmpty else { return "no file" }
+                let f = files[Int(step.pick % UInt64(files.count))]
+                guard let parent = f.rec.parent.flatMap(dev.node(of:)) else { return "no parent" }
+                let backup = f.rec.name + "~"
+                guard dev.lookup(parent, backup) == nil else { return "backup name taken" }
+                try fs.rename(parent: parent, name: f.rec.name, newParent: parent, newName: backup, flags: .noReplace)
+                let id = try dev.writeFile(node: nil, parent: parent, name: f.rec.name, content: step.content)
+                ledger.wrote(device: dev.index, item: id, content: step.content)
+                // Deleting the backup gives the new file the document's identity (`remove`).
+                guard let b = dev.files().first(where: { $0.rec.parent == f.rec.parent && $0.rec.name == backup }) else { return "backup gone" }
+                try remove(b, on: dev, ledger: &ledger)
                 return "ok (\(f.path))"
             case .rmTree:
                 guard dev.folderNode(step.folder) != nil else { return "no folder \(step.folder)" }
@@ -199,6 +235,35 @@ enum SimChecks {
         }
     }
 
+    /// Closes the device's open files that `close` picks (fsync, then close), as the program
+    /// that opened them would; a write whose fsync succeeded is promised. One line per close.
+    static func closeWriters(on d: SimDevice, ledger: inout SimLedger, close: () -> Bool) async -> [String] {
+        var left: [(node: NodeID, handle: HandleID, content: String)] = []
+        var lines: [String] = []
+        for w in d.openWriters {
+            guard close() else { left.append(w); continue }
+            let raw = try? d.fs.getxattr(node: w.node, name: NimbusXattr.itemid.name)
+            let id = raw.flatMap { ItemID(String(decoding: $0, as: UTF8.self)) }
+            var outcome = "closed"
+            do {
+                try d.fs.fsync(node: w.node, handle: w.handle, dataOnly: false)
+                // Deleted while open (here or from elsewhere): the bytes went with the file.
+                // Written again since by another step here: that write is the last.
+                if let id, d.fs.localState(id) != nil, !d.rewritten.contains(w.handle) {
+                    ledger.wrote(device: d.index, item: id, content: w.content)
+                }
+            } catch {
+                if let id { ledger.unpromised(device: d.index, item: id) }
+                outcome = "fsync failed: \(error)"
+            }
+            d.fs.release(node: w.node, handle: w.handle)
+            d.rewritten.remove(w.handle)
+            lines.append("\(d.name) closes \(id.map { "\($0)" } ?? "?"): \(outcome)")
+        }
+        d.openWriters = left
+        return lines
+    }
+
     // MARK: checks
 
     /// Settledness over successive looks: every device has an empty upload queue and its cursor
@@ -223,11 +288,12 @@ enum SimChecks {
     static func difference(_ devices: [SimDevice], serverCursor: Int64?) async -> String? {
         guard let cursor = serverCursor else { return "the server did not answer" }
         for d in devices {
-            let queue = d.status("upload-queue") ?? "?"
-            let at = d.status("cursor") ?? "?"
+            let lines = Dictionary(d.engine.statusLines(), uniquingKeysWith: { a, _ in a })
+            let queue = lines["upload-queue"] ?? "?"
+            let at = lines["cursor"] ?? "?"
             if queue != "0" || at != "\(cursor)" {
                 return "device \(d.name): upload-queue \(queue), cursor \(at) of \(cursor), "
-                    + "connection \(d.status("connection") ?? "?"), sync-error \(d.status("sync-error") ?? "?")"
+                    + "connection \(lines["connection"] ?? "?"), sync-error \(lines["sync-error"] ?? "?")"
             }
         }
         var trees: [[String: String]] = []

@@ -41,6 +41,10 @@ final class SimDevice: @unchecked Sendable {
     private(set) var running = false
     /// Stores of earlier runs of this device (restarts), closed by `dispose()`.
     private var retired: [LocalStore] = []
+    /// Files a program keeps open for writing (`SimAction.writeOpen`): what it wrote.
+    var openWriters: [(node: NodeID, handle: HandleID, content: String)] = []
+    /// Open files another step of this device wrote since (their bytes are not the writer's).
+    var rewritten: Set<HandleID> = []
 
     var name: String { String(UnicodeScalar(UInt8(97 + index))) }
 
@@ -87,6 +91,7 @@ final class SimDevice: @unchecked Sendable {
         case .link(_, let world):
             store = try LocalStore(directory: dir, writer: .caller)
             o.clock = .driven(by: world.clock)
+            o.cacheLimit = world.cacheLimits[dir.lastPathComponent] ?? nil
             o.logSink = { [name = dir.lastPathComponent] line in world.log(name, line) }
             o.executor = world.executor
             fo.clock = world.mountClock
@@ -136,6 +141,11 @@ final class SimDevice: @unchecked Sendable {
     func stop(crash: Bool = false) async {
         guard running else { return }
         running = false
+        // The program's open files end with it: closed on a clean stop (the kernel releases
+        // them at unmount), gone with a crash. Neither was fsynced: nothing of them is promised.
+        if !crash { for w in openWriters { fs.release(node: w.node, handle: w.handle) } }
+        openWriters = []
+        rewritten = []
         if crash { store.abandon() }
         await engine.stop()
         if !crash {
@@ -239,6 +249,7 @@ final class SimDevice: @unchecked Sendable {
     func writeFile(node: NodeID?, parent: NodeID, name: String, content: String) throws -> ItemID {
         let n: NodeID, h: HandleID
         if let node {
+            for w in openWriters where w.node == node { rewritten.insert(w.handle) }
             (n, h) = (node, try fs.open(node: node, flags: O_WRONLY | O_TRUNC).handle)
         } else {
             let (e, o) = try fs.create(parent: parent, name: name, mode: 0o644, flags: O_WRONLY | O_CREAT, caller: .process)

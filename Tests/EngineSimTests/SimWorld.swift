@@ -25,6 +25,8 @@ final class SimWorld: @unchecked Sendable {
     let container = "docs"
     var rng: SplitMix64
     private(set) var devices: [SimDevice] = []
+    /// Each device's cache limit (nil: none), by name: small ones make the engines evict.
+    private(set) var cacheLimits: [String: Int64?] = [:]
     /// What happened, one line per step and per check: hashed for the replay test.
     private(set) var trace: [String] = []
     /// The engines' log lines (with simulated times), for the report of a failing seed; not
@@ -113,6 +115,7 @@ final class SimWorld: @unchecked Sendable {
         do {
             for i in 0..<plan.devices {
                 let name = String(UnicodeScalar(UInt8(97 + i)))
+                cacheLimits[name] = [nil, 64, 400][rng.below(3)]
                 let link = SimLink(server: server, device: server.device(i, name), container: container, seed: seed &+ UInt64(i) &* 7919)
                 // Some devices' servers answer 503 now and then, some lose commit answers.
                 link.unavailable = rng.below(2) == 0 ? 0 : 25
@@ -131,11 +134,13 @@ final class SimWorld: @unchecked Sendable {
                 let outcome = await SimChecks.execute(step, on: devices[step.device], ledger: &ledger)
                 if outcome.hasPrefix("ok") { done += 1 }
                 trace.append("\(clock.time) \(step): \(outcome)")
+                await closeWriters(ledger: &ledger, all: false)
                 try await faults(after: step.round)
                 // The store's writer: each queue reaches the disk now or later, as the seed says.
                 for d in devices where rng.below(3) == 0 { d.store.writePending() }
                 await clock.sleep(for: .milliseconds(step.pause > 0 ? step.pause * 10 : 1 + rng.below(5)))
             }
+            await closeWriters(ledger: &ledger, all: true)
             try await faults(after: nil)
             for d in devices {
                 d.restore()
@@ -164,6 +169,15 @@ final class SimWorld: @unchecked Sendable {
         }
         report.traceHash = SHA256.hash(data: Array(trace.joined(separator: "\n").utf8)).map { String(format: "%02x", $0) }.joined()
         return report
+    }
+
+    /// The programs' open files: each is closed now or later, as the seed draws (`all`: every
+    /// one).
+    private func closeWriters(ledger: inout SimLedger, all: Bool) async {
+        for d in devices {
+            trace += await SimChecks.closeWriters(on: d, ledger: &ledger) { all || rng.below(3) == 0 }
+                .map { "\(clock.time) \($0)" }
+        }
     }
 
     // MARK: faults
