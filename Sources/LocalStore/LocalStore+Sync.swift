@@ -86,8 +86,8 @@ extension LocalStore {
     /// (each downloaded chunk: the record itself does not change, so it is not written again).
     public func saveSyncPresence(_ id: ItemID, version: Int64, present: [UInt8]?) throws {
         try write { db in
-            try db.execute(sql: "UPDATE sync_item SET present = ? WHERE id = ? AND version = ?",
-                           arguments: [present.map { Data($0) }, id.description, version])
+            try db.cachedStatement(sql: "UPDATE sync_item SET present = ? WHERE id = ? AND version = ?")
+                .execute(arguments: [present.map { Data($0) }, id.description, version])
         }
     }
 
@@ -106,7 +106,7 @@ extension LocalStore {
 
     /// Drops the queue entries of `item` up to `seq` (they are committed on the server).
     public func removeSyncOps(_ item: ItemID, upTo seq: Int64) throws {
-        try write { try $0.execute(sql: "DELETE FROM sync_op WHERE item = ? AND seq <= ?", arguments: [item.description, seq]) }
+        try write { try $0.cachedStatement(sql: "DELETE FROM sync_op WHERE item = ? AND seq <= ?").execute(arguments: [item.description, seq]) }
     }
 
     /// Items that exist locally but were never synced (their queue entries may have been lost
@@ -120,13 +120,14 @@ extension LocalStore {
     }
 
     public func meta(_ key: String) throws -> String? {
-        try pool.read { try String.fetchOne($0, sql: "SELECT value FROM meta WHERE key = ?", arguments: [key]) }
+        // One statement reads a consistent state: no transaction around it (here and below).
+        try pool.unsafeRead { try String.fetchOne($0.cachedStatement(sql: "SELECT value FROM meta WHERE key = ?"), arguments: [key]) }
     }
 
     public func setMeta(_ key: String, _ value: String) throws {
         try write {
-            try $0.execute(sql: "INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value",
-                           arguments: [key, value])
+            try $0.cachedStatement(sql: "INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value")
+                .execute(arguments: [key, value])
         }
     }
 }
@@ -134,13 +135,13 @@ extension LocalStore {
 extension LocalStore {
     /// The newest committed queue entry of `item` (nil: none).
     public func lastSyncOpSeq(_ item: ItemID) throws -> Int64? {
-        try pool.read { try Int64.fetchOne($0, sql: "SELECT MAX(seq) FROM sync_op WHERE item = ?", arguments: [item.description]) }
+        try pool.unsafeRead { try Int64.fetchOne($0.cachedStatement(sql: "SELECT MAX(seq) FROM sync_op WHERE item = ?"), arguments: [item.description]) }
     }
 
     /// Whether a committed queue entry of `item` has this kind.
     public func hasSyncOp(_ item: ItemID, kind: SyncOpKind) throws -> Bool {
-        try pool.read { try Bool.fetchOne($0, sql: "SELECT EXISTS (SELECT 1 FROM sync_op WHERE item = ? AND kind = ?)",
-                                          arguments: [item.description, kind.rawValue]) ?? false }
+        try pool.unsafeRead { try Bool.fetchOne($0.cachedStatement(sql: "SELECT EXISTS (SELECT 1 FROM sync_op WHERE item = ? AND kind = ?)"),
+                                                arguments: [item.description, kind.rawValue]) ?? false }
     }
 }
 

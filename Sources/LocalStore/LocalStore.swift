@@ -76,6 +76,9 @@ public final class LocalStore: @unchecked Sendable {
     private var orderBarrier: UInt64 = 0
     /// Whether `space-reserve` is on disk (guarded by writeOrder; LocalStore+Reserve.swift).
     var reserveHeld = false
+    /// A commit was made in NORMAL mode since the last full one (guarded by writeOrder): its
+    /// WAL frames may not be on the disk yet.
+    private var commitsSinceDurable = false
 
     /// Why the local state cannot be saved now (nil: it can). Shown as `store-error:` in
     /// `.nimbus/status`.
@@ -231,18 +234,28 @@ public final class LocalStore: @unchecked Sendable {
                 committed >= target ? nil : failure ?? StoreFailure(message: "the local state is closed", noSpace: false)
             }
         }
-        queueLock.lock()
-        defer { queueLock.unlock() }
-        let target = enqueued
-        let started = attemptsStarted
-        wantsFullSync = true
-        queueLock.broadcast()
-        while committed < target && !writerDone {
-            if attemptsFinished > started, let failure { return failure }
-            queueLock.wait()
+        let failed: StoreFailure? = queueLock.withLock {
+            let target = enqueued
+            let started = attemptsStarted
+            wantsFullSync = true
+            queueLock.broadcast()
+            while committed < target && !writerDone {
+                if attemptsFinished > started, let failure { return failure }
+                queueLock.wait()
+            }
+            if committed >= target { return nil }
+            return failure ?? StoreFailure(message: "the local state is closed", noSpace: false)
         }
-        if committed >= target { return nil }
-        return failure ?? StoreFailure(message: "the local state is closed", noSpace: false)
+        return failed ?? makeDurable()
+    }
+
+    /// A full commit of nothing but a mark when something was committed in NORMAL mode since
+    /// the last full one (the writer may have taken the queue before `sync()` asked for FULL).
+    private func makeDurable() -> StoreFailure? {
+        writeOrder.lock()
+        defer { writeOrder.unlock() }
+        guard commitsSinceDurable, !queueLock.withLock({ abandoned }) else { return nil }
+        return commit([], full: true)
     }
 
     /// Waits until every change enqueued before this call is committed (not fsynced). For state
@@ -341,12 +354,13 @@ public final class LocalStore: @unchecked Sendable {
             do {
                 try simulatedFault()
                 try pool.write(body)
+                commitsSinceDurable = true
                 return
             } catch {
                 var f = StoreFailure(error, directory: directory.path)
                 guard f.retryable else { throw error }
                 if f.noSpace && releaseReserve() {
-                    do { try simulatedFault(); try pool.write(body); return } catch {
+                    do { try simulatedFault(); try pool.write(body); commitsSinceDurable = true; return } catch {
                         f = StoreFailure(error, directory: directory.path)
                         guard f.retryable else { throw error }
                     }
@@ -447,18 +461,27 @@ public final class LocalStore: @unchecked Sendable {
     private func commit(_ batch: [Queued], full: Bool) -> StoreFailure? {
         func attempt() throws {
             try simulatedFault()
-            if full { try pool.writeWithoutTransaction { try $0.execute(sql: "PRAGMA synchronous = FULL") } }
-            defer { if full { try? pool.writeWithoutTransaction { try $0.execute(sql: "PRAGMA synchronous = NORMAL") } } }
-            if !batch.isEmpty {
-                try pool.write { db in
+            // A full commit fsyncs the WAL, and with it every commit made before in NORMAL mode.
+            // With nothing queued, a one-row mark gives it something to commit.
+            let mark = full && batch.isEmpty && commitsSinceDurable
+            guard !batch.isEmpty || mark else { return }
+            try pool.writeWithoutTransaction { db in
+                if full { try db.cachedStatement(sql: "PRAGMA synchronous = FULL").execute() }
+                defer { if full { try? db.cachedStatement(sql: "PRAGMA synchronous = NORMAL").execute() } }
+                try db.inTransaction(.immediate) {
                     for q in batch {
                         switch q {
                         case .change(let change): try Self.apply(change, db)
                         case .direct(let body): try body(db)
                         }
                     }
+                    if mark {
+                        try db.cachedStatement(sql: "INSERT INTO meta (key, value) VALUES ('store.durable', '1') ON CONFLICT(key) DO UPDATE SET value = CAST(value AS INTEGER) + 1").execute()
+                    }
+                    return .commit
                 }
             }
+            commitsSinceDurable = !full
         }
         do { try attempt(); return nil } catch {
             let f = StoreFailure(error, directory: directory.path)

@@ -257,7 +257,12 @@ public final class EventLog: Sendable {
         var tm = tm()
         var t = ts.tv_sec
         gmtime_r(&t, &tm)
-        return String(format: "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday,
-                      tm.tm_hour, tm.tm_min, tm.tm_sec, ts.tv_nsec / 1_000_000)
+        func digits(_ v: Int, _ n: Int) -> String {
+            let s = String(v)
+            return s.count >= n ? s : String(repeating: "0", count: n - s.count) + s
+        }
+        return digits(Int(tm.tm_year) + 1900, 4) + "-" + digits(Int(tm.tm_mon) + 1, 2) + "-" + digits(Int(tm.tm_mday), 2)
+            + "T" + digits(Int(tm.tm_hour), 2) + ":" + digits(Int(tm.tm_min), 2) + ":" + digits(Int(tm.tm_sec), 2)
+            + "." + digits(ts.tv_nsec / 1_000_000, 3) + "Z"
     }
 }

@@ -90,7 +90,9 @@ public struct Chunker: Sendable {
     /// (each byte is read once). Throws the errno of a failed read.
     public func chunks(fd: Int32) throws(ChunkReadError) -> [ChunkSpan] {
         var out: [ChunkSpan] = []
-        var buf = [UInt8](repeating: 0, count: 2 * maxSize)
+        // Not zeroed: only the pages a read fills are touched (a small file costs a small file).
+        let buf = UnsafeMutableRawBufferPointer.allocate(byteCount: 2 * maxSize, alignment: 16)
+        defer { buf.deallocate() }
         var filled = 0, start = 0
         var fileOffset: Int64 = 0, consumed: Int64 = 0
         var eof = false
@@ -98,14 +100,12 @@ public struct Chunker: Sendable {
             // Refill: keep at least maxSize bytes ahead of `start` unless at the end of the file.
             if !eof && filled - start < maxSize {
                 if start > 0 {
-                    buf.withUnsafeMutableBytes { b in
-                        _ = memmove(b.baseAddress!, b.baseAddress! + start, filled - start)
-                    }
+                    _ = memmove(buf.baseAddress!, buf.baseAddress! + start, filled - start)
                     filled -= start
                     start = 0
                 }
                 while filled < buf.count {
-                    let r = buf.withUnsafeMutableBytes { b in pread(fd, b.baseAddress! + filled, b.count - filled, off_t(fileOffset)) }
+                    let r = pread(fd, buf.baseAddress! + filled, buf.count - filled, off_t(fileOffset))
                     if r < 0 { if errno == EINTR { continue }; throw ChunkReadError(errno: errno) }
                     if r == 0 { eof = true; break }
                     filled += r
@@ -113,12 +113,10 @@ public struct Chunker: Sendable {
                 }
             }
             if start == filled { break }
-            let span: ChunkSpan = buf.withUnsafeBytes { b in
-                let rest = UnsafeRawBufferPointer(rebasing: b[start..<filled])
-                let len = cut(rest)
-                let digest = SHA256.hash(data: UnsafeRawBufferPointer(rebasing: rest[..<len]))
-                return ChunkSpan(offset: consumed, ref: ChunkRef(hash: ContentHash(digest: digest), size: Int64(len)))
-            }
+            let rest = UnsafeRawBufferPointer(rebasing: buf[start..<filled])
+            let len = cut(rest)
+            let digest = SHA256.hash(data: UnsafeRawBufferPointer(rebasing: rest[..<len]))
+            let span = ChunkSpan(offset: consumed, ref: ChunkRef(hash: ContentHash(digest: digest), size: Int64(len)))
             out.append(span)
             start += Int(span.ref.size)
             consumed += span.ref.size

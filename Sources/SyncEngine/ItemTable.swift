@@ -70,6 +70,14 @@ struct ItemTable {
     /// from this list must not).
     var busyItems: [(id: ItemID, item: Item)] { busy.sorted().compactMap { id in all[id].map { (id, $0) } } }
 
+    /// The ids of the busy records that satisfy `test`, in id order (only those are sorted).
+    func busyIDs(where test: (Item) -> Bool) -> [ItemID] {
+        busy.filter { all[$0].map(test) ?? false }.sorted()
+    }
+
+    /// Whether a busy record satisfies `test` (no order needed, so none is made).
+    func anyBusy(_ test: (Item) -> Bool) -> Bool { busy.contains { all[$0].map(test) ?? false } }
+
     /// The shown items and their bases.
     var bases: some Sequence<(key: ItemID, value: Base)> {
         all.lazy.compactMap { id, item in item.base.map { (id, $0) } }

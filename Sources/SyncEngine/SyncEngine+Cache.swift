@@ -227,7 +227,7 @@ extension SyncEngine: SyncControl {
         let rules = pacingRules
         let writing: [ItemID] = state.withLock { s in
             s.items.settle(at: now, rules: rules)
-            return s.items.busyItems.compactMap { $0.item.upload.writing ? $0.id : nil }
+            return s.items.busyIDs { $0.upload.writing }
         }
         guard !writing.isEmpty else { return }
         let quiet = UInt64(options.quietPeriod.components.seconds) * 1_000_000_000

@@ -297,7 +297,7 @@ extension SyncEngine: ChangeObserver {
     /// Commits the item's whole current state against its base: decided in a turn, the content
     /// and the commit sent between turns, the answer settled in a turn.
     func push(_ id: ItemID) async throws {
-        _ = store.sync()  // the queue entries of this item are in the table now
+        store.commitQueued()  // the queue entries of this item are in the table now (durable or not)
         let upTo = try store.lastSyncOpSeq(id) ?? 0
         var work = try await loop.turn(.pushStep(id)) { try decidePush(id, upTo: upTo, askPresenters: true) }
         if case .askPresenters(let path) = work, let presenters = services?.presenters {
@@ -678,7 +678,7 @@ extension SyncEngine: ChangeObserver {
     func releasePaced() {
         let now = options.clock.now
         let rules = pacingRules
-        let waiting: [ItemID] = state.withLock { s in s.items.busyItems.compactMap { $0.item.upload.notBefore == nil ? nil : $0.id } }
+        let waiting: [ItemID] = state.withLock { s in s.items.busyIDs { $0.upload.notBefore != nil } }
         guard !waiting.isEmpty, let fs = state.withLock({ $0.fs }) else { return }
         var due = false
         for id in waiting {

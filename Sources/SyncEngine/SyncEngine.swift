@@ -148,7 +148,7 @@ public final class SyncEngine: Sendable {
         /// Written since its last close or fsync (the upload waits for the writer).
         func isWriting(_ id: ItemID) -> Bool { items[id]?.upload.writing == true }
         /// Whether any queued upload failed and waits for its retry.
-        var anyFailure: Bool { items.busyItems.contains { $0.item.upload.failure != nil } }
+        var anyFailure: Bool { items.anyBusy { $0.upload.failure != nil } }
         func refused(_ id: ItemID) -> Bool { items[id]?.upload.refused == true }
         /// Remote states not shown here yet for a taken name, a missing folder or local work,
         /// oldest first (tried again after pushes and pulls).
@@ -320,7 +320,7 @@ public final class SyncEngine: Sendable {
                       ("read-timeout", "\(options.hydrationSeconds) s")]
             // Items the server refused for the account's quota, with the figures of the latest
             // refusal (shown only while some wait).
-            let overQuota = s.items.busyItems.compactMap { e in e.item.upload.failure.flatMap { f -> (at: ContinuousClock.Instant, figures: QuotaFigures?)? in
+            let overQuota = s.items.busyIDs { $0.upload.overQuota != nil }.compactMap { id in s.items[id]?.upload.failure.flatMap { f -> (at: ContinuousClock.Instant, figures: QuotaFigures?)? in
                 if case .overQuota(let at, let figures) = f { return (at, figures) }
                 return nil
             } }

@@ -41,6 +41,27 @@ func tempDir(_ label: String) -> URL {
         }
     }
 
+    /// `sync()` (a program's fsync) makes durable what was committed before in NORMAL mode,
+    /// even when nothing is queued any more: a full commit fsyncs the WAL with every earlier frame.
+    @Test func syncWithNothingQueuedStillMakesEarlierCommitsDurable() throws {
+        let dir = tempDir("store-durable")
+        defer { try? FileManager.default.removeItem(at: dir) }
+        let s = try LocalStore(directory: dir)
+        defer { s.close() }
+        func marks() throws -> String? { try s.meta("store.durable") }
+        let a = ItemID(UUID())
+        s.enqueue(.upsert(ItemRecord(id: a, node: NodeID(rawValue: 20), parent: .root, name: "a", kind: .file, mode: 0o100644, uid: 1, gid: 2, time: 5)))
+        s.commitQueued()  // committed, not fsynced
+        #expect(try marks() == nil)
+        #expect(s.sync() == nil)  // nothing queued: a full commit of the mark alone
+        #expect(try marks() == "1")
+        #expect(s.sync() == nil)  // nothing committed since: nothing to make durable
+        #expect(try marks() == "1")
+        try s.setMeta("k", "v")  // a direct write, committed in NORMAL mode
+        #expect(s.sync() == nil)
+        #expect(try marks() == "2")
+    }
+
     @Test func deleteCascadesXattrsAndCacheSweepRemovesOrphans() throws {
         let dir = tempDir("store2")
         defer { try? FileManager.default.removeItem(at: dir) }
