@@ -29,6 +29,11 @@ public final class ContainerFS: @unchecked Sendable {
         public var presenterTimeout: Duration = .seconds(2)
         /// Times and new item ids (MountClock.swift).
         public var clock = MountClock.system
+        /// How the observer's notices are delivered: nil, on the calling thread right after the
+        /// change (what a mount does). A deterministic simulation hands them to its executor as
+        /// later jobs, so the window between a change and its notice, which concurrent FUSE
+        /// threads and engine tasks have, is open there too.
+        public var deliverNotice: (@Sendable (_ notice: @escaping @Sendable () -> Void) -> Void)?
         public init() {}
     }
 
@@ -254,6 +259,11 @@ public final class ContainerFS: @unchecked Sendable {
     /// Tells the sync engine, and writes the event line for creates, content and attribute
     /// changes (moves and deletes are written where the old path is still known).
     func notify(_ c: LocalChange) {
+        guard let deliver = options.deliverNotice else { return tell(c) }
+        deliver { [self] in tell(c) }
+    }
+
+    private func tell(_ c: LocalChange) {
         switch c {
         case .created(let id): events.append(.created, origin: .local, path: path(of: id))
         case .contentChanged(let id): events.append(.changed, origin: .local, path: path(of: id), coalesce: [.created, .changed])
@@ -268,9 +278,19 @@ public final class ContainerFS: @unchecked Sendable {
     /// queueing the item must not reset the content (it would find the item neither queued nor
     /// being written). The count goes once the engine has the notice.
     func notify(_ c: LocalChange, pending n: Node) {
-        notify(c)
-        lock.withLock { n.noticesPending -= 1 }
+        let node = UncheckedNode(n)
+        guard let deliver = options.deliverNotice else {
+            tell(c)
+            return lock.withLock { n.noticesPending -= 1 }
+        }
+        deliver { [self] in
+            tell(c)
+            lock.withLock { node.n.noticesPending -= 1 }
+        }
     }
+
+    /// A node carried to a later notice; it is touched there under `lock` only.
+    private struct UncheckedNode: @unchecked Sendable { let n: Node; init(_ n: Node) { self.n = n } }
 
     /// The path of node `n` (lock held).
     func pathLocked(_ n: Node) -> String {

@@ -247,9 +247,10 @@ enum SimChecks {
             var outcome = "closed"
             do {
                 try d.fs.fsync(node: w.node, handle: w.handle, dataOnly: false)
-                // Deleted while open (here or from elsewhere): the bytes went with the file.
+                // Deleted while open (here or from elsewhere): the bytes went with the file,
+                // also when the item was shown again since (as another node: a file of its own).
                 // Written again since by another step here: that write is the last.
-                if let id, d.fs.localState(id) != nil, !d.rewritten.contains(w.handle) {
+                if let id, d.fs.localState(id)?.node == w.node, !d.rewritten.contains(w.handle) {
                     ledger.wrote(device: d.index, item: id, content: w.content)
                 }
             } catch {

@@ -6,6 +6,7 @@ import LocalStore
 import MountPorts
 import NimbusCore
 import NimbusRemote
+import NimbusTesting
 import SyncEngine
 
 /// No kernel here: nothing to invalidate.
@@ -45,6 +46,8 @@ final class SimDevice: @unchecked Sendable {
     var openWriters: [(node: NodeID, handle: HandleID, content: String)] = []
     /// Open files another step of this device wrote since (their bytes are not the writer's).
     var rewritten: Set<HandleID> = []
+    /// The filesystem's notices to the engine on their way (on a simulated link only).
+    private(set) var notices: NoticeLine?
 
     var name: String { String(UnicodeScalar(UInt8(97 + index))) }
 
@@ -72,17 +75,18 @@ final class SimDevice: @unchecked Sendable {
         self.network = network
         self.token = token
         self.container = container
-        (store, fs, engine) = try Self.open(dir: dir, network: network, token: token, container: container, hydrationSeconds: hydrationSeconds)
+        (store, fs, engine, notices) = try Self.open(dir: dir, network: network, token: token, container: container, hydrationSeconds: hydrationSeconds)
     }
 
     private static func open(dir: URL, network: SimNetwork, token: String, container: String,
-                             hydrationSeconds: Int64) throws -> (LocalStore, ContainerFS, SyncEngine) {
+                             hydrationSeconds: Int64) throws -> (LocalStore, ContainerFS, SyncEngine, NoticeLine?) {
         var o = SyncEngine.Options()
         o.hydrationSeconds = hydrationSeconds
         o.longPoll = 10
         o.logLabel = dir.lastPathComponent
         var fo = ContainerFS.Options()
         let store: LocalStore
+        var notices: NoticeLine?
         switch network {
         case .relay:
             store = try LocalStore(directory: dir)
@@ -95,6 +99,11 @@ final class SimDevice: @unchecked Sendable {
             o.logSink = { [name = dir.lastPathComponent] line in world.log(name, line) }
             o.executor = world.executor
             fo.clock = world.mountClock
+            if let maxDelay = world.noticeDelays[dir.lastPathComponent] ?? nil {
+                let line = NoticeLine(world: world, maxDelay: maxDelay, seed: world.seed ^ UInt64(dir.lastPathComponent.utf8.first ?? 0))
+                fo.deliverNotice = { line.send($0) }
+                notices = line
+            }
         }
         do {
             let engine: SyncEngine
@@ -107,7 +116,7 @@ final class SimDevice: @unchecked Sendable {
             let fs = try ContainerFS(store: store, options: fo, content: engine, observer: engine, syncStatus: engine, control: engine, versions: engine)
             try engine.attach(fs, services: fs.services)
             fs.setKernel(NoKernel())
-            return (store, fs, engine)
+            return (store, fs, engine, notices)
         } catch {
             store.close()
             throw error
@@ -146,6 +155,9 @@ final class SimDevice: @unchecked Sendable {
         if !crash { for w in openWriters { fs.release(node: w.node, handle: w.handle) } }
         openWriters = []
         rewritten = []
+        // An unmount lets the FUSE threads finish (their notices reach the engine); a crash
+        // takes the notices on their way with the process.
+        if crash { notices?.drop() } else { await notices?.drain() }
         if crash { store.abandon() }
         await engine.stop()
         if !crash {
@@ -164,8 +176,8 @@ final class SimDevice: @unchecked Sendable {
     func restart(crash: Bool) async throws {
         await stop(crash: crash)
         retired.append(store)
-        (store, fs, engine) = try Self.open(dir: dir, network: network, token: token, container: container,
-                                            hydrationSeconds: hydrationSeconds)
+        (store, fs, engine, notices) = try Self.open(dir: dir, network: network, token: token, container: container,
+                                                     hydrationSeconds: hydrationSeconds)
         start()
     }
 
@@ -301,4 +313,45 @@ struct WriteNotDurable: Error, CustomStringConvertible {
     let errno: Errno
     let item: ItemID?
     var description: String { "written, but fsync failed: \(errno)" }
+}
+
+/// The notices of one run of a simulated device's filesystem to its engine, delivered as later
+/// jobs of the simulation (`ContainerFS.Options.deliverNotice`): at the next turn, or after up
+/// to `maxDelay` ms of simulated time, as the seed draws. A change and its notice are apart as
+/// they are when a FUSE thread has released the filesystem lock and not yet told the engine.
+final class NoticeLine: @unchecked Sendable {
+    // @unchecked: used on the simulation's one thread only.
+    private let world: SimWorld
+    private let maxDelay: Int
+    private var rng: SplitMix64
+    private var pending = 0
+    private var dropped = false
+
+    init(world: SimWorld, maxDelay: Int, seed: UInt64) {
+        self.world = world
+        self.maxDelay = maxDelay
+        rng = SplitMix64(seed: seed ^ 0x0071_CE5)
+    }
+
+    private struct Notice: @unchecked Sendable { let deliver: @Sendable () -> Void }
+
+    func send(_ deliver: @escaping @Sendable () -> Void) {
+        let delay = rng.below(2) == 0 ? 0 : 1 + rng.below(maxDelay)
+        let notice = Notice(deliver: deliver)
+        pending += 1
+        let clock = world.clock
+        Task(executorPreference: world.executor) {
+            if delay > 0 { await clock.sleep(for: .milliseconds(delay)) }
+            self.pending -= 1
+            if !self.dropped { notice.deliver() }
+        }
+    }
+
+    /// Waits until every notice sent is delivered.
+    func drain() async {
+        while pending > 0 { await world.clock.sleep(for: .milliseconds(1)) }
+    }
+
+    /// The process is gone: notices on their way are never delivered.
+    func drop() { dropped = true }
 }

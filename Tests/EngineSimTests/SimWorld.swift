@@ -27,6 +27,8 @@ final class SimWorld: @unchecked Sendable {
     private(set) var devices: [SimDevice] = []
     /// Each device's cache limit (nil: none), by name: small ones make the engines evict.
     private(set) var cacheLimits: [String: Int64?] = [:]
+    /// How late each device's filesystem notices reach its engine, at most, in ms (nil: at once).
+    private(set) var noticeDelays: [String: Int?] = [:]
     /// What happened, one line per step and per check: hashed for the replay test.
     private(set) var trace: [String] = []
     /// The engines' log lines (with simulated times), for the report of a failing seed; not
@@ -116,6 +118,7 @@ final class SimWorld: @unchecked Sendable {
             for i in 0..<plan.devices {
                 let name = String(UnicodeScalar(UInt8(97 + i)))
                 cacheLimits[name] = [nil, 64, 400][rng.below(3)]
+                noticeDelays[name] = [nil, 3, 20][rng.below(3)]
                 let link = SimLink(server: server, device: server.device(i, name), container: container, seed: seed &+ UInt64(i) &* 7919)
                 // Some devices' servers answer 503 now and then, some lose commit answers.
                 link.unavailable = rng.below(2) == 0 ? 0 : 25
