@@ -20,12 +20,12 @@ extension ContainerFS {
         reapIfUnused(n)
     }
 
+    /// Whether `name` in `parent` is the root's `.nimbus` (which cannot be removed or renamed).
     func isControl(parent: NodeID, name: String) -> Bool {
-        parent == Self.controlDirNode || (parent == .root && ItemName.same(name, Self.controlName))
+        parent == .root && ItemName.same(name, Self.controlName)
     }
 
     public func unlink(parent: NodeID, name: String) throws(Errno) {
-        if case .versions = Self.kind(of: parent) { throw .EPERM }  // VersionsFS.unlink answers those (deferred)
         if isControl(parent: parent, name: name) { throw .EPERM }
         var keptIdentity: (ItemID, Node)?
         let id = try lock.withLock { () throws(Errno) -> ItemID in
