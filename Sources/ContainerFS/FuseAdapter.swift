@@ -180,7 +180,8 @@ public final class FuseAdapter: FuseFilesystem {
         do { reply.open(try fs.open(node: node, flags: flags)) } catch { reply.error(error) }
     }
 
-    /// File reads splice from the cache file: no lock, no Swift allocation.
+    /// File reads splice from the cache file: no filesystem lock (the handle resolves in the id
+    /// table), no Swift allocation.
     public func read(node: NodeID, handle: HandleID, offset: Int64, size: Int, reply: consuming FuseReply) {
         let fd: Int32
         switch fs.ids.owner(ofHandle: handle) {

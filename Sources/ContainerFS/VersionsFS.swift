@@ -35,8 +35,9 @@ final class VersionsFS: Sendable {
         var entries: [VNode: VersionEntry] = [:]
         var lists: [ItemID: (at: UInt64, list: [VersionEntry])] = [:]
         var readers: [HandleID: any VersionReader] = [:]
-        /// Open listings, fixed at `opendir` (a listing may ask the server: it is never retaken).
-        var listings: [HandleID: DirSnapshot] = [:]
+        /// Open listings, fixed at `opendir` (a listing may ask the server: it is never retaken),
+        /// with what each listed node names.
+        var listings: [HandleID: (snap: DirSnapshot, kids: [NodeID: VNode])] = [:]
     }
     let state = Mutex(State())
     let source: (any VersionSource)?
@@ -166,9 +167,11 @@ final class VersionsFS: Sendable {
         let up = v == .mirror(.root) ? ids.node(of: .control(.folder)) : node(.mirror(.root))
         children(v) { [self] r in
             done(r.map { kids in
-                let snap = DirSnapshot(node: here, entries: [(".", here), ("..", up)] + kids.map { ($0.name, node($0.v)) })
+                let named = kids.map { (name: $0.name, node: node($0.v), v: $0.v) }
+                let snap = DirSnapshot(node: here, entries: [(".", here), ("..", up)] + named.map { ($0.name, $0.node) })
+                let byNode = Dictionary(named.map { ($0.node, $0.v) }, uniquingKeysWith: { a, _ in a })
                 let h = ids.newHandle(.versions)
-                state.withLock { $0.listings[h] = snap }
+                state.withLock { $0.listings[h] = (snap, byNode) }
                 return h
             })
         }
@@ -176,12 +179,11 @@ final class VersionsFS: Sendable {
 
     func readdir(handle: HandleID, offset: Int64, plus: Bool, room: Int) throws(Errno) -> [DirEntry] {
         guard offset >= 0 else { throw .EINVAL }
-        guard let snap = state.withLock({ $0.listings[handle] }) else { throw .EBADF }
+        guard let (snap, kids) = state.withLock({ $0.listings[handle] }) else { throw .EBADF }
         return snap.page(from: offset, room: room, plus: plus) { child, isDot in
             // (The kernel takes nothing from dot entries but their type.)
             if isDot { return look.entry(child, look.folderAttr(child)) }
-            guard case .versions(let v) = ids.owner(of: child) else { return nil }
-            return try? entry(v)  // gone since the listing was taken
+            return kids[child].flatMap { try? entry($0) }  // nil: gone since the listing was taken
         }
     }
 
