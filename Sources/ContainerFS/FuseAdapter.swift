@@ -84,7 +84,7 @@ public final class FuseAdapter: FuseFilesystem {
     }
 
     public func readlink(node: NodeID, reply: consuming FuseReply) {
-        guard case .item = fs.ids.owner(of: node) else { return reply.error(.EINVAL) }
+        guard case .item = fs.ids.owner(of: node) else { return reply.error(.EINVAL) }  // `.nimbus/` holds no symlinks
         do { reply.readlink(try fs.readlink(node: node)) } catch { reply.error(error) }
     }
 
