@@ -4,103 +4,138 @@ import LocalStore
 import MountPorts
 import Synchronization
 
-// The hidden control folder `.nimbus/` at the mount root (docs/mount.md). It lives on reserved
-// node ids (2–7), is found by lookup but never listed in the root, and cannot be removed,
-// renamed, written into or chmod-ed. Its files are generated at open (direct I/O, size 0 in
-// stat, like /proc) so `cat` always sees a consistent snapshot; `.nimbus/events` is read live.
+// The hidden control folder `.nimbus/` at the mount root (docs/mount.md). Its nodes have fixed
+// ids (`IDTable.fixedNodes`); it is found by lookup but never listed in the root, and cannot be
+// removed, renamed, written into or chmod-ed. Its files are generated at open (direct I/O, size 0
+// in stat, like /proc) so `cat` always sees a consistent snapshot; `.nimbus/events` is read live.
 
-/// The files of `.nimbus/` and their open handles. What they show is the tree's
-/// (`statusText`, `claimsText`, `conflictsText` of its `ContainerFS`), filtered for who reads.
+/// What the files of `.nimbus/` show of the tree, filtered for who reads (ContainerFS+Access.swift).
+protocol ControlSource: AnyObject, Sendable {
+    func statusText() -> String
+    func claimsText(for caller: Caller) -> String
+    func conflictsText(for caller: Caller) -> String
+    /// Whether `caller` sees every item (no filtering needed).
+    func seesAll(_ caller: Caller) -> Bool
+    /// Whether `caller` can reach every folder an event's path passes through.
+    func reachable(path: String, by caller: Caller) -> Bool
+}
+
+/// The nodes of `.nimbus/` and their open handles (files and listings). `versions` is a name in
+/// this folder, but `VersionsFS` answers for its node.
 final class ControlFS: Sendable {
+    enum File: Hashable, Sendable {
+        case folder, status, claims, events, conflicts
+        /// The generated files, in listing order.
+        static let files: [(name: String, file: File)] = [("status", .status), ("claims", .claims), ("events", .events), ("conflicts", .conflicts)]
+    }
     private struct State {
         /// Open control files: handle → the bytes fixed at open.
         var snapshots: [HandleID: [UInt8]] = [:]
         /// Open handles of `.nimbus/events` (read live from the EventLog).
         var eventReaders: [HandleID: EventReader] = [:]
-        /// The last handle given out.
-        var last = ContainerFS.controlHandles.lowerBound
+        /// Open listings of `.nimbus/` (its entries never change).
+        var listings: Set<HandleID> = []
     }
     private let state = Mutex(State())
+    private let ids: IDTable
+    private let look: Presentation
+    private let events: EventLog
     /// The filesystem whose control folder this is (it owns this).
-    unowned let fs: ContainerFS
+    private unowned let source: any ControlSource
 
-    init(fs: ContainerFS) { self.fs = fs }
+    init(ids: IDTable, presentation: Presentation, events: EventLog, source: any ControlSource) {
+        self.ids = ids
+        self.look = presentation
+        self.events = events
+        self.source = source
+    }
 
-    func attr(_ node: NodeID) -> stat {
+    func node(_ f: File) -> NodeID { ids.node(of: .control(f)) }
+    /// `.nimbus/versions`.
+    var versionsNode: NodeID { ids.node(of: .versions(.mirror(.root))) }
+
+    func attr(_ f: File) -> stat {
+        if f == .folder { return look.folderAttr(node(f)) }
         var st = stat()
-        st.node = node
-        st.st_uid = fs.owner.uid
-        st.st_gid = fs.owner.gid
-        let ts = ContainerFS.ts(fs.mountTime)
+        st.node = node(f)
+        st.st_uid = look.uid
+        st.st_gid = look.gid
+        let ts = ContainerFS.ts(look.mountTime)
         st.st_atim = ts; st.st_mtim = ts; st.st_ctim = ts
-        if node == ContainerFS.controlDirNode || node == ContainerFS.controlVersionsNode {
-            st.st_mode = S_IFDIR | 0o555
-            st.st_nlink = 2
-            st.st_size = 4096
-        } else {
-            st.st_mode = S_IFREG | 0o444
-            st.st_nlink = 1
-            // The events file grows like a log, so `tail -f` (which polls the size) follows it.
-            st.st_size = node == ContainerFS.controlEventsNode ? Int(fs.events.size) : 0
-        }
+        st.st_mode = S_IFREG | 0o444
+        st.st_nlink = 1
+        // The events file grows like a log, so `tail -f` (which polls the size) follows it.
+        st.st_size = f == .events ? Int(events.size) : 0
         st.st_blksize = 4096
         return st
     }
 
-    func entry(_ node: NodeID) -> FuseEntry {
-        FuseEntry(node: node, attr: attr(node), attrTimeout: fs.options.attrTimeout, entryTimeout: fs.options.entryTimeout)
-    }
+    func entry(_ f: File) -> FuseEntry { look.entry(node(f), attr(f)) }
 
-    /// A name in `.nimbus/`.
-    func lookup(_ name: String) throws(Errno) -> FuseEntry {
-        if let f = ContainerFS.controlFiles.first(where: { $0.name == name }) { return entry(f.node) }
-        if name == "versions" { return entry(ContainerFS.controlVersionsNode) }
+    /// A name in `.nimbus/` (the files have none).
+    func lookup(in f: File, name: String) throws(Errno) -> FuseEntry {
+        guard f == .folder else { throw .ENOENT }
+        if let x = File.files.first(where: { $0.name == name }) { return entry(x.file) }
+        if name == "versions" { return look.entry(versionsNode, look.folderAttr(versionsNode)) }
         throw .ENOENT
     }
 
-    /// The listing of `.nimbus/`.
-    var listing: DirSnapshot {
-        DirSnapshot(node: ContainerFS.controlDirNode,
-                    entries: [(".", ContainerFS.controlDirNode), ("..", NodeID.root)] + ContainerFS.controlFiles.map { ($0.name, $0.node) }
-                        + [("versions", ContainerFS.controlVersionsNode)])
+    // MARK: the listing of `.nimbus/`
+
+    func opendir(_ f: File) throws(Errno) -> HandleID {
+        guard f == .folder else { throw .ENOTDIR }
+        let h = ids.newHandle(.control)
+        state.withLock { _ = $0.listings.insert(h) }
+        return h
     }
+
+    func readdir(handle: HandleID, offset: Int64, plus: Bool, room: Int) throws(Errno) -> [DirEntry] {
+        guard offset >= 0 else { throw .EINVAL }
+        guard state.withLock({ $0.listings.contains(handle) }) else { throw .EBADF }
+        // ("..", the root, is listed with this folder's entry: the kernel takes nothing from dot entries.)
+        let listed = [(".", entry(.folder)), ("..", entry(.folder))] + File.files.map { ($0.name, entry($0.file)) }
+            + [("versions", look.entry(versionsNode, look.folderAttr(versionsNode)))]
+        let byNode = Dictionary(listed.map { ($0.1.node, $0.1) }, uniquingKeysWith: { a, _ in a })
+        let listing = DirSnapshot(node: node(.folder), entries: listed.map { ($0.0, $0.1.node) })
+        return listing.page(from: offset, room: room, plus: plus) { child, _ in byNode[child] }
+    }
+
+    // MARK: the files
 
     /// Opens a control file for `caller`: what it shows names only items the caller can reach
     /// in the tree (ContainerFS+Access.swift). Read-only whoever asks (root passes the kernel's
     /// mode check): EPERM, as for every change inside `.nimbus/`.
-    func open(_ node: NodeID, flags: Int32, caller: Caller) throws(Errno) -> FuseOpen {
-        guard ContainerFS.isControlFile(node) else { throw .EISDIR }
+    func open(_ f: File, flags: Int32, caller: Caller) throws(Errno) -> FuseOpen {
+        if f == .folder { throw .EISDIR }
         if flags & O_ACCMODE != O_RDONLY || flags & O_TRUNC != 0 { throw .EPERM }
-        if node == ContainerFS.controlEventsNode {
+        if f == .events {
             // Read live from the log (no snapshot); a caller who may not see everything reads
             // through a cursor of its own that skips the lines it may not see.
-            let reader = EventReader(caller: fs.seesAll(caller) ? nil : caller)
+            let reader = EventReader(caller: source.seesAll(caller) ? nil : caller)
             return FuseOpen(handle: add { $0.eventReaders[$1] = reader }, keepCache: false, directIO: true)
         }
-        let text = switch node {
-        case ContainerFS.controlClaimsNode: fs.claimsText(for: caller)
-        case ContainerFS.controlConflictsNode: fs.conflictsText(for: caller)
-        default: fs.statusText()
+        let text = switch f {
+        case .claims: source.claimsText(for: caller)
+        case .conflicts: source.conflictsText(for: caller)
+        default: source.statusText()
         }
         let bytes = Array(text.utf8)
         return FuseOpen(handle: add { $0.snapshots[$1] = bytes }, keepCache: false, directIO: true)
     }
 
     private func add(_ put: (inout State, HandleID) -> Void) -> HandleID {
-        state.withLock { s in
-            s.last = s.last.successor
-            put(&s, s.last)
-            return s.last
-        }
+        let h = ids.newHandle(.control)
+        state.withLock { put(&$0, h) }
+        return h
     }
 
     func read(handle: HandleID, offset: Int64, size: Int) throws(Errno) -> [UInt8] {
         guard offset >= 0, size >= 0 else { throw .EINVAL }
         if let reader = state.withLock({ $0.eventReaders[handle] }) {
-            guard let caller = reader.caller else { return fs.events.read(offset: offset, size: size) }
+            guard let caller = reader.caller else { return events.read(offset: offset, size: size) }
             var cursor = reader.cursor
-            let bytes = fs.events.readFiltered(&cursor, offset: offset, size: size) { paths in
-                paths.allSatisfy { fs.reachable(path: $0, by: caller) }
+            let bytes = events.readFiltered(&cursor, offset: offset, size: size) { [source] paths in
+                paths.allSatisfy { source.reachable(path: $0, by: caller) }
             }
             state.withLock { $0.eventReaders[handle]?.cursor = cursor }
             return bytes
@@ -112,20 +147,18 @@ final class ControlFS: Sendable {
         }
     }
 
+    /// Releases an open file or listing.
     func release(handle: HandleID) {
+        ids.release(handle)
         state.withLock { s in
             s.snapshots[handle] = nil
             s.eventReaders[handle] = nil
+            s.listings.remove(handle)
         }
     }
 }
 
-extension ContainerFS {
-    /// Reads an open control file (the FUSE adapter's read of a control handle).
-    public func readControl(handle: HandleID, offset: Int64, size: Int) throws(Errno) -> [UInt8] {
-        try control.read(handle: handle, offset: offset, size: size)
-    }
-
+extension ContainerFS: ControlSource {
     /// The text of `.nimbus/conflicts`: `COUNT PATH` per item with unresolved conflict versions
     /// that `caller` can reach, by path, the path escaped as in `.nimbus/events` (one item, one
     /// line); empty when there are none.

@@ -23,7 +23,7 @@ extension ContainerFS {
     func insert(parent p: Node, name: String, kind: ItemKind, mode: mode_t, caller: Caller, target: String? = nil) throws(Errno) -> Node {
         guard p.children[name] == nil else { throw .EEXIST }
         let now = options.clock.wall()
-        let node = t.newNode()
+        let node = ids.newItemNode()
         var perm = UInt32(mode) & 0o7777
         var gid = caller.gid
         if p.rec.mode & UInt32(S_ISGID) != 0 {
@@ -73,11 +73,11 @@ extension ContainerFS {
         return e
     }
 
-    /// Creates and opens a regular file. Returns the entry and the file handle (a descriptor of
-    /// the item's cache file).
+    /// Creates and opens a regular file. Returns the entry and the file handle (it names a
+    /// descriptor of the item's cache file).
     public func create(parent: NodeID, name: String, mode: mode_t, flags: Int32, caller: Caller) throws(Errno) -> (FuseEntry, FuseOpen) {
         try Self.check(name: name, in: parent)
-        let (e, id, fd) = try lock.withLock { () throws(Errno) -> (FuseEntry, ItemID, Int32) in
+        let (e, id, h) = try lock.withLock { () throws(Errno) -> (FuseEntry, ItemID, HandleID) in
             let p = try folder(parent)
             guard p.children[name] == nil else { throw .EEXIST }
             let n = try insert(parent: p, name: name, kind: .file, mode: mode, caller: caller)
@@ -91,15 +91,16 @@ extension ContainerFS {
                 throw Errno(-fd)
             }
             noteCreated(n, folder: p.node, name: name)
+            let h = ids.newHandle(.file(fd))
             n.openHandles += 1
-            n.handles.insert(Self.handle(descriptor: fd))
+            n.handles.insert(h)
             n.writers += 1
-            t.writerHandles.insert(Self.handle(descriptor: fd))
+            t.writerHandles.insert(h)
             t.openFiles += 1
-            return (lookedUp(n), n.rec.id, fd)
+            return (lookedUp(n), n.rec.id, h)
         }
         notify(.created(id))
-        return (e, FuseOpen(handle: Self.handle(descriptor: fd), keepCache: true))
+        return (e, FuseOpen(handle: h, keepCache: true))
     }
 
     /// Regular files only: a synced folder cannot hold device nodes, FIFOs or sockets (EPERM, the

@@ -4,27 +4,25 @@ import LocalStore
 import MountPorts
 import NimbusCore
 
-// File handles are file descriptors of the item's cache file (opened O_RDWR; the kernel has
-// already checked the caller's access mode). Reads therefore need no lock and no allocation:
-// the adapter splices straight from the descriptor.
+// A file handle names a descriptor of the item's cache file (opened O_RDWR; the kernel has
+// already checked the caller's access mode) in `ids`. Reads therefore take no filesystem lock
+// and allocate nothing: the adapter splices straight from the descriptor.
 
 extension ContainerFS {
-    /// `caller` decides what a control file shows (ContainerFS+Access.swift); the kernel has
-    /// checked the access mode against the item's owner and mode.
-    public func open(node: NodeID, flags: Int32, caller: Caller = .process) throws(Errno) -> FuseOpen {
-        switch Self.kind(of: node) {
-        case .control:
-            return try control.open(node, flags: flags, caller: caller)
-        case .versions:
-            if node == Self.controlVersionsNode { throw .EISDIR }
-            throw .ENOENT  // VersionsFS.open answers those (deferred)
-        case .item: break
-        }
+    /// The descriptor of an open file's handle; nil for any other handle.
+    public func descriptor(_ h: HandleID) -> Int32? {
+        if case .file(let fd)? = ids.owner(ofHandle: h) { return fd }
+        return nil
+    }
+
+    /// Opens a file of the tree; the kernel has checked the access mode against the item's
+    /// owner and mode.
+    public func open(node: NodeID, flags: Int32) throws(Errno) -> FuseOpen {
         // The cache file is opened under the lock: a remote version swapping the file (and the
         // node) cannot slip between choosing the node and opening its file.
         var stalePages = false
         var item = ItemID.root
-        let fd = try lock.withLock { () throws(Errno) -> Int32 in
+        let (fd, h) = try lock.withLock { () throws(Errno) -> (Int32, HandleID) in
             let n = try self.node(node)
             guard n.rec.kind == .file else { throw n.isDir ? .EISDIR : .ELOOP }
             // A node whose content a remote version replaced (its item lives on in a new node):
@@ -32,14 +30,15 @@ extension ContainerFS {
             if !n.linked, let live = t.byID[n.rec.id], live != n.node { throw .ESTALE }
             let fd = store.cache.open(n.rec.id, create: true, size: n.rec.size)
             if fd < 0 { throw Errno(-fd) }
+            let h = ids.newHandle(.file(fd))
             n.openHandles += 1
             t.openFiles += 1
-            n.handles.insert(Self.handle(descriptor: fd))
+            n.handles.insert(h)
             stalePages = n.pagesStale
             n.pagesStale = false
             item = n.rec.id
             if flags & O_ACCMODE != O_RDONLY {
-                t.writerHandles.insert(Self.handle(descriptor: fd))
+                t.writerHandles.insert(h)
                 n.writers += 1
             }
             if flags & O_TRUNC != 0 {
@@ -47,7 +46,7 @@ extension ContainerFS {
                 n.changing += 1
                 n.fsyncedSinceWrite = false
             }
-            return fd
+            return (fd, h)
         }
         if flags & O_TRUNC != 0 {
             // Atomic O_TRUNC: the kernel leaves the truncation to us (mtime/ctime always change,
@@ -56,7 +55,7 @@ extension ContainerFS {
             if ftruncate(fd, 0) != 0 {
                 let e = Errno.current
                 lock.withLock { t.nodes[node]?.changing -= 1 }
-                release(node: node, handle: Self.handle(descriptor: fd))
+                release(node: node, handle: h)
                 throw e
             }
             let now = options.clock.wall()
@@ -74,16 +73,16 @@ extension ContainerFS {
             }
             if let changed { observer?.localChange(.contentChanged(changed)) }
             // Pages cached from before the truncation must go.
-            return FuseOpen(handle: Self.handle(descriptor: fd), keepCache: false)
+            return FuseOpen(handle: h, keepCache: false)
         }
         // After a remote version the kernel's pages of the old bytes go at this open, not only
         // when the queued invalidation arrives (a presenter told of the version reads at once).
-        return FuseOpen(handle: Self.handle(descriptor: fd), keepCache: !stalePages)
+        return FuseOpen(handle: h, keepCache: !stalePages)
     }
 
     /// Writes through the handle's descriptor, then records the new size and times.
     public func write(node: NodeID, handle: HandleID, offset: Int64, data: UnsafeRawBufferPointer) throws(Errno) -> Int {
-        guard let fd = Self.descriptor(handle) else { throw .EBADF }
+        guard let fd = descriptor(handle) else { throw .EBADF }
         lock.withLock { t.nodes[node]?.changing += 1 }
         let n = pwrite(fd, data.baseAddress, data.count, off_t(offset))
         if n < 0 {
@@ -183,19 +182,12 @@ extension ContainerFS {
     }
 
     public func flush(node: NodeID, handle: HandleID) {
-        if Self.descriptor(handle) != nil { settle(node: node) }
+        if descriptor(handle) != nil { settle(node: node) }
     }
 
     public func release(node: NodeID, handle: HandleID) {
-        switch Self.kind(ofHandle: handle) {
-        case .file: break
-        case .control: return control.release(handle: handle)
-        case .version: return versions.release(handle: handle)
-        }
-        guard let fd = Self.descriptor(handle) else { return }
+        guard case .file(let fd)? = ids.release(handle) else { return }
         settle(node: node)
-        // The descriptor is closed after its bookkeeping is gone: its number may be reused by
-        // the next open at once, and must not inherit this handle's writer or stale marks.
         defer { close(fd) }
         let closedWriter = lock.withLock { () -> ItemID? in
             t.openFiles -= 1
@@ -224,7 +216,7 @@ extension ContainerFS {
 
     /// Data to disk, then the item's metadata committed with a full fsync of the database.
     public func fsync(node: NodeID, handle: HandleID, dataOnly: Bool) throws(Errno) {
-        guard let fd = Self.descriptor(handle) else { return }
+        guard let fd = descriptor(handle) else { return }
         if (dataOnly ? fdatasync(fd) : Glibc.fsync(fd)) != 0 { throw Errno.current }
         lock.withLock { t.nodes[node]?.fsyncedSinceWrite = true }
         settle(node: node)
@@ -242,7 +234,7 @@ extension ContainerFS {
     }
 
     public func fallocate(node: NodeID, handle: HandleID, mode: Int32, offset: Int64, length: Int64) throws(Errno) {
-        guard let fd = Self.descriptor(handle) else { throw .EBADF }
+        guard let fd = descriptor(handle) else { throw .EBADF }
         guard mode == 0 else { throw .EOPNOTSUPP }
         let rc = posix_fallocate(fd, off_t(offset), off_t(length))
         if rc != 0 { throw Errno(rc) }
@@ -260,7 +252,6 @@ extension ContainerFS {
     /// chmod, chown, truncate, utimes. The kernel (default_permissions) has checked who may do
     /// what and already folded "clear set-id bits" into `mode`.
     public func setattr(node: NodeID, _ c: FuseSetAttr, handle: HandleID?) throws(Errno) -> stat {
-        guard Self.isItem(node) else { throw .EPERM }
         if let size = c.size {
             if size < 0 { throw .EINVAL }
             let id = try lock.withLock { () throws(Errno) -> ItemID in
@@ -274,7 +265,7 @@ extension ContainerFS {
             }
             content.willTruncate(id)
             let failed: Errno? = {
-                if let fd = handle.flatMap(Self.descriptor) {
+                if let fd = handle.flatMap(descriptor) {
                     return ftruncate(fd, off_t(size)) != 0 ? Errno.current : nil
                 }
                 let fd = store.cache.open(id, create: true)

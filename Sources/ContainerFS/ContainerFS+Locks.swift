@@ -12,7 +12,7 @@ import NimbusCore
 extension ContainerFS {
     /// The item of a regular file that locks may be taken on.
     func lockableItem(_ node: NodeID) throws(Errno) -> ItemID {
-        guard Self.isItem(node), node != .root else { throw .EINVAL }
+        guard node != .root else { throw .EINVAL }
         return try lock.withLock { () throws(Errno) -> ItemID in
             let n = try self.node(node)
             guard n.rec.kind == .file else { throw .EINVAL }

@@ -176,7 +176,7 @@ extension ContainerFS {
     /// How to serve a read through `handle`: a handle whose file was replaced by a remote version
     /// reads the old bytes it has (EIO for the rest); otherwise as `placeholder(node:range:)`.
     public func readPlan(node: NodeID, handle: HandleID, range: Range<Int64>) -> ReadPlan {
-        guard lazyContent, Self.isItem(node) else { return .direct }
+        guard lazyContent else { return .direct }
         let (stale, id) = lock.withLock { () -> (StaleHandle?, ItemID?) in
             if let s = t.stale[handle] { return (s, nil) }
             guard let n = t.nodes[node], n.rec.kind == .file else { return (nil, nil) }
@@ -200,7 +200,7 @@ extension ContainerFS {
     /// Whether a read of `range` must wait for the content provider; the item id if so.
     /// Local-only mounts never ask (no lock on the read path).
     func placeholder(node: NodeID, range: Range<Int64>) -> ItemID? {
-        guard lazyContent, Self.isItem(node) else { return nil }
+        guard lazyContent else { return nil }
         let id = lock.withLock { () -> ItemID? in
             guard let n = t.nodes[node], n.rec.kind == .file else { return nil }
             return n.rec.id
@@ -295,7 +295,7 @@ extension ContainerFS {
         case .folder: UInt32(S_IFDIR)
         case .symlink: UInt32(S_IFLNK)
         }
-        let node = t.newNode()
+        let node = ids.newItemNode()
         // Remote items belong to the user running the mount (the server has no uids).
         var rec = ItemRecord(id: s.id, node: node, parent: s.parent, name: s.name, kind: s.kind,
                              mode: type | (s.kind == .symlink ? 0o777 : s.perm & ItemLimits.syncedPermissions), uid: owner.uid, gid: owner.gid,
@@ -339,7 +339,7 @@ extension ContainerFS {
         for h in n.handles where t.stale[h] == nil { t.stale[h] = StaleHandle(present: s.oldPresent) }
         resetCacheFile(s.id)  // open descriptors keep the old file
         var rec = n.rec
-        rec.node = t.newNode()
+        rec.node = ids.newItemNode()
         rec.size = s.size
         let fresh = Node(rec)
         fresh.xattrs = n.xattrs

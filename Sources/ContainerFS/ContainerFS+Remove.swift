@@ -20,13 +20,13 @@ extension ContainerFS {
         reapIfUnused(n)
     }
 
-    func isControl(parent: NodeID, name: String) -> Bool {
-        parent == Self.controlDirNode || (parent == .root && ItemName.same(name, Self.controlName))
+    /// Whether `name` in `parent` is the root's `.nimbus` (which cannot be removed or renamed).
+    func namesControlFolder(parent: NodeID, name: String) -> Bool {
+        parent == .root && ItemName.same(name, Self.controlName)
     }
 
     public func unlink(parent: NodeID, name: String) throws(Errno) {
-        if case .versions = Self.kind(of: parent) { throw .EPERM }  // VersionsFS.unlink answers those (deferred)
-        if isControl(parent: parent, name: name) { throw .EPERM }
+        if namesControlFolder(parent: parent, name: name) { throw .EPERM }
         var keptIdentity: (ItemID, Node)?
         let id = try lock.withLock { () throws(Errno) -> ItemID in
             let p = try folder(parent)
@@ -143,7 +143,7 @@ extension ContainerFS {
     }
 
     public func rmdir(parent: NodeID, name: String) throws(Errno) {
-        if isControl(parent: parent, name: name) { throw .EPERM }
+        if namesControlFolder(parent: parent, name: name) { throw .EPERM }
         let id = try lock.withLock { () throws(Errno) -> ItemID in
             let p = try folder(parent)
             guard let id = p.children[name], let n = t.nodes[id] else { throw .ENOENT }
@@ -176,7 +176,7 @@ extension ContainerFS {
     /// rename(2)/renameat2(2): moves or renames, replacing a compatible target; RENAME_NOREPLACE
     /// fails with EEXIST, RENAME_EXCHANGE swaps the two items.
     public func rename(parent: NodeID, name: String, newParent: NodeID, newName: String, flags: RenameFlags) throws(Errno) {
-        if isControl(parent: parent, name: name) || isControl(parent: newParent, name: newName) { throw .EPERM }
+        if namesControlFolder(parent: parent, name: name) || namesControlFolder(parent: newParent, name: newName) { throw .EPERM }
         if flags.contains(.whiteout) || (flags.contains(.exchange) && flags.contains(.noReplace)) { throw .EINVAL }
         if newName.utf8.count > ItemName.maxBytes { throw .ENAMETOOLONG }
         var changes: [LocalChange] = []

@@ -18,7 +18,6 @@ extension ContainerFS {
 
     public func getxattr(node: NodeID, name: String) throws(Errno) -> [UInt8] {
         guard name.hasPrefix("user.") else { throw .ENODATA }
-        guard Self.isItem(node) else { throw .ENODATA }
         let virtual = NimbusXattr(name: name)
         if virtual == .versions, versions.source != nil { throw .ENODATA }  // `versionsText` answers it (deferred)
         if virtual == nil, name.hasPrefix(NimbusXattr.prefix) { throw .ENODATA }
@@ -44,8 +43,7 @@ extension ContainerFS {
 
     /// The names, each NUL-terminated (the listxattr(2) format).
     public func listxattr(node: NodeID) throws(Errno) -> [UInt8] {
-        guard Self.isItem(node) else { return [] }
-        return try lock.withLock { () throws(Errno) -> [UInt8] in
+        try lock.withLock { () throws(Errno) -> [UInt8] in
             let n = try self.node(node)
             var out: [UInt8] = []
             if n.rec.kind != .symlink {
@@ -60,7 +58,6 @@ extension ContainerFS {
     /// `flags`: XATTR_CREATE fails with EEXIST if present, XATTR_REPLACE with ENODATA if absent.
     public func setxattr(node: NodeID, name: String, value: [UInt8], flags: Int32) throws(Errno) {
         guard name.hasPrefix("user.") else { throw .EOPNOTSUPP }
-        guard Self.isItem(node) else { throw .EPERM }
         if name.hasPrefix(NimbusXattr.prefix) { return try setControlXattr(node: node, name: NimbusXattr(name: name), value: value) }
         if name.utf8.count > 255 { throw .ERANGE }
         if value.count > Self.maxXattrValue { throw .E2BIG }
@@ -102,7 +99,7 @@ extension ContainerFS {
 
     /// `getfattr -n user.nimbus.versions FILE`: every version of the file, from the server.
     public func versionsText(node: NodeID, done: @escaping @Sendable (Result<[UInt8], Errno>) -> Void) {
-        guard let source = versions.source, Self.isItem(node) else { return done(.failure(.ENODATA)) }
+        guard let source = versions.source else { return done(.failure(.ENODATA)) }
         let id: ItemID
         do { id = try lock.withLock { () throws(Errno) -> ItemID in try self.node(node).rec.id } } catch { return done(.failure(error)) }
         source.versionsText(id) { done($0.map { Array($0.utf8) }) }
@@ -110,7 +107,7 @@ extension ContainerFS {
 
     /// `setfattr -n user.nimbus.resolve|restore|discard -v VALUE FILE`: asks the server.
     public func resolve(node: NodeID, name: NimbusXattr, value: [UInt8], done: @escaping @Sendable (Errno?) -> Void) {
-        guard let source = versions.source, name.needsServer, name != .versions, Self.isItem(node) else { return done(.EPERM) }
+        guard let source = versions.source, name.needsServer, name != .versions else { return done(.EPERM) }
         let target: (ItemID, Bool, String)
         do { target = try controlXattrTarget(node: node, value: value) } catch { return done(error) }
         guard !target.1 else { return done(.EISDIR) }
@@ -119,7 +116,6 @@ extension ContainerFS {
 
     public func removexattr(node: NodeID, name: String) throws(Errno) {
         guard name.hasPrefix("user.") else { throw .EOPNOTSUPP }
-        guard Self.isItem(node) else { throw .EPERM }
         if name.hasPrefix(NimbusXattr.prefix) { throw .EPERM }
         let id = try lock.withLock { () throws(Errno) -> ItemID in
             let n = try self.node(node)

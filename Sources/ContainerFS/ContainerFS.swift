@@ -12,10 +12,11 @@ import Synchronization
 /// kernel requests onto it.
 ///
 /// Concurrency: operations run concurrently on libfuse's worker threads. One lock (`lock`)
-/// guards `t` (all nodes, handles and listings); it is held only for in-memory work and
+/// guards `t` (the tree's nodes, open files and listings); it is held only for in-memory work and
 /// `LocalStore.enqueue`. File I/O (pread/pwrite/ftruncate/fsync) happens outside it on the
 /// handle's own file descriptor, and nothing is replied while it is held.
-/// Lock order: `lock` → LocalStore queue lock.
+/// Lock order: `lock` → LocalStore queue lock; `ids`, `control` and `versions` have mutexes of
+/// their own, taken under `lock` or none, never around it.
 public final class ContainerFS: @unchecked Sendable {
     // @unchecked: `t` is guarded by `lock`; the rest is immutable after init.
     public struct Options: Sendable {
@@ -37,64 +38,10 @@ public final class ContainerFS: @unchecked Sendable {
         public init() {}
     }
 
-    // Node ids: the root is `NodeID.root` (1); 2–15 are reserved for `.nimbus/` (2–7 used);
-    // items get ids from `firstItemNode` on, in order; `.nimbus/versions/` has its own range
-    // (`versionsNodes`, VersionsFS.swift). Handle ids: a file's handle is the descriptor of its
-    // cache file (< 2^31); `.nimbus/` files and versions have handle ranges of their own above;
-    // listings (`opendir`) number their handles apart, from `firstDirHandle`. `kind(of:)`,
-    // `kind(ofHandle:)`, `handle(descriptor:)` and `isVersionsNode` are the only places that tell
-    // these apart.
+    // Node and handle ids resolve through `ids` (IDTable.swift) to what they name; the FUSE
+    // adapter calls the owner: the item operations here, `control` or `versions`.
 
-    /// Reserved node ids for the control folder.
-    static let controlDirNode = NodeID(rawValue: 2)
-    static let controlStatusNode = NodeID(rawValue: 3)
-    static let controlClaimsNode = NodeID(rawValue: 4)
-    static let controlEventsNode = NodeID(rawValue: 5)
-    static let controlConflictsNode = NodeID(rawValue: 6)
-    /// The first node id an item gets (ids below it, other than the root, are `.nimbus/`'s).
-    static let firstItemNode = NodeID(rawValue: 16)
-    /// The files of `.nimbus/`, by name (generated at open; see ContainerFS+Control.swift).
-    static let controlFiles: [(name: String, node: NodeID)] = [("status", controlStatusNode), ("claims", controlClaimsNode),
-                                                                  ("events", controlEventsNode), ("conflicts", controlConflictsNode)]
-    static func isControlFile(_ node: NodeID) -> Bool { controlFiles.contains { $0.node == node } }
     public static let controlName = ItemName.controlFolder
-    /// Handles of the files of `.nimbus/` (above every file descriptor).
-    static let controlHandles = HandleID(rawValue: 1 << 62)...
-    /// Handles of versions being read (`VersionsFS`): a part of the control range.
-    static let versionHandles = HandleID(rawValue: 1 << 62 | 1 << 61)...
-    /// The first handle of a folder listing (they are numbered apart from file handles).
-    static let firstDirHandle = HandleID(rawValue: 1)
-
-    /// What a node id names, decided from the id alone: an item (the root too), a file or the
-    /// folder of `.nimbus/`, or a node of `.nimbus/versions/`.
-    enum NodeKind { case item, control, versions }
-    static func kind(of node: NodeID) -> NodeKind {
-        if isVersionsNode(node) { return .versions }
-        return node < firstItemNode && node != .root ? .control : .item
-    }
-
-    /// An item of the tree (the root too), not a node of `.nimbus/`.
-    static func isItem(_ node: NodeID) -> Bool {
-        if case .item = kind(of: node) { return true }
-        return false
-    }
-
-    /// What a handle names: an open file's descriptor, a control file, or a version being read.
-    enum HandleKind { case file(Int32), control, version }
-    static func kind(ofHandle h: HandleID) -> HandleKind {
-        if versionHandles.contains(h) { return .version }
-        if controlHandles.contains(h) { return .control }
-        return .file(Int32(truncatingIfNeeded: h.rawValue))
-    }
-
-    /// The handle of an open file: the descriptor `fd` (≥ 0) of its cache file.
-    static func handle(descriptor fd: Int32) -> HandleID { HandleID(rawValue: UInt64(fd)) }
-
-    /// The descriptor of a file handle; nil for the handles of `.nimbus/`.
-    public static func descriptor(_ h: HandleID) -> Int32? {
-        if case .file(let fd) = kind(ofHandle: h) { return fd }
-        return nil
-    }
 
     public let store: LocalStore
     public let options: Options
@@ -106,6 +53,8 @@ public final class ContainerFS: @unchecked Sendable {
     let syncControl: (any SyncControl)?
     let lock = FSLock()
     let t = Tables()
+    /// What every node and handle id names.
+    let ids = IDTable()
     let mountTime: Int64
     let owner: (uid: UInt32, gid: UInt32)
     /// Program locks (fcntl, flock) and the sync engine's claims (ContainerFS+Locks.swift).
@@ -118,6 +67,10 @@ public final class ContainerFS: @unchecked Sendable {
     /// set once at the end of init.
     private(set) var versions: VersionsFS!
     private(set) var control: ControlFS!
+    /// What `.nimbus/` shows of the mount (its owner, its time, the kernel's timeouts).
+    var presentation: Presentation {
+        Presentation(uid: owner.uid, gid: owner.gid, mountTime: mountTime, attrTimeout: options.attrTimeout, entryTimeout: options.entryTimeout)
+    }
     /// The kernel's caches, told what remote states and evictions change (`setKernel`; none
     /// when the filesystem is driven without a mount).
     let kernel = Mutex<(any KernelCache)?>(nil)
@@ -145,8 +98,8 @@ public final class ContainerFS: @unchecked Sendable {
         events = services.events
         presenters = services.presenters
         try loadTree()
-        self.versions = VersionsFS(fs: self, source: versions)
-        self.control = ControlFS(fs: self)
+        self.versions = VersionsFS(ids: ids, presentation: presentation, clock: options.clock, tree: self, source: versions)
+        self.control = ControlFS(ids: ids, presentation: presentation, events: events, source: self)
     }
 
     /// Where kernel cache notifications go (the FUSE session, once mounted).
@@ -183,7 +136,7 @@ public final class ContainerFS: @unchecked Sendable {
             n.xattrs = snap.xattrs[rec.id] ?? [:]
             t.nodes[rec.node] = n
             t.byID[rec.id] = rec.node
-            t.nextNode = max(t.nextNode, rec.node.successor)
+            ids.reserve(rec.node)
             live.insert(rec.id)
         }
         var byID: [ItemID: Node] = [:]
@@ -206,7 +159,6 @@ public final class ContainerFS: @unchecked Sendable {
     }
 
     func folder(_ id: NodeID) throws(Errno) -> Node {
-        if id == Self.controlDirNode { throw .EPERM }
         let n = try node(id)
         guard n.isDir else { throw .ENOTDIR }
         guard n.linked else { throw .ENOENT }
@@ -333,11 +285,10 @@ public final class ContainerFS: @unchecked Sendable {
 
     // MARK: lookup, forget, getattr, readlink, statfs
 
+    /// The root's `.nimbus` is the control folder (never listed in the root).
     public func lookup(parent: NodeID, name: String) throws(Errno) -> FuseEntry {
         if name.utf8.count > ItemName.maxBytes { throw .ENAMETOOLONG }
-        if parent == .root && ItemName.same(name, Self.controlName) { return control.entry(Self.controlDirNode) }
-        if parent == Self.controlDirNode { return try control.lookup(name) }
-        if !Self.isItem(parent) { throw .ENOENT }  // VersionsFS.lookup answers `.nimbus/versions` (deferred)
+        if parent == .root && ItemName.same(name, Self.controlName) { return control.entry(.folder) }
         return try lock.withLock { () throws(Errno) -> FuseEntry in
             let p = try folder(parent)
             // ENOENT becomes a cached negative entry in FuseAdapter (negativeTimeout).
@@ -347,7 +298,7 @@ public final class ContainerFS: @unchecked Sendable {
     }
 
     public func forget(node: NodeID, count: UInt64) {
-        guard Self.isItem(node), node != .root else { return }
+        guard node != .root else { return }
         lock.withLock {
             guard let n = t.nodes[node] else { return }
             n.lookups -= min(count, n.lookups)
@@ -356,11 +307,6 @@ public final class ContainerFS: @unchecked Sendable {
     }
 
     public func getattr(node: NodeID) throws(Errno) -> stat {
-        switch Self.kind(of: node) {
-        case .control: return control.attr(node)
-        case .versions: return try versions.attr(node)
-        case .item: break
-        }
         return try lock.withLock { () throws(Errno) -> stat in attr(try self.node(node)) }
     }
 

@@ -24,9 +24,15 @@ extension FuseAdapter {
         return fs.mayWrite(node: node, caller: Caller(c, groups: c.uid == 0 ? [] : reply.groups))
     }
 
+    /// The item of a regular file of the tree that locks may be taken on (EINVAL for `.nimbus/`).
+    private func lockable(_ node: NodeID) throws(Errno) -> ItemID {
+        guard case .item = fs.ids.owner(of: node) else { throw .EINVAL }
+        return try fs.lockableItem(node)
+    }
+
     public func getlk(node: NodeID, handle: HandleID, owner: UInt64, lock: FuseLock, reply: consuming FuseReply) {
         let id: ItemID
-        do { id = try fs.lockableItem(node) } catch { return reply.error(error) }
+        do { id = try lockable(node) } catch { return reply.error(error) }
         var answer = lock
         answer.type = Int16(F_UNLCK)
         if lock.type != Int16(F_UNLCK),
@@ -41,7 +47,7 @@ extension FuseAdapter {
 
     public func setlk(node: NodeID, handle: HandleID, owner: UInt64, lock: FuseLock, wait: Bool, reply: consuming FuseReply) {
         let id: ItemID
-        do { id = try fs.lockableItem(node) } catch { return reply.error(error) }
+        do { id = try lockable(node) } catch { return reply.error(error) }
         let who = Self.posixOwner(owner, pid: reply.context.pid, holdsSync: holdsSync(node, reply))
         let range = ByteRange(start: lock.start, length: lock.length)
         switch Int32(lock.type) {
@@ -57,7 +63,7 @@ extension FuseAdapter {
 
     public func flock(node: NodeID, handle: HandleID, owner: UInt64, operation: Int32, reply: consuming FuseReply) {
         let id: ItemID
-        do { id = try fs.lockableItem(node) } catch { return reply.error(error) }
+        do { id = try lockable(node) } catch { return reply.error(error) }
         let who = Self.flockOwner(owner, pid: reply.context.pid, holdsSync: holdsSync(node, reply))
         let wait = operation & LOCK_NB == 0
         switch operation & ~LOCK_NB {
@@ -71,7 +77,7 @@ extension FuseAdapter {
     }
 
     public func releaseLocks(node: NodeID, owner: UInt64, flock: Bool) {
-        guard let id = try? fs.lockableItem(node) else { return }
+        guard let id = try? lockable(node) else { return }
         fs.coordinator.releaseAll(owner: LockOwner(flock ? .flock(owner) : .posix(owner), label: ""), item: id)
     }
 

@@ -7,38 +7,63 @@ import Synchronization
 /// Maps kernel requests onto `ContainerFS`: decode, call, reply. The only file that knows both.
 /// Every method answers its reply exactly once, after the filesystem call returned (so no
 /// filesystem lock is held while replying).
+///
+/// Each request's node or handle id is resolved once (`ContainerFS.ids`) to its owner, which
+/// answers it: the tree's item operations (`ContainerFS`), `.nimbus/` (`ControlFS`) or
+/// `.nimbus/versions/` (`VersionsFS`). Everything in `.nimbus/` is read-only: a change asked
+/// there is EPERM (`rm` of a conflict entry of `.nimbus/versions/` aside).
 public final class FuseAdapter: FuseFilesystem {
     public let fs: ContainerFS
 
     public init(_ fs: ContainerFS) { self.fs = fs }
 
     public func lookup(parent: NodeID, name: String, reply: consuming FuseReply) {
-        if case .versions = ContainerFS.kind(of: parent) {
-            let box = ReplyBox(reply)
-            let negative = fs.options.negativeTimeout
-            return fs.versions.lookup(parent: parent, name: name) { r in
-                guard let reply = box.take() else { return }
-                switch r {
-                case .success(let e): reply.entry(e)
-                case .failure(.ENOENT): reply.entry(FuseEntry(node: .absent, attr: stat(), attrTimeout: 0, entryTimeout: negative))
-                case .failure(let e): reply.error(e)
-                }
+        let found: FuseEntry
+        do {
+            switch fs.ids.owner(of: parent) {
+            case .item: found = try fs.lookup(parent: parent, name: name)
+            case .control(let f): found = try fs.control.lookup(in: f, name: name)
+            case .versions(let v): return lookupVersions(v, name: name, reply: reply)
             }
-        }
-        do { reply.entry(try fs.lookup(parent: parent, name: name)) } catch .ENOENT {
+        } catch .ENOENT {
             // A negative entry the kernel may cache: repeated misses (build tools, shells)
             // do not come back to us.
-            reply.entry(FuseEntry(node: .absent, attr: stat(), attrTimeout: 0, entryTimeout: fs.options.negativeTimeout))
+            return reply.entry(FuseEntry(node: .absent, attr: stat(), attrTimeout: 0, entryTimeout: fs.options.negativeTimeout))
+        } catch { return reply.error(error) }
+        reply.entry(found)
+    }
+
+    private func lookupVersions(_ v: VersionsFS.VNode, name: String, reply: consuming FuseReply) {
+        let box = ReplyBox(reply)
+        let negative = fs.options.negativeTimeout
+        fs.versions.lookup(parent: v, name: name) { r in
+            guard let reply = box.take() else { return }
+            switch r {
+            case .success(let e): reply.entry(e)
+            case .failure(.ENOENT): reply.entry(FuseEntry(node: .absent, attr: stat(), attrTimeout: 0, entryTimeout: negative))
+            case .failure(let e): reply.error(e)
+            }
+        }
+    }
+
+    /// The kernel forgets nodes of `.nimbus/` too; theirs stay numbered for the mount's life.
+    public func forget(node: NodeID, count: UInt64) {
+        if case .item = fs.ids.owner(of: node) { fs.forget(node: node, count: count) }
+    }
+
+    public func getattr(node: NodeID, handle: HandleID?, reply: consuming FuseReply) {
+        do {
+            let st = switch fs.ids.owner(of: node) {
+            case .item: try fs.getattr(node: node)
+            case .control(let f): fs.control.attr(f)
+            case .versions(let v): try fs.versions.attr(v)
+            }
+            reply.attr(st, timeout: fs.options.attrTimeout)
         } catch { reply.error(error) }
     }
 
-    public func forget(node: NodeID, count: UInt64) { fs.forget(node: node, count: count) }
-
-    public func getattr(node: NodeID, handle: HandleID?, reply: consuming FuseReply) {
-        do { reply.attr(try fs.getattr(node: node), timeout: fs.options.attrTimeout) } catch { reply.error(error) }
-    }
-
     public func setattr(node: NodeID, _ changes: FuseSetAttr, handle: HandleID?, reply: consuming FuseReply) {
+        guard case .item = fs.ids.owner(of: node) else { return reply.error(.EPERM) }
         // truncate(2) of a placeholder to a non-zero size keeps bytes: download them first.
         if let size = changes.size, size > 0, let id = fs.placeholder(node: node, range: 0..<Int64.max) {
             let box = ReplyBox(reply)
@@ -59,25 +84,30 @@ public final class FuseAdapter: FuseFilesystem {
     }
 
     public func readlink(node: NodeID, reply: consuming FuseReply) {
+        guard case .item = fs.ids.owner(of: node) else { return reply.error(.EINVAL) }  // `.nimbus/` holds no symlinks
         do { reply.readlink(try fs.readlink(node: node)) } catch { reply.error(error) }
     }
 
     public func mknod(parent: NodeID, name: String, mode: mode_t, rdev: dev_t, reply: consuming FuseReply) {
+        guard case .item = fs.ids.owner(of: parent) else { return reply.error(.EPERM) }
         let caller = Caller(reply.context)
         do { reply.entry(try fs.mknod(parent: parent, name: name, mode: mode, caller: caller)) } catch { reply.error(error) }
     }
 
     public func mkdir(parent: NodeID, name: String, mode: mode_t, reply: consuming FuseReply) {
+        guard case .item = fs.ids.owner(of: parent) else { return reply.error(.EPERM) }
         let caller = Caller(reply.context)
         do { reply.entry(try fs.mkdir(parent: parent, name: name, mode: mode, caller: caller)) } catch { reply.error(error) }
     }
 
     public func symlink(target: [UInt8], parent: NodeID, name: String, reply: consuming FuseReply) {
+        guard case .item = fs.ids.owner(of: parent) else { return reply.error(.EPERM) }
         let caller = Caller(reply.context)
         do { reply.entry(try fs.symlink(target: target, parent: parent, name: name, caller: caller)) } catch { reply.error(error) }
     }
 
     public func create(parent: NodeID, name: String, mode: mode_t, flags: Int32, reply: consuming FuseReply) {
+        guard case .item = fs.ids.owner(of: parent) else { return reply.error(.EPERM) }
         let caller = Caller(reply.context)
         do {
             let (e, o) = try fs.create(parent: parent, name: name, mode: mode, flags: flags, caller: caller)
@@ -86,9 +116,12 @@ public final class FuseAdapter: FuseFilesystem {
     }
 
     public func unlink(parent: NodeID, name: String, reply: consuming FuseReply) {
-        if case .versions = ContainerFS.kind(of: parent) {
+        switch fs.ids.owner(of: parent) {
+        case .item: break
+        case .control: return reply.error(.EPERM)
+        case .versions(let v):
             let box = ReplyBox(reply)
-            return fs.versions.unlink(parent: parent, name: name) { e in
+            return fs.versions.unlink(parent: v, name: name) { e in
                 guard let reply = box.take() else { return }
                 if let e { reply.error(e) } else { reply.ok() }
             }
@@ -97,10 +130,12 @@ public final class FuseAdapter: FuseFilesystem {
     }
 
     public func rmdir(parent: NodeID, name: String, reply: consuming FuseReply) {
+        guard case .item = fs.ids.owner(of: parent) else { return reply.error(.EPERM) }
         do { try fs.rmdir(parent: parent, name: name); reply.ok() } catch { reply.error(error) }
     }
 
     public func rename(parent: NodeID, name: String, newParent: NodeID, newName: String, flags: RenameFlags, reply: consuming FuseReply) {
+        guard case .item = fs.ids.owner(of: parent), case .item = fs.ids.owner(of: newParent) else { return reply.error(.EPERM) }
         do { try fs.rename(parent: parent, name: name, newParent: newParent, newName: newName, flags: flags); reply.ok() } catch { reply.error(error) }
     }
 
@@ -109,6 +144,22 @@ public final class FuseAdapter: FuseFilesystem {
     }
 
     public func open(node: NodeID, flags: Int32, reply: consuming FuseReply) {
+        switch fs.ids.owner(of: node) {
+        case .item: break
+        case .control(let f):
+            // What a control file shows depends on who reads it (ContainerFS+Access.swift).
+            do { reply.open(try fs.control.open(f, flags: flags, caller: Caller(reply.context, groups: reply.groups))) } catch { reply.error(error) }
+            return
+        case .versions(let v):
+            let box = ReplyBox(reply)
+            return fs.versions.open(v, flags: flags) { r in
+                guard let reply = box.take() else { return }
+                switch r {
+                case .success(let o): reply.open(o)
+                case .failure(let e): reply.error(e)
+                }
+            }
+        }
         // Writing into a placeholder: download it all first, so local bytes are never mixed
         // with holes a later download would fill (O_TRUNC needs nothing: the bytes go anyway).
         if flags & O_ACCMODE != O_RDONLY, flags & O_TRUNC == 0, let id = fs.placeholder(node: node, range: 0..<Int64.max) {
@@ -126,29 +177,20 @@ public final class FuseAdapter: FuseFilesystem {
             }
             return
         }
-        if case .versions = ContainerFS.kind(of: node) {
-            let box = ReplyBox(reply)
-            return fs.versions.open(node, flags: flags) { r in
-                guard let reply = box.take() else { return }
-                switch r {
-                case .success(let o): reply.open(o)
-                case .failure(let e): reply.error(e)
-                }
-            }
-        }
-        let caller = ContainerFS.isControlFile(node) ? Caller(reply.context, groups: reply.groups) : .process
-        do { reply.open(try fs.open(node: node, flags: flags, caller: caller)) } catch { reply.error(error) }
+        do { reply.open(try fs.open(node: node, flags: flags)) } catch { reply.error(error) }
     }
 
-    /// File reads splice from the cache file: no lock, no Swift allocation.
+    /// File reads splice from the cache file: no filesystem lock (the handle resolves in the id
+    /// table), no Swift allocation.
     public func read(node: NodeID, handle: HandleID, offset: Int64, size: Int, reply: consuming FuseReply) {
         let fd: Int32
-        switch ContainerFS.kind(ofHandle: handle) {
-        case .file(let d): fd = d
-        case .control:
-            do { reply.bytes(try fs.readControl(handle: handle, offset: offset, size: size)) } catch { reply.error(error) }
+        switch fs.ids.owner(ofHandle: handle) {
+        case .file(let d)?: fd = d
+        case .listing?, nil: return reply.error(.EBADF)
+        case .control?:
+            do { reply.bytes(try fs.control.read(handle: handle, offset: offset, size: size)) } catch { reply.error(error) }
             return
-        case .version:
+        case .versions?:
             // Streamed from the server (deferred): the bytes of the chunks the range covers.
             let box = ReplyBox(reply)
             return fs.versions.read(handle: handle, offset: offset, size: size) { r in
@@ -193,7 +235,12 @@ public final class FuseAdapter: FuseFilesystem {
     }
 
     public func release(node: NodeID, handle: HandleID, reply: consuming FuseReply) {
-        fs.release(node: node, handle: handle)
+        switch fs.ids.owner(ofHandle: handle) {
+        case .file?: fs.release(node: node, handle: handle)
+        case .control?: fs.control.release(handle: handle)
+        case .versions?: fs.versions.release(handle: handle)
+        case .listing?, nil: break
+        }
         reply.ok()
     }
 
@@ -206,22 +253,38 @@ public final class FuseAdapter: FuseFilesystem {
     }
 
     public func opendir(node: NodeID, reply: consuming FuseReply) {
-        if case .versions = ContainerFS.kind(of: node) {
-            let box = ReplyBox(reply)
-            return fs.versions.opendir(node) { r in
-                guard let reply = box.take() else { return }
-                switch r {
-                case .success(let h): reply.open(FuseOpen(handle: h, keepCache: false))
-                case .failure(let e): reply.error(e)
-                }
+        let h: HandleID
+        do {
+            switch fs.ids.owner(of: node) {
+            case .item: h = try fs.opendir(node: node)
+            case .control(let f): h = try fs.control.opendir(f)
+            case .versions(let v): return opendirVersions(v, reply: reply)
+            }
+        } catch { return reply.error(error) }
+        reply.open(FuseOpen(handle: h, keepCache: false))
+    }
+
+    /// A listing of `.nimbus/versions/` may ask the server (deferred).
+    private func opendirVersions(_ v: VersionsFS.VNode, reply: consuming FuseReply) {
+        let box = ReplyBox(reply)
+        fs.versions.opendir(v) { r in
+            guard let reply = box.take() else { return }
+            switch r {
+            case .success(let h): reply.open(FuseOpen(handle: h, keepCache: false))
+            case .failure(let e): reply.error(e)
             }
         }
-        do { reply.open(FuseOpen(handle: try fs.opendir(node: node), keepCache: false)) } catch { reply.error(error) }
     }
 
     public func readdir(node: NodeID, handle: HandleID, offset: Int64, into buffer: inout DirectoryBuffer, plus: Bool) -> Errno? {
-        do {
-            for e in try fs.readdir(node: node, handle: handle, offset: offset, plus: plus, room: buffer.room) {
+        do throws(Errno) {
+            let entries = switch fs.ids.owner(ofHandle: handle) {
+            case .listing?: try fs.readdir(node: node, handle: handle, offset: offset, plus: plus, room: buffer.room)
+            case .control?: try fs.control.readdir(handle: handle, offset: offset, plus: plus, room: buffer.room)
+            case .versions?: try fs.versions.readdir(handle: handle, offset: offset, plus: plus, room: buffer.room)
+            case .file?, nil: throw .EBADF
+            }
+            for e in entries {
                 guard buffer.add(name: e.name, entry: e.entry, nextOffset: e.nextOffset) else { break }
             }
             return nil
@@ -229,7 +292,12 @@ public final class FuseAdapter: FuseFilesystem {
     }
 
     public func releasedir(node: NodeID, handle: HandleID, reply: consuming FuseReply) {
-        fs.releasedir(handle: handle)
+        switch fs.ids.owner(ofHandle: handle) {
+        case .listing?: fs.releasedir(handle: handle)
+        case .control?: fs.control.release(handle: handle)
+        case .versions?: fs.versions.release(handle: handle)
+        case .file?, nil: break
+        }
         reply.ok()
     }
 
@@ -243,7 +311,11 @@ public final class FuseAdapter: FuseFilesystem {
     /// which the kernel sends before each write(2): a constant, not built per call.
     static let versionsXattr = NimbusXattr.versions.name
 
+    /// `.nimbus/` stores no attributes (ENODATA), and takes none.
+    private static func xattrChangeError(_ name: String) -> Errno { name.hasPrefix("user.") ? .EPERM : .EOPNOTSUPP }
+
     public func setxattr(node: NodeID, name: String, value: UnsafeRawBufferPointer, flags: Int32, reply: consuming FuseReply) {
+        guard case .item = fs.ids.owner(of: node) else { return reply.error(Self.xattrChangeError(name)) }
         if let x = NimbusXattr(name: name), x.needsServer {
             let box = ReplyBox(reply)
             return fs.resolve(node: node, name: x, value: Array(value)) { e in
@@ -255,6 +327,7 @@ public final class FuseAdapter: FuseFilesystem {
     }
 
     public func getxattr(node: NodeID, name: String, size: Int, reply: consuming FuseReply) {
+        guard case .item = fs.ids.owner(of: node) else { return reply.error(.ENODATA) }
         if name == Self.versionsXattr {
             let box = ReplyBox(reply)
             return fs.versionsText(node: node) { r in
@@ -273,12 +346,14 @@ public final class FuseAdapter: FuseFilesystem {
 
     public func listxattr(node: NodeID, size: Int, reply: consuming FuseReply) {
         do {
-            let v = try fs.listxattr(node: node)
+            let v: [UInt8]
+            if case .item = fs.ids.owner(of: node) { v = try fs.listxattr(node: node) } else { v = [] }
             if size == 0 { reply.xattrSize(v.count) } else if v.count > size { reply.error(.ERANGE) } else { reply.bytes(v) }
         } catch { reply.error(error) }
     }
 
     public func removexattr(node: NodeID, name: String, reply: consuming FuseReply) {
+        guard case .item = fs.ids.owner(of: node) else { return reply.error(Self.xattrChangeError(name)) }
         do { try fs.removexattr(node: node, name: name); reply.ok() } catch { reply.error(error) }
     }
 

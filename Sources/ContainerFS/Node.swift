@@ -87,10 +87,9 @@ final class Tables {
     var nodes: [NodeID: Node] = [:]
     /// Item id → node id of every node in `nodes` (the sync engine addresses items by id).
     var byID: [ItemID: NodeID] = [:]
-    var nextNode = ContainerFS.firstItemNode
     /// The last write generation given out (`ContainerFS.bumpWriteGen`).
     var lastWriteGen: UInt64 = 0
-    /// File handles open for writing (handles are the cache-file descriptors).
+    /// File handles open for writing.
     var writerHandles: Set<HandleID> = []
     /// Handles whose file's content was replaced by a remote version while they were open: they
     /// keep reading the old cache file (unlinked, so only they see it). `present` says which bytes
@@ -100,23 +99,9 @@ final class Tables {
     /// and new files created under such a name (new node → renamed node, when).
     var renamedAway: [(folder: NodeID, name: String, node: NodeID, at: UInt64)] = []
     var safeSaves: [NodeID: (renamed: NodeID, at: UInt64)] = [:]
-    /// Open directory listings: handle → snapshot.
+    /// Open listings of the tree: handle → snapshot.
     var dirs: [HandleID: DirSnapshot] = [:]
-    var nextDirHandle = ContainerFS.firstDirHandle
     var openFiles = 0
-
-    /// The id for a new node: the next in order, never given out before in this mount (nor, as
-    /// `loadTree` starts above every stored one, stored).
-    func newNode() -> NodeID {
-        defer { nextNode = nextNode.successor }
-        return nextNode
-    }
-
-    /// The handle for a new listing.
-    func newDirHandle() -> HandleID {
-        defer { nextDirHandle = nextDirHandle.successor }
-        return nextDirHandle
-    }
 }
 
 /// A reader of `.nimbus/events`: `caller` nil sees every line; otherwise only the lines whose

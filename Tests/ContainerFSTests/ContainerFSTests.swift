@@ -93,7 +93,7 @@ import Testing
         f.store.sync()
         // Bytes reach the cache file but the size is never recorded (as after kill -9).
         let s = "abcdef"
-        let fd = try #require(ContainerFS.descriptor(h.handle))
+        let fd = try #require(f.fs.descriptor(h.handle))
         _ = pwrite(fd, s, 6, 0)
         close(fd)
         try f.reopen()
@@ -125,7 +125,7 @@ import Testing
         #expect(back.attr.st_size == Int64("content of lost".utf8.count))
         let h = try f.fs.open(node: back.node, flags: O_RDONLY)
         var buf = [UInt8](repeating: 0, count: 64)
-        let n = pread(try #require(ContainerFS.descriptor(h.handle)), &buf, buf.count, 0)
+        let n = pread(try #require(f.fs.descriptor(h.handle)), &buf, buf.count, 0)
         f.fs.release(node: back.node, handle: h.handle)
         #expect(String(decoding: buf.prefix(max(n, 0)), as: UTF8.self) == "content of lost")
         #expect(throws: Errno.ENOENT) { try f.fs.lookup(parent: root, name: "gone") }

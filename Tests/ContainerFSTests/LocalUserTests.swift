@@ -75,12 +75,12 @@ import Testing
         return (priv, inner, pub)
     }
 
-    func readAll(_ f: Fixture, node: NodeID, as caller: Caller, chunk: Int = 1 << 20) throws -> String {
-        let o = try f.fs.open(node: node, flags: O_RDONLY, caller: caller)
-        defer { f.fs.release(node: node, handle: o.handle) }
+    func readAll(_ f: Fixture, _ file: ControlFS.File, as caller: Caller, chunk: Int = 1 << 20) throws -> String {
+        let o = try f.fs.control.open(file, flags: O_RDONLY, caller: caller)
+        defer { f.fs.control.release(handle: o.handle) }
         var out: [UInt8] = []
         while true {
-            let b = try f.fs.readControl(handle: o.handle, offset: Int64(out.count), size: chunk)
+            let b = try f.fs.control.read(handle: o.handle, offset: Int64(out.count), size: chunk)
             if b.isEmpty { break }
             out += b
         }
@@ -91,17 +91,17 @@ import Testing
         let f = try Fixture()
         _ = try aliceTree(f)
         for i in 0..<50 { _ = try f.fs.mkdir(parent: root, name: "open-\(i)", mode: 0o755, caller: alice) }
-        let all = try readAll(f, node: ContainerFS.controlEventsNode, as: me)
+        let all = try readAll(f, .events, as: me)
         #expect(all.contains("/private/diary\\nforged line") && all.contains("/public.txt"))
         #expect(!all.contains("diary\nforged"), "a newline in a name is escaped")
         for chunk in [1 << 20, 7, 100] {
-            let bobs = try readAll(f, node: ContainerFS.controlEventsNode, as: bob, chunk: chunk)
+            let bobs = try readAll(f, .events, as: bob, chunk: chunk)
             #expect(!bobs.contains("diary"), "bob cannot enter /private (read \(chunk) bytes at a time): \(bobs)")
             #expect(bobs.contains("/public.txt") && bobs.contains("created local /private\n"), "bob sees what he can reach")
             #expect(bobs.contains("/open-49\n") && bobs.split(separator: "\n").count == all.split(separator: "\n").count - 1,
                     "only the one line is left out, none repeated")
         }
-        #expect(try readAll(f, node: ContainerFS.controlEventsNode, as: alice).contains("diary"), "alice owns the folder")
+        #expect(try readAll(f, .events, as: alice).contains("diary"), "alice owns the folder")
     }
 
     @Test func claimsShowAnotherUserOnlyWhatItCanReach() async throws {
@@ -110,9 +110,9 @@ import Testing
         let inner = try f.fs.lock.withLock { () throws(Errno) in try f.fs.node(t.inner.node).rec.id }
         let claim = try await f.fs.coordinator.claim(inner, .shared, label: "test", timeout: .seconds(1)).get()
         defer { claim.release() }
-        let mine = try readAll(f, node: ContainerFS.controlClaimsNode, as: me)
+        let mine = try readAll(f, .claims, as: me)
         #expect(mine.contains("/private/diary\\nforged line"), "\(mine)")
-        let bobs = try readAll(f, node: ContainerFS.controlClaimsNode, as: bob)
+        let bobs = try readAll(f, .claims, as: bob)
         #expect(!bobs.contains("diary") && !bobs.contains("private"), "\(bobs)")
     }
 
@@ -122,11 +122,11 @@ import Testing
         let (secret, h) = try f.fs.create(parent: root, name: "secret", mode: 0o600, flags: O_RDWR, caller: alice)
         f.fs.release(node: secret.node, handle: h.handle)
         func id(_ n: NodeID) throws -> ItemID { try f.fs.lock.withLock { () throws(Errno) in try f.fs.node(n).rec.id } }
-        let mirror = try f.fs.versions.attr(f.fs.versions.node(.mirror(try id(t.priv.node))))
+        let mirror = try f.fs.versions.attr(.mirror(try id(t.priv.node)))
         #expect(mirror.st_uid == 1000 && mirror.st_mode == S_IFDIR | 0o500, "a 0700 folder's mirror: \(String(mirror.st_mode, radix: 8))")
-        let secretVersions = try f.fs.versions.attr(f.fs.versions.node(.versions(try id(secret.node))))
+        let secretVersions = try f.fs.versions.attr(.versions(try id(secret.node)))
         #expect(secretVersions.st_uid == 1000 && secretVersions.st_mode == S_IFDIR | 0o700, "\(String(secretVersions.st_mode, radix: 8))")
-        let pubVersions = try f.fs.versions.attr(f.fs.versions.node(.versions(try id(t.pub.node))))
+        let pubVersions = try f.fs.versions.attr(.versions(try id(t.pub.node)))
         #expect(pubVersions.st_mode == S_IFDIR | 0o755, "\(String(pubVersions.st_mode, radix: 8))")
     }
 

@@ -71,7 +71,7 @@ import Testing
             let h = try fs.open(node: e.node, flags: O_RDONLY)
             defer { fs.release(node: e.node, handle: h.handle) }
             var buf = [UInt8](repeating: 0, count: 256)
-            let n = pread(try #require(ContainerFS.descriptor(h.handle)), &buf, buf.count, 0)
+            let n = pread(try #require(fs.descriptor(h.handle)), &buf, buf.count, 0)
             return String(decoding: buf.prefix(max(n, 0)), as: UTF8.self)
         }
 

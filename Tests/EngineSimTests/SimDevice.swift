@@ -229,7 +229,7 @@ final class SimDevice: @unchecked Sendable {
                 }
             }
         }
-        guard let fd = ContainerFS.descriptor(h.handle) else { throw Errno.EBADF }
+        guard let fd = fs.descriptor(h.handle) else { throw Errno.EBADF }
         var bytes = [UInt8](repeating: 0, count: Int(size))
         let n = bytes.withUnsafeMutableBytes { pread(fd, $0.baseAddress, $0.count, 0) }
         guard n == size else { throw Errno.EIO }
