@@ -110,7 +110,7 @@ extension ContainerFS {
                         guard target != nil || ids.contains(st.parent) else { return false }
                         guard let node = t.byID[id], let n = t.nodes[node] else { return true }  // new here: made at its place
                         guard let p = t.nodes[n.parentNode], p.children[n.rec.name] == n.node else { return false }
-                        if n.rec.kind == .file, st.resetContent, n.metaDirty || n.writers > 0 || n.unnoticed { return false }
+                        if n.rec.kind == .file, st.resetContent, n.beingWritten || n.unnoticed { return false }
                         if let target, n.isDir, isInside(target, n) { return false }
                         return true
                     }
@@ -239,7 +239,7 @@ extension ContainerFS {
             // A change whose notice has not reached the engine yet (a rename over the file, a
             // close) is as unsynced as a write in progress.
             if n.rec.kind == .file && s.resetContent
-                && (n.metaDirty || n.writers > 0 || n.unnoticed || s.unlessWrittenSince.map { $0 != n.writeGen } == true) { return .skip }
+                && (n.beingWritten || n.unnoticed || s.unlessWrittenSince.map { $0 != n.writeGen } == true) { return .skip }
             if n.rec.parent != s.parent || !ItemName.same(n.rec.name, s.name) {
                 // Taken: perhaps by an item this batch moves away (retried after it).
                 if let occupant = p.children[s.name], occupant != n.node { return .waitForName }

@@ -211,8 +211,17 @@ public final class ContainerFS: @unchecked Sendable {
     /// Tells the sync engine, and writes the event line for creates, content and attribute
     /// changes (moves and deletes are written where the old path is still known).
     func notify(_ c: LocalChange) {
+        queue(c)
         guard let deliver = options.deliverNotice else { return tell(c) }
         deliver { [self] in tell(c) }
+    }
+
+    /// The change's upload-queue entry, behind the change in the store's queue (a sync engine
+    /// observes this tree: a local-only mount queues nothing).
+    private func queue(_ c: LocalChange) {
+        guard observer != nil, !Mutation.queueEntryAtNotice.isOn else { return }
+        let q = c.queued
+        store.enqueue(.syncOp(q.item, kind: q.kind))
     }
 
     private func tell(_ c: LocalChange) {
@@ -230,6 +239,7 @@ public final class ContainerFS: @unchecked Sendable {
     /// queueing the item must not reset the content (it would find the item neither queued nor
     /// being written). The count goes once the engine has the notice.
     func notify(_ c: LocalChange, pending n: Node) {
+        queue(c)
         let node = UncheckedNode(n)
         guard let deliver = options.deliverNotice else {
             tell(c)

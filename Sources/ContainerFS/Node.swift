@@ -51,6 +51,10 @@ final class Node {
     var noticesPending = 0
     /// A change of this content waits for its notice (`noticesPending`).
     var unnoticed: Bool { noticesPending > 0 && !Mutation.pullOverlooksUnnoticedChange.isOn }
+    /// Open for writing, or written since its last close or fsync: no remote state replaces
+    /// the bytes (the engine decides the same from the facts it read; this is the check at the
+    /// moment of showing, under the lock, for a writer that came in between).
+    var beingWritten: Bool { (metaDirty || writers > 0) && !Mutation.dropWriterHold.isOn }
 
     init(_ rec: ItemRecord) { self.rec = rec }
 

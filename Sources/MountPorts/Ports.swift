@@ -1,4 +1,5 @@
 import FuseIDs
+import LocalStore
 import NimbusCore
 
 // The ports through which the sync engine (SyncEngine target) plugs into the filesystem, in a
@@ -45,6 +46,21 @@ public enum LocalChange: Sendable, Equatable {
     /// trigger (the file is mid-save) but a durable note, so a `kill -9` before the close does
     /// not lose the edit (the restart uploads it), and the start of the quiet-period clock.
     case writing(ItemID)
+}
+
+extension LocalChange {
+    /// The upload queue's entry for this change (`StoreChange.syncOp`). The tree queues it right
+    /// behind the change, before the observer hears of it: a change the store has committed
+    /// has its entry committed with it or in the next commit, whenever the notice arrives.
+    public var queued: (item: ItemID, kind: SyncOpKind) {
+        switch self {
+        case .created(let i): (i, .created)
+        case .contentChanged(let i), .writing(let i): (i, .content)
+        case .moved(let i): (i, .moved)
+        case .attributesChanged(let i): (i, .attributes)
+        case .deleted(let i): (i, .deleted)
+        }
+    }
 }
 
 public protocol ChangeObserver: Sendable {

@@ -13,8 +13,8 @@ public enum Mutation: String, CaseIterable, Sendable {
     case safeSaveHoldLeavesQueue = "safe-save-hold-leaves-queue"
     /// A pull replaces a file whose change the engine has not heard of yet.
     case pullOverlooksUnnoticedChange = "pull-overlooks-unnoticed-change"
-    /// A server state is not held for a file open for writing here (SyncCore's writer hold:
-    /// `planApply`, `notShown`).
+    /// A server state is not held for a file open for writing here: SyncCore's writer hold
+    /// (`planApply`, `notShown`) and the tree's check when it shows the state (`beingWritten`).
     case dropWriterHold = "drop-writer-hold"
     /// A remote state goes in although the item's own push is queued or on its way.
     case dropPushHold = "drop-push-hold"
@@ -41,6 +41,12 @@ public enum Mutation: String, CaseIterable, Sendable {
     /// A folder's delete goes while an item the server has below it is still to be pushed
     /// (moved out here).
     case folderDeleteBeforeMovesOut = "folder-delete-before-moves-out"
+    /// At start, a content change queued before the stop leaves a placeholder's base as it
+    /// was: the file's bytes, written here, count as not downloaded.
+    case forgetWholeAfterCrash = "forget-whole-after-crash"
+    /// A change's upload-queue entry is queued when the engine hears of the change, not right
+    /// behind the change: a commit in between saves the change without its entry.
+    case queueEntryAtNotice = "queue-entry-at-notice"
 
     /// This mutation is the one the run breaks.
     public var isOn: Bool {

@@ -34,6 +34,18 @@ public struct Base: Sendable, Equatable {
     }
     public var complete: Bool { present == nil }
 
+    /// After a program changed the file's content here: the whole file is in the cache file
+    /// (content is written only into fully present files, which are downloaded first, or after
+    /// O_TRUNC). Nil when nothing changes (the base was complete already). The engine applies it
+    /// on the change's notice, and at start to every content change queued before the stop
+    /// (the notice's own effect may not have reached the disk).
+    public func wholeAfterLocalContent() -> Base? {
+        guard !complete else { return nil }
+        var b = self
+        b.present = nil
+        return b
+    }
+
     /// Indices of the chunks overlapping `range` (clamped to the file).
     public func chunks(covering range: Range<Int64>) -> Range<Int> {
         let size = offsets[offsets.count - 1]

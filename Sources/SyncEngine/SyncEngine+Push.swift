@@ -12,18 +12,11 @@ import SyncCore
 // of its first queued change, so a folder's create is committed before its children's.
 
 extension SyncEngine: ChangeObserver {
-    /// Called on a libfuse thread after the change is in memory: queue durably (in the same
-    /// write-behind transaction as the change), remember it in memory, wake the push loop.
+    /// Called after the change is in memory and its queue entry (`LocalChange.queued`) is in
+    /// the store's queue behind it: remember it in memory, wake the push loop.
     public func localChange(_ change: LocalChange) {
-        let (id, kind): (ItemID, SyncOpKind) = switch change {
-        case .created(let i): (i, .created)
-        case .contentChanged(let i): (i, .content)
-        case .moved(let i): (i, .moved)
-        case .attributesChanged(let i): (i, .attributes)
-        case .deleted(let i): (i, .deleted)
-        case .writing(let i): (i, .content)
-        }
-        store.enqueue(.syncOp(id, kind: kind))
+        let (id, kind) = change.queued
+        if Mutation.queueEntryAtNotice.isOn { store.enqueue(.syncOp(id, kind: kind)) }
         trace("local \(id) \(kind)")
         let now = options.clock.now
         let rules = pacingRules
@@ -39,14 +32,9 @@ extension SyncEngine: ChangeObserver {
             s.queue.append(id)
             if case .contentChanged = change { s.items[id, default: SyncItem()].upload.pacing.changed(at: now, rules: rules) }
             if case .deleted = change, s.items[id] != nil { s.items[id]?.upload.deletedHere() }
-            // Content is written only into fully present files (open for writing downloads
-            // first) or after O_TRUNC: either way the whole file is here now.
-            if case .contentChanged = change, var b = s.base(id), !b.complete {
-                b.present = nil
-                s.setBase(id, b)
-                return b
-            }
-            return nil
+            guard case .contentChanged = change, let b = s.base(id)?.wholeAfterLocalContent() else { return nil }
+            s.setBase(id, b)
+            return b
         }
         // Kept on disk at once: after a kill -9 the restarted push must see the file as whole
         // here, or it finds nothing to send and the edit never leaves (SimulationTests).

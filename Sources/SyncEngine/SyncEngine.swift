@@ -224,7 +224,18 @@ public final class SyncEngine: Sendable {
     public func attach(_ fs: any MountedTree, services: MountServices) throws {
         _ = store.sync()
         var ids: [ItemID] = []
-        for op in try store.syncOps() where !ids.contains(op.item) { ids.append(op.item) }
+        let ops = try store.syncOps()
+        for op in ops where !ids.contains(op.item) { ids.append(op.item) }
+        // A content change queued before the stop: its file is whole here, even if the notice's
+        // own note of that never reached the disk.
+        let whole: [ItemID: Base] = state.withLock { s in
+            var out: [ItemID: Base] = [:]
+            for op in ops where op.kind == .content && !Mutation.forgetWholeAfterCrash.isOn {
+                if let b = s.base(op.item)?.wholeAfterLocalContent() { s.setBase(op.item, b); out[op.item] = b }
+            }
+            return out
+        }
+        try persistBases(whole.mapValues { Optional($0) })
         for id in try store.unsyncedItems() where !ids.contains(id) { ids.append(id) }
         if store.startedUnclean {
             // Bytes may have reached a file whose change was never recorded (a kill -9, or a

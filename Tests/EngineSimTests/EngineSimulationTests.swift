@@ -88,6 +88,13 @@ struct EngineSim {
 enum SimChecks {
     // MARK: steps
 
+    /// The pause of a program between two calls of one step (`which`: the how-manieth), drawn
+    /// from the step: none half of the time, else up to 30 ms.
+    static func gap(_ step: SimStep, _ which: Int) -> Int {
+        let bits = Int((step.pick >> (20 + 8 * which)) & 0xff)
+        return bits < 128 ? 0 : 1 + bits % 30
+    }
+
     /// Does one step on one device as a program (or the user) would; the outcome is "ok", or
     /// why nothing was done (nothing to pick, a name taken, an errno the program would see).
     static func execute(_ step: SimStep, on dev: SimDevice, ledger: inout SimLedger) async -> String {
@@ -133,6 +140,8 @@ enum SimChecks {
                 let old = dev.lookup(parent, tmp)
                 let shown = old.flatMap { try? fs.getxattr(node: $0, name: NimbusXattr.version.name) }.flatMap { Int64(String(decoding: $0, as: UTF8.self)) }
                 let tmpID = try dev.writeFile(node: old, parent: parent, name: tmp, content: step.content)
+                await dev.idle(milliseconds: gap(step, 0))
+                guard dev.lookup(parent, f.rec.name) == f.rec.node else { return "the file changed while saved" }
                 let targetShown = (try? fs.getxattr(node: f.rec.node, name: NimbusXattr.version.name)).flatMap { Int64(String(decoding: $0, as: UTF8.self)) }
                 try fs.rename(parent: parent, name: tmp, newParent: parent, newName: f.rec.name, flags: [])
                 // The file renamed over keeps its identity and takes the new bytes
@@ -175,8 +184,11 @@ enum SimChecks {
                 let backup = f.rec.name + "~"
                 guard dev.lookup(parent, backup) == nil else { return "backup name taken" }
                 try fs.rename(parent: parent, name: f.rec.name, newParent: parent, newName: backup, flags: .noReplace)
+                // An editor takes a moment between its calls: the engines run meanwhile.
+                await dev.idle(milliseconds: gap(step, 0))
                 let id = try dev.writeFile(node: nil, parent: parent, name: f.rec.name, content: step.content)
                 ledger.wrote(device: dev.index, item: id, content: step.content)
+                await dev.idle(milliseconds: gap(step, 1))
                 // Deleting the backup gives the new file the document's identity (`remove`).
                 guard let b = dev.files().first(where: { $0.rec.parent == f.rec.parent && $0.rec.name == backup }) else { return "backup gone" }
                 try remove(b, on: dev, ledger: &ledger)
@@ -310,15 +322,14 @@ enum SimChecks {
     }
 
     static func show(_ t: [String: String]) -> String {
-        t.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value.trimmingCharacters(in: .newlines))" }.joined(separator: "  ")
+        t.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value.trimmingCharacters(in: .newlines).replacingOccurrences(of: "\0", with: "\\0"))" }.joined(separator: "  ")
     }
 
     static func diff(_ a: [String: String], _ b: [String: String], _ an: String, _ bn: String) -> String {
         Set(a.keys).union(b.keys).sorted().compactMap { k in
             guard a[k] != b[k] else { return nil }
-            // Equal once trimmed (a newline, NUL bytes): show them escaped.
-            let trim = { (v: String?) in v.map { $0.trimmingCharacters(in: .newlines) } }
-            let show = trim(a[k]) == trim(b[k]) ? { (v: String?) in v.map { String(reflecting: $0) } } : trim
+            // Escaped: contents that differ only in newlines or NUL bytes show how.
+            let show = { (v: String?) in v.map { String(reflecting: $0) } }
             return "  \(k): \(an) \(show(a[k]) ?? "-") | \(bn) \(show(b[k]) ?? "-")"
         }.joined(separator: "\n")
     }

@@ -123,6 +123,15 @@ final class SimDevice: @unchecked Sendable {
         }
     }
 
+    /// Lets time pass for the device's program (simulated time on a simulated link).
+    func idle(milliseconds ms: Int) async {
+        guard ms > 0 else { return }
+        switch network {
+        case .relay: try? await Task.sleep(for: .milliseconds(ms))
+        case .link(_, let world): await world.clock.sleep(for: .milliseconds(ms))
+        }
+    }
+
     /// Cuts the device's network (requests fail, answers are lost) / brings it back.
     func cut() {
         switch network {
@@ -155,9 +164,10 @@ final class SimDevice: @unchecked Sendable {
         if !crash { for w in openWriters { fs.release(node: w.node, handle: w.handle) } }
         openWriters = []
         rewritten = []
-        // An unmount lets the FUSE threads finish (their notices reach the engine); a crash
-        // takes the notices on their way with the process.
-        if crash { notices?.drop() } else { await notices?.drain() }
+        // Every call a program saw return had told the engine before it returned (the window
+        // is between the filesystem lock's release and that return): a crash, like an unmount,
+        // comes after those notices.
+        await notices?.drain()
         if crash { store.abandon() }
         await engine.stop()
         if !crash {
@@ -252,6 +262,15 @@ final class SimDevice: @unchecked Sendable {
         return out
     }
 
+    /// The item as this device has it: record, cache file, status (NIMBUS_SIM_WATCH).
+    func describe(_ id: ItemID) -> String {
+        guard let r = fs.localState(id) else { return "not here" }
+        var st = stat()
+        let file = stat(store.cache.path(for: id), &st) == 0 ? "\(st.st_size) bytes" : "none"
+        let version = engine.itemAttribute(.version, item: id, ancestors: []) ?? "-"
+        return "\(r.name) size \(r.size) dirty \(r.dirty) cache file \(file) status \(engine.itemStatus(id)) version \(version)"
+    }
+
     func status(_ key: String) -> String? { engine.statusLines().first { $0.0 == key }?.1 }
 
     // MARK: doing (as a program would through the mount)
@@ -325,7 +344,6 @@ final class NoticeLine: @unchecked Sendable {
     private let maxDelay: Int
     private var rng: SplitMix64
     private var pending = 0
-    private var dropped = false
 
     init(world: SimWorld, maxDelay: Int, seed: UInt64) {
         self.world = world
@@ -343,7 +361,7 @@ final class NoticeLine: @unchecked Sendable {
         Task(executorPreference: world.executor) {
             if delay > 0 { await clock.sleep(for: .milliseconds(delay)) }
             self.pending -= 1
-            if !self.dropped { notice.deliver() }
+            notice.deliver()
         }
     }
 
@@ -352,6 +370,4 @@ final class NoticeLine: @unchecked Sendable {
         while pending > 0 { await world.clock.sleep(for: .milliseconds(1)) }
     }
 
-    /// The process is gone: notices on their way are never delivered.
-    func drop() { dropped = true }
 }

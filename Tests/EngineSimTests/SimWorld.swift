@@ -38,6 +38,8 @@ final class SimWorld: @unchecked Sendable {
     /// `NIMBUS_SIM_LOG=1`: a failing seed's report holds every log line, not the last ones
     /// (with `NIMBUS_SYNC_TRACE=1`, every decision).
     static let keepAllLogs = ProcessInfo.processInfo.environment["NIMBUS_SIM_LOG"] != nil
+    /// `NIMBUS_SIM_WATCH=ID`: after every step, each device's view of that item goes to the log.
+    static let watch = ProcessInfo.processInfo.environment["NIMBUS_SIM_WATCH"].flatMap(ItemID.init)
 
     func log(_ device: String, _ line: String) {
         let at = clock.time
@@ -137,6 +139,7 @@ final class SimWorld: @unchecked Sendable {
                 let outcome = await SimChecks.execute(step, on: devices[step.device], ledger: &ledger)
                 if outcome.hasPrefix("ok") { done += 1 }
                 trace.append("\(clock.time) \(step): \(outcome)")
+                if let w = Self.watch { for d in devices { log(d.name, "watch: " + d.describe(w)) } }
                 await closeWriters(ledger: &ledger, all: false)
                 try await faults(after: step.round)
                 // The store's writer: each queue reaches the disk now or later, as the seed says.
