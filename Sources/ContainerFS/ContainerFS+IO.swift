@@ -131,7 +131,7 @@ extension ContainerFS {
     /// How `n` is being written (lock held).
     func writeState(of n: Node, now: UInt64) -> WriteState {
         WriteState(writers: n.writers, unsynced: n.writers > 0 && !n.fsyncedSinceWrite, changing: n.changing > 0, generation: n.writeGen,
-                   idleNanoseconds: now &- n.lastWrite, dirty: n.metaDirty, written: n.bytesWritten)
+                   idleNanoseconds: now &- n.lastWrite, dirty: n.metaDirty, written: n.bytesWritten, unnoticed: n.noticesPending > 0)
     }
 
     /// `MountedTree.snapshot`: the item's row, write state and pending safe save, under one lock.

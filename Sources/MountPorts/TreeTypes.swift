@@ -40,7 +40,9 @@ public struct RemoteState: Sendable {
 /// How a file is being written: open writers, writes since the last fsync, the write
 /// counter and nanoseconds since the last write (for quiet-period uploads).
 public struct WriteState: Sendable, Equatable {
-    public init(writers: Int, unsynced: Bool, changing: Bool, generation: UInt64, idleNanoseconds: UInt64, dirty: Bool, written: UInt64) {
+    public init(writers: Int, unsynced: Bool, changing: Bool, generation: UInt64, idleNanoseconds: UInt64, dirty: Bool, written: UInt64,
+                unnoticed: Bool = false) {
+        self.unnoticed = unnoticed
         self.writers = writers
         self.unsynced = unsynced
         self.changing = changing
@@ -62,6 +64,9 @@ public struct WriteState: Sendable, Equatable {
     /// Bytes programs wrote into this content so far (wrapping; restarts when a remote
     /// version or an identity transfer gives the item another node).
     public var written: UInt64
+    /// A change of the content whose notice (`ChangeObserver.localChange`) has not been
+    /// delivered yet.
+    public var unnoticed: Bool
 }
 
 /// One non-current version of a file, as `.nimbus/versions/PATH/` lists it.

@@ -47,6 +47,11 @@ public enum Mutation: String, CaseIterable, Sendable {
     /// A change's upload-queue entry is queued when the engine hears of the change, not right
     /// behind the change: a commit in between saves the change without its entry.
     case queueEntryAtNotice = "queue-entry-at-notice"
+    /// After an unclean stop, the files pushed once to find bytes whose change was never
+    /// recorded are queued in memory only: a stop before their push forgets them.
+    case recheckInMemoryOnly = "recheck-in-memory-only"
+    /// A push decides on a file whose content change has not reached the engine yet.
+    case pushBeforeNotice = "push-before-notice"
 
     /// This mutation is the one the run breaks.
     public var isOn: Bool {

@@ -1,3 +1,5 @@
+import NimbusCore
+
 /// What the tree says about an item when the push loop takes it: one snapshot, read by the
 /// engine from the filesystem just before `pushStep`.
 public struct PushFacts<Instant: InstantProtocol>: Sendable, Equatable where Instant.Duration == Duration, Instant: Sendable {
@@ -19,11 +21,15 @@ public struct PushFacts<Instant: InstantProtocol>: Sendable, Equatable where Ins
     public var lockedExclusively: Bool
     /// Bytes programs wrote into the file so far (`UploadPacing`).
     public var written: UInt64
+    /// The tree changed the file's content (a write, an editor's save handing it new bytes)
+    /// and the engine has not had the notice yet: what it knows of the content is out of date.
+    public var unnoticedChange: Bool
     public var now: Instant
 
     public init(exists: Bool, isFile: Bool, hasBase: Bool, complete: Bool, deviceLocalName: Bool = false,
                 pendingSafeSave: Bool = false, midSaveGeneration: UInt64? = nil, lockedExclusively: Bool = false,
-                written: UInt64 = 0, now: Instant) {
+                written: UInt64 = 0, unnoticedChange: Bool = false, now: Instant) {
+        self.unnoticedChange = unnoticedChange
         self.exists = exists
         self.isFile = isFile
         self.hasBase = hasBase
@@ -48,6 +54,10 @@ public enum PushStep<Instant: InstantProtocol>: Sendable, Equatable where Instan
     case waitForSafeSave(until: Instant)
     /// Mid-save: the writer's close or fsync queues the item again.
     case waitForWriter
+    /// A change of the content is on its way to the engine: its notice queues the item again
+    /// (deciding now, on a placeholder's base, would find "nothing to send" and drop the
+    /// queue entry that the change had put on disk).
+    case waitForNotice
     /// A program holds it exclusively: the unlock queues it again.
     case waitForLock
     /// A file that keeps changing: it keeps its place in the queue until then.
@@ -59,7 +69,7 @@ public enum PushStep<Instant: InstantProtocol>: Sendable, Equatable where Instan
     /// Steps about the file's content, for which the file's presenters are asked to save first.
     public var concernsContent: Bool {
         switch self {
-        case .commitDelete, .keepLocal, .waitForSafeSave: false
+        case .commitDelete, .keepLocal, .waitForSafeSave, .waitForNotice: false
         case .waitForWriter, .waitForLock, .paced, .commit: true
         }
     }
@@ -71,11 +81,13 @@ extension SyncItem {
     /// milliseconds).
     public static var safeSaveRecheck: Duration { .milliseconds(500) }
 
-    /// The decision at the start of a push, in order: deleted here, device-local, an editor's
+    /// The decision at the start of a push, in order: deleted here, a change not noticed yet,
+    /// device-local, an editor's
     /// save under way, mid-save (unless a snapshot is due), locked, paced; else commit. Pure.
     public func pushStep(_ f: PushFacts<Instant>, rules: UploadPacing<Instant>.Rules) -> PushStep<Instant> {
         guard f.exists else { return .commitDelete }
         guard f.isFile else { return .commit(snapshot: nil) }
+        if f.unnoticedChange, !Mutation.pushBeforeNotice.isOn { return .waitForNotice }
         if !f.hasBase {
             if f.deviceLocalName { return .keepLocal }
             if f.pendingSafeSave { return .waitForSafeSave(until: f.now.advanced(by: Self.safeSaveRecheck)) }

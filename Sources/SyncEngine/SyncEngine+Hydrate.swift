@@ -149,18 +149,32 @@ extension SyncEngine: ContentProvider {
             if let (fd, _, expected) = target {
                 defer { close(fd) }
                 var hasher = SHA256()
-                _ = try await fetchClient.streamChunk(key.hash) { part in
-                    hasher.update(bufferPointer: part)
-                    guard !truncated else { return }
-                    guard written + Int64(part.count) <= expected else {
-                        throw SyncError("chunk \(key.hash) arrived with more than its \(expected) bytes")
+                // A server in trouble (5xx) before any byte came is asked again, twice, after
+                // 0.2 and 0.6 s: one busy answer does not fail the program's read.
+                var attempt = 0
+                while true {
+                    do {
+                        _ = try await fetchClient.streamChunk(key.hash) { part in
+                            hasher.update(bufferPointer: part)
+                            guard !truncated else { return }
+                            guard written + Int64(part.count) <= expected else {
+                                throw SyncError("chunk \(key.hash) arrived with more than its \(expected) bytes")
+                            }
+                            try contentGate.withLock { (g: inout [ItemID: UInt64]) throws -> Void in
+                                // A program truncated the file since the fetch began: its bytes rule.
+                                guard (g[key.item] ?? 0) == truncations else { truncated = true; return }
+                                try Self.writeAll(fd, part, at: offset + written)
+                            }
+                            written += Int64(part.count)
+                        }
+                        break
+                    } catch {
+                        guard attempt < 2, written == 0, !truncated, Self.isServerTrouble(error) else { throw error }
+                        attempt += 1
+                        log("download of chunk \(key.index) of \(key.item): \(error); asking again")
+                        await options.clock.sleep(for: .milliseconds(attempt == 1 ? 200 : 600))
+                        hasher = SHA256()
                     }
-                    try contentGate.withLock { (g: inout [ItemID: UInt64]) throws -> Void in
-                        // A program truncated the file since the fetch began: its bytes rule.
-                        guard (g[key.item] ?? 0) == truncations else { truncated = true; return }
-                        try Self.writeAll(fd, part, at: offset + written)
-                    }
-                    written += Int64(part.count)
                 }
                 guard ContentHash(digest: hasher.finalize()) == key.hash, truncated || written == expected else {
                     throw SyncError("chunk \(key.hash) arrived with other bytes")

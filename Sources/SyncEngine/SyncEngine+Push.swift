@@ -249,6 +249,12 @@ extension SyncEngine: ChangeObserver {
         return "not uploaded: the account is over its quota on the server (\(numbers)); the change is kept here and uploads by itself once there is room — free space on the server or ask its admin to raise the quota"
     }
 
+    /// The server answered, but in trouble (5xx): worth asking again soon.
+    static func isServerTrouble(_ e: any Error) -> Bool {
+        if case .server(let status, _, _, _, _)? = e as? RemoteError { return status >= 500 }
+        return false
+    }
+
     static func isTransport(_ e: any Error) -> Bool {
         switch e as? RemoteError {
         case .transport, .certificate: return true
@@ -380,6 +386,9 @@ extension SyncEngine: ChangeObserver {
                 if leaves { self.state.withLock { $0.queue.append(id) } }
                 self.wake.yield()
             }
+            return .nothing
+        case .waitForNotice:
+            trace("push \(id): a change here is on its way to the engine; its notice queues it again")
             return .nothing
         case .waitForWriter:
             // Mid-save (open for writing, no fsync since the last write): never upload a
@@ -658,7 +667,7 @@ extension SyncEngine: ChangeObserver {
             pendingSafeSave: isFile && base == nil && tree.pendingSafeSave,
             midSaveGeneration: ws?.unsynced == true ? ws?.generation : nil,
             lockedExclusively: isFile && services?.coordinator.programLock(on: id) == .exclusive,
-            written: ws?.written ?? 0, now: options.clock.now)
+            written: ws?.written ?? 0, unnoticedChange: ws?.unnoticed == true, now: options.clock.now)
     }
 
     /// Paced items whose wait is over, or whose program has written enough since to earn the

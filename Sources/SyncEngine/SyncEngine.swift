@@ -240,11 +240,16 @@ public final class SyncEngine: Sendable {
         if store.startedUnclean {
             // Bytes may have reached a file whose change was never recorded (a kill -9, or a
             // full disk, before the change's note was saved): every whole file shown here is
-            // pushed once; an unchanged one has nothing to send.
+            // pushed once; an unchanged one has nothing to send. Each goes into the queue on
+            // disk too: a stop before its push (the next start is a clean one) does not forget it.
             let whole: [ItemID] = state.withLock { s in
                 s.items.bases.compactMap { id, b in b.complete && b.record.kind == .file && !b.record.deleted ? id : nil }.sorted()
             }
-            for id in whole where !ids.contains(id) && fs.localState(id) != nil { ids.append(id) }
+            for id in whole where !ids.contains(id) && fs.localState(id) != nil {
+                ids.append(id)
+                if !Mutation.recheckInMemoryOnly.isOn { store.enqueue(.syncOp(id, kind: .content)) }
+            }
+            store.commitQueued()
         }
         state.withLock { s in
             s.fs = fs

@@ -56,7 +56,7 @@ import Testing
                 ran += 1
                 if let failure = report.failure {
                     failures += 1
-                    Issue.record("simulation seed \(seed) (replay: NIMBUS_SIM_SEEDS=\(seed) NIMBUS_SIM_ROUNDS=\(Self.rounds) swift test --filter DeterministicSimulationTests): \(failure)")
+                    Issue.record("simulation seed \(seed) (replay: SWIFT_DETERMINISTIC_HASHING=1 NIMBUS_SIM_SEEDS=\(seed) NIMBUS_SIM_ROUNDS=\(Self.rounds) swift test --filter DeterministicSimulationTests): \(failure)")
                 } else if let explicit, explicit.count <= 20 {
                     print("simulation seed \(seed): \(report.figures)")
                 }

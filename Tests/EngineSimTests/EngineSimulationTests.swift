@@ -311,8 +311,10 @@ enum SimChecks {
         }
         var trees: [[String: String]] = []
         for d in devices {
-            guard let t = await d.tree() else { return "device \(d.name): its tree changed while read" }
-            trees.append(t)
+            switch await d.readTree() {
+            case .success(let t): trees.append(t)
+            case .failure(let why): return "device \(d.name): its tree changed while read (\(why))"
+            }
         }
         for (i, t) in trees.enumerated().dropFirst() where t != trees[0] {
             return "device a and device \(devices[i].name) differ:\n" + Self.diff(trees[0], t, devices[0].name, devices[i].name)

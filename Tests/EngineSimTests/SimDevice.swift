@@ -249,17 +249,21 @@ final class SimDevice: @unchecked Sendable {
     /// path → `/` for a folder, the content for a file. Nil when the tree changed while it was
     /// read (a remote change landed): not settled yet.
     func tree() async -> [String: String]? {
+        try? await readTree().get()
+    }
+
+    /// `tree()`, or why a file could not be read.
+    func readTree() async -> Result<[String: String], SimFailure> {
         var out: [String: String] = [:]
         for e in entries() {
             switch e.rec.kind {
             case .folder: out[e.path] = "/"
             case .file:
-                guard let c = try? await read(e.rec) else { return nil }
-                out[e.path] = c
+                do { out[e.path] = try await read(e.rec) } catch { return .failure(SimFailure("\(e.path): \(error)")) }
             default: out[e.path] = "?\(e.rec.kind)"
             }
         }
-        return out
+        return .success(out)
     }
 
     /// The item as this device has it: record, cache file, status (NIMBUS_SIM_WATCH).
@@ -268,7 +272,8 @@ final class SimDevice: @unchecked Sendable {
         var st = stat()
         let file = stat(store.cache.path(for: id), &st) == 0 ? "\(st.st_size) bytes" : "none"
         let version = engine.itemAttribute(.version, item: id, ancestors: []) ?? "-"
-        return "\(r.name) size \(r.size) dirty \(r.dirty) cache file \(file) status \(engine.itemStatus(id)) version \(version)"
+        let bytes = (try? String(contentsOfFile: store.cache.path(for: id), encoding: .utf8))?.replacingOccurrences(of: "\0", with: "\\0") ?? "-"
+        return "\(r.name) size \(r.size) dirty \(r.dirty) cache file \(file) status \(engine.itemStatus(id)) version \(version) bytes \(String(reflecting: bytes))"
     }
 
     func status(_ key: String) -> String? { engine.statusLines().first { $0.0 == key }?.1 }

@@ -243,6 +243,7 @@ final class SimWorld: @unchecked Sendable {
         let deadline = clock.time + limit
         var check = SimChecks.Settling()
         while clock.time < deadline {
+            if let w = Self.watch { for d in devices { log(d.name, "watch: " + d.describe(w)) } }
             if await check.settled(devices, serverCursor: server.t.cursor) { return nil }
             await clock.sleep(for: .milliseconds(100))
         }

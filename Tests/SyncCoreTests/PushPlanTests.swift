@@ -7,9 +7,10 @@ import Testing
 
     static func facts(exists: Bool = true, isFile: Bool = true, hasBase: Bool = true, complete: Bool = true,
                       deviceLocalName: Bool = false, pendingSafeSave: Bool = false, midSave: UInt64? = nil,
-                      locked: Bool = false, written: UInt64 = 0) -> PushFacts<T> {
+                      locked: Bool = false, written: UInt64 = 0, unnoticed: Bool = false) -> PushFacts<T> {
         PushFacts(exists: exists, isFile: isFile, hasBase: hasBase, complete: complete, deviceLocalName: deviceLocalName,
-                  pendingSafeSave: pendingSafeSave, midSaveGeneration: midSave, lockedExclusively: locked, written: written, now: .s(100))
+                  pendingSafeSave: pendingSafeSave, midSaveGeneration: midSave, lockedExclusively: locked, written: written,
+                  unnoticedChange: unnoticed, now: .s(100))
     }
 
     /// The decision at the start of a push for an item with no upload record: (facts, step).
@@ -27,6 +28,10 @@ import Testing
         (facts(midSave: 7, locked: true), .waitForWriter),
         (facts(locked: true), .waitForLock),
         (facts(complete: false, locked: true), .waitForLock),
+        // A change on its way to the engine: a placeholder's base would say "nothing to send".
+        (facts(complete: false, unnoticed: true), .waitForNotice),
+        (facts(locked: true, unnoticed: true), .waitForNotice),
+        (facts(exists: false, unnoticed: true), .commitDelete),
     ] as [(PushFacts<T>, Step)])
     func withoutARecord(_ f: PushFacts<T>, _ step: Step) {
         #expect(SyncItem<T>().pushStep(f, rules: rules) == step)
@@ -55,7 +60,7 @@ import Testing
 
     @Test(arguments: [
         (Step.commitDelete, false), (.keepLocal, false), (.waitForSafeSave(until: .s(1)), false), (.waitForWriter, true),
-        (.waitForLock, true), (.paced(until: .s(1)), true), (.commit(snapshot: nil), true),
+        (.waitForLock, true), (.paced(until: .s(1)), true), (.commit(snapshot: nil), true), (.waitForNotice, false),
     ] as [(Step, Bool)])
     func presentersAreAskedForContentSteps(_ step: Step, _ asks: Bool) {
         #expect(step.concernsContent == asks)
