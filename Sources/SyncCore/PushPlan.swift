@@ -54,10 +54,11 @@ public enum PushStep<Instant: InstantProtocol>: Sendable, Equatable where Instan
     case waitForSafeSave(until: Instant)
     /// Mid-save: the writer's close or fsync queues the item again.
     case waitForWriter
-    /// A change of the content is on its way to the engine: its notice queues the item again
-    /// (deciding now, on a placeholder's base, would find "nothing to send" and drop the
-    /// queue entry that the change had put on disk).
-    case waitForNotice
+    /// A change of the content is on its way to the engine: asked again then, keeping its place
+    /// in the queue (deciding now, on a placeholder's base, would find "nothing to send" and drop
+    /// the queue entry the change put on disk; and the notice on its way may name the item by
+    /// another id, that of a file whose identity it took).
+    case waitForNotice(until: Instant)
     /// A program holds it exclusively: the unlock queues it again.
     case waitForLock
     /// A file that keeps changing: it keeps its place in the queue until then.
@@ -81,13 +82,16 @@ extension SyncItem {
     /// milliseconds).
     public static var safeSaveRecheck: Duration { .milliseconds(500) }
 
+    /// How long a push waits for a content change's notice on its way before it looks again.
+    public static var noticeRecheck: Duration { .milliseconds(20) }
+
     /// The decision at the start of a push, in order: deleted here, a change not noticed yet,
     /// device-local, an editor's
     /// save under way, mid-save (unless a snapshot is due), locked, paced; else commit. Pure.
     public func pushStep(_ f: PushFacts<Instant>, rules: UploadPacing<Instant>.Rules) -> PushStep<Instant> {
         guard f.exists else { return .commitDelete }
         guard f.isFile else { return .commit(snapshot: nil) }
-        if f.unnoticedChange, !Mutation.pushBeforeNotice.isOn { return .waitForNotice }
+        if f.unnoticedChange, !Mutation.pushBeforeNotice.isOn { return .waitForNotice(until: f.now.advanced(by: Self.noticeRecheck)) }
         if !f.hasBase {
             if f.deviceLocalName { return .keepLocal }
             if f.pendingSafeSave { return .waitForSafeSave(until: f.now.advanced(by: Self.safeSaveRecheck)) }

@@ -369,6 +369,18 @@ extension SyncEngine: ChangeObserver {
             state.withLock { $0.items[id, default: SyncItem()].upload.deviceLocal = true }
             try store.removeSyncOps(id, upTo: upTo)
             return .nothing
+        case .waitForNotice(let until):
+            trace("push \(id): a change here is on its way to the engine; asked again in a moment")
+            state.withLock { s in
+                s.items[id, default: SyncItem()].upload.notBefore = until
+                s.queue.prepend(id)
+            }
+            let clock = options.clock
+            jobs.spawn {
+                await clock.sleep(for: until - clock.now)
+                self.wake.yield()
+            }
+            return .nothing
         case .waitForSafeSave(let until):
             // A new file under the name a document was just renamed away from (vim's save): wait
             // a moment — when the backup goes, this file takes the document's identity instead.
@@ -386,9 +398,6 @@ extension SyncEngine: ChangeObserver {
                 if leaves { self.state.withLock { $0.queue.append(id) } }
                 self.wake.yield()
             }
-            return .nothing
-        case .waitForNotice:
-            trace("push \(id): a change here is on its way to the engine; its notice queues it again")
             return .nothing
         case .waitForWriter:
             // Mid-save (open for writing, no fsync since the last write): never upload a

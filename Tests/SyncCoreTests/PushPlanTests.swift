@@ -29,8 +29,8 @@ import Testing
         (facts(locked: true), .waitForLock),
         (facts(complete: false, locked: true), .waitForLock),
         // A change on its way to the engine: a placeholder's base would say "nothing to send".
-        (facts(complete: false, unnoticed: true), .waitForNotice),
-        (facts(locked: true, unnoticed: true), .waitForNotice),
+        (facts(complete: false, unnoticed: true), .waitForNotice(until: T.s(100).advanced(by: .milliseconds(20)))),
+        (facts(locked: true, unnoticed: true), .waitForNotice(until: T.s(100).advanced(by: .milliseconds(20)))),
         (facts(exists: false, unnoticed: true), .commitDelete),
     ] as [(PushFacts<T>, Step)])
     func withoutARecord(_ f: PushFacts<T>, _ step: Step) {
@@ -60,7 +60,7 @@ import Testing
 
     @Test(arguments: [
         (Step.commitDelete, false), (.keepLocal, false), (.waitForSafeSave(until: .s(1)), false), (.waitForWriter, true),
-        (.waitForLock, true), (.paced(until: .s(1)), true), (.commit(snapshot: nil), true), (.waitForNotice, false),
+        (.waitForLock, true), (.paced(until: .s(1)), true), (.commit(snapshot: nil), true), (.waitForNotice(until: .s(1)), false),
     ] as [(Step, Bool)])
     func presentersAreAskedForContentSteps(_ step: Step, _ asks: Bool) {
         #expect(step.concernsContent == asks)
