@@ -74,6 +74,9 @@ extension ContainerFS {
     /// deletes plainly, and that item, versions and all, lives on under its new name. False
     /// when it cannot be done; nothing changed.
     func transferIdentity(from: Node, to: Node) -> Bool {
+        // The content files are exchanged at once, the rows only when the store commits: while
+        // its commits fail (a full disk) a crash would leave each id naming the other's bytes.
+        if store.lastError != nil, !Mutation.transferIdentityWhileUnsaved.isOn { return false }
         guard from.rec.kind == .file, to.rec.kind == .file, from !== to,
               content.isPresent(to.rec.id, range: 0..<to.rec.size),
               syncStatus?.hasConflictVersions(to.rec.id) != true else { return false }

@@ -52,6 +52,9 @@ public enum Mutation: String, CaseIterable, Sendable {
     case recheckInMemoryOnly = "recheck-in-memory-only"
     /// A push decides on a file whose content change has not reached the engine yet.
     case pushBeforeNotice = "push-before-notice"
+    /// An editor's save takes the document's identity while the store cannot commit (a full
+    /// disk): its content files are exchanged on disk, its rows only in the queue.
+    case transferIdentityWhileUnsaved = "transfer-identity-while-unsaved"
 
     /// This mutation is the one the run breaks.
     public var isOn: Bool {
