@@ -224,10 +224,23 @@ public final class SyncEngine: Sendable {
     public func attach(_ fs: any MountedTree, services: MountServices) throws {
         _ = store.sync()
         var ids: [ItemID] = []
+        for op in try recoverQueue() where !ids.contains(op) { ids.append(op) }
+        for id in try store.unsyncedItems() where !ids.contains(id) { ids.append(id) }
+        if store.startedUnclean {
+            for id in recheckAfterUncleanStop(exists: { fs.localState($0) != nil }) where !ids.contains(id) { ids.append(id) }
+        }
+        state.withLock { s in
+            s.fs = fs
+            s.services = services
+            for id in ids { s.queue.append(id) }
+        }
+        services.coordinator.setReleaseHandler { [weak self] id in self?.locksReleased(id) }
+    }
+
+    /// The items of the queue on disk, in order. A content change queued before the stop makes
+    /// its file whole here, even if the notice's own note of that never reached the disk.
+    func recoverQueue() throws -> [ItemID] {
         let ops = try store.syncOps()
-        for op in ops where !ids.contains(op.item) { ids.append(op.item) }
-        // A content change queued before the stop: its file is whole here, even if the notice's
-        // own note of that never reached the disk.
         let whole: [ItemID: Base] = state.withLock { s in
             var out: [ItemID: Base] = [:]
             for op in ops where op.kind == .content && !Mutation.forgetWholeAfterCrash.isOn {
@@ -236,27 +249,22 @@ public final class SyncEngine: Sendable {
             return out
         }
         try persistBases(whole.mapValues { Optional($0) })
-        for id in try store.unsyncedItems() where !ids.contains(id) { ids.append(id) }
-        if store.startedUnclean {
-            // Bytes may have reached a file whose change was never recorded (a kill -9, or a
-            // full disk, before the change's note was saved): every whole file shown here is
-            // pushed once; an unchanged one has nothing to send. Each goes into the queue on
-            // disk too: a stop before its push (the next start is a clean one) does not forget it.
-            let whole: [ItemID] = state.withLock { s in
-                s.items.bases.compactMap { id, b in b.complete && b.record.kind == .file && !b.record.deleted ? id : nil }.sorted()
-            }
-            for id in whole where !ids.contains(id) && fs.localState(id) != nil {
-                ids.append(id)
-                if !Mutation.recheckInMemoryOnly.isOn { store.enqueue(.syncOp(id, kind: .content)) }
-            }
-            store.commitQueued()
+        return ops.map(\.item)
+    }
+
+    /// After an unclean stop, bytes may have reached a file whose change was never recorded (a
+    /// kill -9, or a full disk, before the change's note was saved): every whole file shown here
+    /// is pushed once; an unchanged one has nothing to send. Each is queued on disk too, so a
+    /// stop before its push (the next start is a clean one) does not forget it.
+    func recheckAfterUncleanStop(exists: (ItemID) -> Bool) -> [ItemID] {
+        let whole: [ItemID] = state.withLock { s in
+            s.items.bases.compactMap { id, b in b.complete && b.record.kind == .file && !b.record.deleted ? id : nil }.sorted()
+        }.filter(exists)
+        if !Mutation.recheckInMemoryOnly.isOn {
+            for id in whole { store.enqueue(.syncOp(id, kind: .content)) }
         }
-        state.withLock { s in
-            s.fs = fs
-            s.services = services
-            for id in ids { s.queue.append(id) }
-        }
-        services.coordinator.setReleaseHandler { [weak self] id in self?.locksReleased(id) }
+        store.commitQueued()
+        return whole
     }
 
     /// The services shared with the mounted tree (set by `attach`).

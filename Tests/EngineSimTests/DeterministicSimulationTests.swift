@@ -78,4 +78,13 @@ import Testing
         #expect(a.failure == nil, "\(a.failure ?? "")")
         #expect(a.traceHash == b.traceHash, "seed \(seed) did not replay")
     }
+
+    /// Seeds that found a loss or a stall, kept as regression tests of the rule that fixed it
+    /// (docs/sync.md "Mutations"). Replayed with the test run's `SWIFT_DETERMINISTIC_HASHING=1`
+    /// (scripts/test); without it Set orders differ and a seed may take another path.
+    @Test(arguments: [UInt64(82), 737, 791, 1107])
+    func seedsThatFoundBugs(_ seed: UInt64) async throws {
+        let r = await SimWorld.run(SimPlan(seed: seed, rounds: Self.rounds))
+        #expect(r.failure == nil, "simulation seed \(seed): \(r.failure ?? "")")
+    }
 }

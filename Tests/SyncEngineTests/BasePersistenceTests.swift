@@ -101,4 +101,34 @@ import Testing
         let data = BaseCoding.encode(file)
         #expect(throws: BaseCodingError.self) { try BaseCoding.decode(data.prefix(data.count - 3)) }
     }
+
+    /// A content change queued before a crash, whose notice's own note (the file is whole here)
+    /// never reached the disk: the next start knows the file was written here, or its push would
+    /// take the placeholder's chunks as the content and the write would never leave.
+    @Test func aQueuedContentChangeMakesItsPlaceholderWholeAtStart() throws {
+        try withEngine { store, _ in
+            let e = try engine(store)
+            let item = record(version: 5, sizes: [100, 200])
+            try e.saveBase(item.id, Base.placeholder(item))
+            store.enqueue(.syncOp(item.id, kind: .content))
+            store.commitQueued()
+            let restarted = try engine(store)
+            #expect(try restarted.recoverQueue() == [item.id])
+            #expect(restarted.state.withLock { $0.base(item.id)?.complete } == true)
+            #expect(try engine(store).state.withLock { $0.base(item.id)?.complete } == true, "and on disk")
+        }
+    }
+
+    /// After an unclean stop every whole file is queued on disk for one push: a clean stop before
+    /// that push does not forget it.
+    @Test func theRecheckAfterAnUncleanStopIsQueuedOnDisk() throws {
+        try withEngine { store, _ in
+            let e = try engine(store)
+            let item = record(version: 5, sizes: [100])
+            try e.saveBase(item.id, Base(record: item, present: nil))
+            #expect(e.recheckAfterUncleanStop(exists: { _ in true }) == [item.id])
+            #expect(try store.syncOps().map(\.item) == [item.id])
+            #expect(e.recheckAfterUncleanStop(exists: { _ in false }).isEmpty, "files not in the tree are left alone")
+        }
+    }
 }
