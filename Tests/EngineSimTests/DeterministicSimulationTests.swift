@@ -39,7 +39,7 @@ import Testing
         var failures = 0
         func nextSeed() -> UInt64? {
             if let explicit {
-                guard index < explicit.count else { return nil }
+                guard index < explicit.count, failures < maxFailures else { return nil }
                 index += 1
                 return explicit[index - 1]
             }
