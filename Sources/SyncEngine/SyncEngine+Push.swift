@@ -371,33 +371,13 @@ extension SyncEngine: ChangeObserver {
             return .nothing
         case .waitForNotice(let until):
             trace("push \(id): a change here is on its way to the engine; asked again in a moment")
-            state.withLock { s in
-                s.items[id, default: SyncItem()].upload.notBefore = until
-                s.queue.prepend(id)
-            }
-            let clock = options.clock
-            jobs.spawn {
-                await clock.sleep(for: until - clock.now)
-                self.wake.yield()
-            }
+            askAgain(id, at: until, keepingPlace: true)
             return .nothing
         case .waitForSafeSave(let until):
             // A new file under the name a document was just renamed away from (vim's save): wait
             // a moment — when the backup goes, this file takes the document's identity instead.
             // It keeps its place in the queue (local work a folder delete must see).
-            let leaves = Mutation.safeSaveHoldLeavesQueue.isOn
-            if !leaves {
-                state.withLock { s in
-                    s.items[id, default: SyncItem()].upload.notBefore = until
-                    s.queue.prepend(id)
-                }
-            }
-            let clock = options.clock
-            jobs.spawn {
-                await clock.sleep(for: until - clock.now)
-                if leaves { self.state.withLock { $0.queue.append(id) } }
-                self.wake.yield()
-            }
+            askAgain(id, at: until, keepingPlace: !Mutation.safeSaveHoldLeavesQueue.isOn)
             return .nothing
         case .waitForWriter:
             // Mid-save (open for writing, no fsync since the last write): never upload a
@@ -437,6 +417,23 @@ extension SyncEngine: ChangeObserver {
         }
         return .commit(CommitWork(base: base, cursor: cursor, draft: draft, needsContent: needsContent, snapshot: snapshot,
                                   generation: tree.write?.generation))
+    }
+
+    /// The push of `id` is looked at again at `until`: kept at the head of the queue meanwhile
+    /// (`keepingPlace`: local work every rule that looks at the queue sees), or put back then.
+    private func askAgain(_ id: ItemID, at until: ContinuousClock.Instant, keepingPlace: Bool) {
+        if keepingPlace {
+            state.withLock { s in
+                s.items[id, default: SyncItem()].upload.notBefore = until
+                s.queue.prepend(id)
+            }
+        }
+        let clock = options.clock
+        jobs.spawn {
+            await clock.sleep(for: until - clock.now)
+            if !keepingPlace { self.state.withLock { $0.queue.append(id) } }
+            self.wake.yield()
+        }
     }
 
     /// The commit to send once the content is on the server (in a turn); nil when there is
