@@ -132,13 +132,20 @@ extension PostgresStore {
 
     private static func adminStatement(_ q: PostgresQuery, admin: PostgresLocation) async throws {
         let logger = Logger(label: "nimbus.postgres.admin")
-        let conn = try await PostgresConnection.connect(configuration: admin.connectionConfiguration, id: 0, logger: logger)
         do {
-            _ = try await conn.query(q, logger: logger)
-        } catch {
-            try? await conn.close()
-            throw error
+            let conn = try await PostgresConnection.connect(configuration: admin.connectionConfiguration, id: 0, logger: logger)
+            do {
+                _ = try await conn.query(q, logger: logger)
+            } catch {
+                try? await conn.close()
+                throw error
+            }
+            try await conn.close()
+        } catch let error as PSQLError {
+            // PSQLError's description hides what the server said; say it (SQLSTATE and message).
+            let state = error.serverInfo?[.sqlState] ?? "none"
+            let message = error.serverInfo?[.message] ?? String(describing: error.code)
+            throw APIError(.unavailable, "PostgreSQL refused \(q.sql): \(message) (SQLSTATE \(state))")
         }
-        try await conn.close()
     }
 }

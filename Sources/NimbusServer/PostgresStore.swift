@@ -32,6 +32,10 @@ public final class PostgresStore: ServerStore {
     static let channel = "nimbus_commits"
     /// Until when (this process's clock) each container is known watched (`watch`).
     let watched = Mutex<[Int64: ContinuousClock.Instant]>([:])
+    /// Connections an answer timeout is closing. Over TLS a close waits for the server's
+    /// close_notify (up to NIOSSL's shutdown timeout), and meanwhile the pool can hand the
+    /// connection out again: `answered` waits for such a one to close and takes another.
+    let closing = Mutex<Set<ObjectIdentifier>>([])
 
     private init(location: PostgresLocation, logger: Logger, history: HistoryRetention) {
         self.location = location
@@ -242,10 +246,17 @@ public final class PostgresStore: ServerStore {
     /// (a network cut with no reset, a stopped server) costs a commit an error, not a request that
     /// never ends.
     private func answered<R: Sendable>(on conn: PostgresConnection, _ body: () async throws -> R) async throws -> R {
-        let timedOut = DeadlineFlag()
         let limit = location.answerTimeout
-        let deadline = conn.eventLoop.scheduleTask(in: TimeAmount(limit)) {
+        // The pool may hand out a connection that is closed or still closing (one an answer
+        // timeout closed): nothing is sent on it; the caller takes another once it has closed.
+        let key = ObjectIdentifier(conn)
+        if closing.withLock({ $0.contains(key) }) { await Self.closed(conn, within: limit) }
+        guard !conn.isClosed else { throw HandedClosedConnection() }
+        let timedOut = DeadlineFlag()
+        let deadline = conn.eventLoop.scheduleTask(in: TimeAmount(limit)) { [self] in
             timedOut.raise()
+            closing.withLock { _ = $0.insert(key) }
+            conn.closeFuture.whenComplete { _ in self.closing.withLock { _ = $0.remove(key) } }
             let closed: EventLoopFuture<Void> = conn.close()
             closed.whenComplete { _ in }
         }
@@ -258,8 +269,8 @@ public final class PostgresStore: ServerStore {
         }
     }
 
-    /// Runs `attempt` again on deadlock or serialization failure (up to 8 times); other database
-    /// errors become `unavailable`.
+    /// Runs `attempt` again on deadlock or serialization failure, or when the pool handed it a
+    /// closed connection (up to 8 times); other database errors become `unavailable`.
     private func retrying<R: Sendable>(_ attempt: @Sendable () async throws -> R) async throws -> R {
         var count = 0
         while true {
@@ -269,10 +280,28 @@ public final class PostgresStore: ServerStore {
             } catch let error as PSQLError where Self.isRetryable(error) && count < 8 {
                 logger.debug("retrying a transaction after \(error.serverInfo?[.sqlState] ?? "?")")
                 try await Task.sleep(for: .milliseconds(Int.random(in: 1...(5 * count))))
+            } catch is HandedClosedConnection where count < 8 {
+                try await Task.sleep(for: .milliseconds(5 * count))
+            } catch is HandedClosedConnection {
+                throw PostgresSync.closed
             } catch let error as PSQLError {
                 throw Self.unavailable(error)
             }
         }
+    }
+
+    /// The pool handed out a connection already closed; nothing was sent on it.
+    struct HandedClosedConnection: Error {}
+
+    /// Returns once `conn` has closed, or after `limit`.
+    static func closed(_ conn: PostgresConnection, within limit: Duration) async {
+        let done = conn.eventLoop.makePromise(of: Void.self)
+        let once = DeadlineFlag()
+        func finish() { if once.raiseOnce() { done.succeed(()) } }
+        let timer = conn.eventLoop.scheduleTask(in: TimeAmount(limit)) { finish() }
+        conn.closeFuture.whenComplete { _ in finish() }
+        try? await done.futureResult.get()
+        timer.cancel()
     }
 
     /// Deadlock detected, serialization failure: the transaction did nothing and can be rerun.
@@ -289,14 +318,12 @@ public final class PostgresStore: ServerStore {
 
     /// Runs one statement on a pooled connection and collects its rows, within `answerTimeout`.
     func read(_ q: PostgresQuery) async throws -> [PostgresRow] {
-        do {
-            return try await client.withConnection { conn in
+        try await retrying {
+            try await self.client.withConnection { conn in
                 try await self.answered(on: conn) {
                     try await PostgresSync.start(q, on: conn, logger: self.logger).get().rows
                 }
             }
-        } catch let error as PSQLError {
-            throw Self.unavailable(error)
         }
     }
 
@@ -443,5 +470,7 @@ public final class PostgresStore: ServerStore {
 final class DeadlineFlag: Sendable {
     private let raised = Atomic<Bool>(false)
     func raise() { raised.store(true, ordering: .relaxed) }
+    /// Raises the flag; true for the one call that raised it.
+    func raiseOnce() -> Bool { !raised.exchange(true, ordering: .acquiringAndReleasing) }
     var isRaised: Bool { raised.load(ordering: .relaxed) }
 }

@@ -22,13 +22,28 @@ public enum PostgresScratch {
     public static func create() async throws -> PostgresLocation {
         let admin = try admin()
         let name = "nimbus_t_" + UUID().uuidString.lowercased().replacingOccurrences(of: "-", with: "").prefix(16)
-        try await PostgresStore.createDatabase(String(name), admin: admin)
+        try await again("create database \(name)") { try await PostgresStore.createDatabase(String(name), admin: admin) }
         return admin.with(database: String(name))
     }
 
     /// Drops a database made by `create` (closing connections left open).
     public static func drop(_ location: PostgresLocation) async throws {
-        try await PostgresStore.dropDatabase(location.database, admin: try admin())
+        let admin = try admin()
+        try await again("drop database \(location.database)") { try await PostgresStore.dropDatabase(location.database, admin: admin) }
+    }
+
+    /// Runs an idempotent admin statement up to three times. Tests create and drop databases in
+    /// parallel, and PostgreSQL may refuse one while another runs (a template or catalog in use);
+    /// each refusal is printed with what the server said, so a run that still fails says why.
+    static func again(_ what: String, _ body: () async throws -> Void) async throws {
+        for attempt in 1...3 {
+            do {
+                return try await body()
+            } catch where attempt < 3 {
+                FileHandle.standardError.write(Data("PostgresScratch: \(what) failed (attempt \(attempt) of 3): \(error)\n".utf8))
+                try await Task.sleep(for: .milliseconds(200 * attempt))
+            }
+        }
     }
 
     /// The `postgres://` URL `nimbus serve --database` takes for `location`.
