@@ -38,27 +38,3 @@ public enum UploadFailure: Sendable, Equatable {
         }
     }
 }
-
-extension UploadState {
-    /// Records a failed upload at `now` and returns the seconds until it is tried again (0 when it
-    /// waits for a valid token, or leaves the queue to be put back).
-    public mutating func failed(_ f: UploadFailure, at now: Instant) -> Int {
-        let delay: Int
-        switch f {
-        case .unauthorized, .moveRefused:
-            return 0
-        case .transient:
-            delay = failure?.nextDelay ?? 1
-            failure = .retrying(at: now.advanced(by: .seconds(delay)), delay: delay)
-        case .refused:
-            delay = UploadFailure.refusedRetrySeconds
-            failure = .refused(at: now.advanced(by: .seconds(delay)))
-        case .overQuota(let figures):
-            // Room appears when the admin raises the quota or the server's garbage collection
-            // frees content no version refers to any more; the device hears of neither.
-            delay = Self.quotaRetrySeconds
-            failure = .overQuota(at: now.advanced(by: .seconds(delay)), figures)
-        }
-        return delay
-    }
-}

@@ -2,10 +2,20 @@ import NimbusCore
 import NimbusProtocol
 
 /// What the engine knows about one item's local changes on their way up, besides the queue's
-/// order (`UploadQueue`): why its upload failed and when it is tried again, whether a program is
-/// writing it or holds it locked, the snapshot of a file kept open, the pacing of a file that
-/// keeps changing. One record per item that has any of it; an item without a record is clean
-/// here and uploads at once when it changes.
+/// order (`UploadQueue`). One record per item that has any of it; an item without a record is
+/// clean here and uploads at once when it changes.
+///
+/// A state machine: the record changes only by `on(_:at:rules:)`, one event at a time, and each
+/// event answers with what the engine does next (`UploadAction`). The phases are enums, so
+/// contradictory combinations (waiting for a lock and backing off, a snapshot due of a file no
+/// program writes) cannot be represented:
+///
+///     wait:    none ──askAgain──▶ until(t) ──committing / released──▶ none
+///               │  ──failed─────▶ failed(retrying | refused | overQuota) ──pushEnded──▶ none
+///               └──lockHeld─────▶ lock ──lockReleased (requeue)──▶ none
+///     writer:  idle ──wrote──▶ writing ──quiet(gen)──▶ writing(snapshot due)
+///                                  ▲ └─committing(snapshot)─▶ writing(sent gen) ──writersGone──▶ idle
+///                                  └──────────── wrote ─────────┘
 public struct UploadState<Instant: InstantProtocol>: Sendable, Equatable where Instant.Duration == Duration, Instant: Sendable {
     /// The last upload failed; the item stays queued and is tried again at `at`.
     public enum Failure: Sendable, Equatable {
@@ -31,83 +41,266 @@ public struct UploadState<Instant: InstantProtocol>: Sendable, Equatable where I
         }
     }
 
+    /// Why the item is not pushed now.
+    public enum Wait: Sendable, Equatable {
+        /// The last upload failed: tried again at the failure's `at`.
+        case failed(Failure)
+        /// Looked at again then, keeping its place in the queue: paced, a folder delete waiting
+        /// for the pushes of items below it, a save or a change's notice on its way.
+        case until(Instant)
+        /// A program holds the file exclusively (mid-save): its unlock queues it again.
+        case lock
+    }
+
+    /// The programs writing the file.
+    public enum Writer: Sendable, Equatable {
+        case idle
+        /// Written since its last close or fsync (`user.nimbus.status` says `uploading`; the
+        /// quiet period of a file kept open runs). `snapshotDue`: no write for a quiet period, so
+        /// the next push may upload a snapshot although the file is still open. `sent`: the write
+        /// generation of the last snapshot uploaded (the same generation is not sent twice).
+        case writing(snapshotDue: Bool, sent: UInt64?)
+    }
+
     /// How long an item refused for the account's quota waits before it is tried again: room
-    /// appears when the admin raises the quota or the garbage collector frees content no version refers to any more,
-    /// neither of which the device hears of.
+    /// appears when the admin raises the quota or the garbage collector frees content no version
+    /// refers to any more, neither of which the device hears of.
     public static var quotaRetrySeconds: Int { 60 }
 
-    public var failure: Failure?
+    public private(set) var wait: Wait?
+    public private(set) var writer: Writer = .idle
     /// The last failure of an upload or download of the item (`user.nimbus.error`).
-    public var error: String?
-    /// Written since its last close or fsync (`user.nimbus.status` says `uploading`; the quiet
-    /// period of a file kept open runs).
-    public var writing = false
-    /// Not uploaded while a program holds the file exclusively: its unlock queues it again.
-    public var waitingForLock = false
+    public private(set) var error: String?
     /// A never-synced file with a device-local name (SQLite's journals): kept here only.
-    public var deviceLocal = false
+    public private(set) var deviceLocal = false
     /// How often this never-committed folder was pushed ahead of an item inside it (bounded, so
     /// a folder that cannot be committed never keeps the loop spinning).
-    public var pushedAhead = 0
+    public private(set) var pushedAhead = 0
     /// Its place here is newer than the one the server keeps from an earlier commit of ours
     /// (moved back here while that commit was on its way): the answer to its next commit leaves
     /// it where it is, and it is pushed once more.
-    public var relocate = false
-    /// The file is kept open and had no write for a quiet period: its next push may upload a
-    /// snapshot although it is still open.
-    public var snapshotDue = false
-    /// The write generation of the last snapshot uploaded while the file stayed open (the same
-    /// generation is not sent twice).
-    public var snapshotSent: UInt64?
-    public var pacing = UploadPacing<Instant>()
-    /// Paced (`UploadPacing`): the item keeps its place in the queue and is not pushed before then.
-    public var notBefore: Instant?
+    public private(set) var relocate = false
+    public private(set) var pacing = UploadPacing<Instant>()
     /// The server answered `missing_chunks`: chunks it once had are gone (freed by its garbage
     /// collection after their last version was pruned). The next push asks which chunks it lacks
     /// even when the content is the base's, instead of taking the base's word for it.
-    public var chunksMissing = false
+    public private(set) var chunksMissing = false
 
     public init() {}
+
+    /// What happened to the item.
+    public enum Event: Sendable, Equatable {
+        /// A program wrote into the file (a durable note only: the close or fsync uploads).
+        case wrote
+        /// A change was queued; `content`: its content changed (pacing counts it).
+        case changed(content: Bool)
+        /// The item was deleted here.
+        case deletedHere
+        /// No program has the file open for writing any more.
+        case writersGone
+        /// The file kept open had no write for a quiet period, at write generation `generation`;
+        /// `queued`: the item is in the queue or being pushed already.
+        case quiet(generation: UInt64, queued: Bool)
+        /// The push decided to look again at `until`, keeping the item's place in the queue.
+        case askAgain(until: Instant)
+        /// Its wait (`until`) is over early: a program wrote enough to earn the upload.
+        case released
+        /// The push commits the item's state now; `snapshot`: of a file kept open.
+        case committing(snapshot: Bool)
+        /// A snapshot at write generation `generation` was committed.
+        case snapshotSent(UInt64)
+        /// Its upload found the file locked exclusively.
+        case lockHeld
+        /// The last lock on the file went.
+        case lockReleased
+        /// A never-synced file decided device-local (or not any more).
+        case deviceLocal(Bool)
+        /// The folder is pushed ahead of an item inside it.
+        case pushedAhead
+        /// An upload read the content when `written` bytes were written and sent `sent` bytes.
+        case uploaded(sent: Int64, written: UInt64)
+        /// The push ended without an error; `closed`: no program writes the file now.
+        case pushEnded(closed: Bool)
+        /// The push failed with `failure`, the error text to show, and whether the server said
+        /// chunks were missing.
+        case failed(UploadFailure, message: String, missingChunks: Bool)
+        /// A refused move was put back where the server has it.
+        case putBack
+        /// The place here is newer than what the next commit's answer says: keep it (`relocate`).
+        case movedBackSinceCommit
+        /// A commit's answer is being settled (`relocate` is used up).
+        case settling
+        /// A download of it failed with `message`, or it is whole here now (`nil`).
+        case download(failed: String?)
+    }
+
+    /// What the engine does after an event.
+    public enum Action: Sendable, Equatable {
+        /// Put the item in the upload queue (a snapshot is due, or its lock went).
+        case queue
+        /// Tried again in `seconds` (0: it waits for a valid token, or leaves the queue to be
+        /// put back).
+        case retryIn(seconds: Int)
+        /// Its commit's answer must keep the place here (settle with relocation).
+        case keepPlace
+    }
+
+    /// Takes `event` at `now` and returns what the engine does next.
+    @discardableResult
+    public mutating func on(_ event: Event, at now: Instant, rules: UploadPacing<Instant>.Rules) -> [Action] {
+        switch event {
+        case .wrote:
+            if case .idle = writer { writer = .writing(snapshotDue: false, sent: nil) }
+            pacing.changed(at: now, rules: rules)
+        case .changed(let content):
+            if content { pacing.changed(at: now, rules: rules) }
+        case .deletedHere:
+            deletedHere()
+        case .writersGone:
+            writer = .idle
+        case .quiet(let generation, let queued):
+            guard !queued, case .writing(_, let sent) = writer, sent != generation else { return [] }
+            writer = .writing(snapshotDue: true, sent: sent)
+            return [.queue]
+        case .askAgain(let until):
+            wait = .until(until)
+        case .released:
+            if case .until = wait { wait = nil }
+        case .committing(let snapshot):
+            if case .until = wait { wait = nil }
+            if snapshot, case .writing(_, let sent) = writer { writer = .writing(snapshotDue: false, sent: sent) }
+        case .snapshotSent(let generation):
+            if case .writing = writer { writer = .writing(snapshotDue: false, sent: generation) }
+        case .lockHeld:
+            wait = .lock
+        case .lockReleased:
+            guard wait == .lock else { return [] }
+            wait = nil
+            return [.queue]
+        case .deviceLocal(let local):
+            deviceLocal = local
+        case .pushedAhead:
+            pushedAhead += 1
+        case .uploaded(let sent, let written):
+            pacing.uploaded(at: now, sent: sent, written: written, rules: rules)
+        case .pushEnded(let closed):
+            if case .failed = wait { wait = nil }
+            error = nil
+            chunksMissing = false
+            if closed { writer = .idle }
+        case .failed(let f, let message, let missing):
+            error = message
+            if missing { chunksMissing = true }
+            return [.retryIn(seconds: failed(f, at: now))]
+        case .putBack:
+            if case .failed = wait { wait = nil }
+            error = nil
+        case .movedBackSinceCommit:
+            relocate = true
+        case .settling:
+            let keep = relocate
+            relocate = false
+            return keep && !Mutation.settleWithoutRelocate.isOn ? [.keepPlace] : []
+        case .download(let failed):
+            error = failed
+        }
+        return []
+    }
 
     /// The item was deleted here: its delete goes at once. Nothing of its content is left to
     /// pace, snapshot or wait for, and a refusal of its last state (or of its content for the
     /// quota) no longer applies; a back-off for server trouble stays. A delete kept waiting
     /// would let a folder delete made after it overtake it, and the folder delete's rule is
     /// coarser: the item's own delete, on its base, loses to an edit made elsewhere.
-    public mutating func deletedHere() {
+    private mutating func deletedHere() {
         if Mutation.deleteWaitsOutPacing.isOn { return }
-        notBefore = nil
-        snapshotDue = false
-        waitingForLock = false
-        switch failure {
-        case .refused?, .overQuota?:
-            failure = nil
-            error = nil
-        case .retrying?, nil:
+        if case .writing(_, let sent) = writer { writer = .writing(snapshotDue: false, sent: sent) }
+        switch wait {
+        case .failed(.retrying)?:
             break
+        case .failed(.refused)?, .failed(.overQuota)?:
+            wait = nil
+            error = nil
+        case .until?, .lock?, nil:
+            wait = nil
         }
     }
 
-    /// Whether the push loop may take the item now: no back-off or pacing wait runs.
+    /// Records a failed upload at `now` and returns the seconds until it is tried again (0 when it
+    /// waits for a valid token, or leaves the queue to be put back).
+    private mutating func failed(_ f: UploadFailure, at now: Instant) -> Int {
+        let delay: Int
+        switch f {
+        case .unauthorized, .moveRefused:
+            return 0
+        case .transient:
+            delay = failure?.nextDelay ?? 1
+            wait = .failed(.retrying(at: now.advanced(by: .seconds(delay)), delay: delay))
+        case .refused:
+            delay = UploadFailure.refusedRetrySeconds
+            wait = .failed(.refused(at: now.advanced(by: .seconds(delay))))
+        case .overQuota(let figures):
+            // Room appears when the admin raises the quota or the server's garbage collection
+            // frees content no version refers to any more; the device hears of neither.
+            delay = Self.quotaRetrySeconds
+            wait = .failed(.overQuota(at: now.advanced(by: .seconds(delay)), figures))
+        }
+        return delay
+    }
+
+    /// The failure it backs off from, if any.
+    public var failure: Failure? {
+        if case .failed(let f) = wait { return f }
+        return nil
+    }
+
+    /// The end of a wait that keeps its place in the queue.
+    public var notBefore: Instant? {
+        if case .until(let t) = wait { return t }
+        return nil
+    }
+
+    public var waitingForLock: Bool { wait == .lock }
+
+    public var writing: Bool {
+        if case .writing = writer { return true }
+        return false
+    }
+
+    public var snapshotDue: Bool {
+        if case .writing(true, _) = writer { return true }
+        return false
+    }
+
+    public var snapshotSent: UInt64? {
+        if case .writing(_, let sent) = writer { return sent }
+        return nil
+    }
+
+    /// Whether the push loop may take the item now: no back-off or wait runs.
     public func ready(at now: Instant) -> Bool {
-        (failure.map { $0.at <= now } ?? true) && (notBefore.map { $0 <= now } ?? true)
+        switch wait {
+        case .failed(let f)?: f.at <= now
+        case .until(let t)?: t <= now
+        case .lock?, nil: true
+        }
     }
 
     public var refused: Bool {
-        if case .refused = failure { return true }
+        if case .refused? = failure { return true }
         return false
     }
 
     /// The account's usage and quota of the last `quota_exceeded` (with nil figures when the
     /// server gave none); nil when the item does not wait on the quota.
     public var overQuota: QuotaFigures?? {
-        if case .overQuota(_, let figures) = failure { return .some(figures) }
+        if case .overQuota(_, let figures)? = failure { return .some(figures) }
         return nil
     }
 
     /// Nothing worth remembering: the item's record forgets its upload phase.
     public func isIdle(at now: Instant, rules: UploadPacing<Instant>.Rules) -> Bool {
-        failure == nil && error == nil && !writing && !waitingForLock && !deviceLocal && pushedAhead == 0 && !relocate
-            && !snapshotDue && snapshotSent == nil && notBefore == nil && !chunksMissing && pacing.isIdle(at: now, rules: rules)
+        wait == nil && writer == .idle && error == nil && !deviceLocal && pushedAhead == 0 && !relocate
+            && !chunksMissing && pacing.isIdle(at: now, rules: rules)
     }
 }

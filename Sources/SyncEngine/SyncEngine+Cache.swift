@@ -235,16 +235,13 @@ extension SyncEngine: SyncControl {
         var queued = false
         for id in writing {
             guard let w = fs.writeState(id), w.writers > 0 else {
-                state.withLock { s in
-                    s.items[id]?.upload.writing = false
-                    s.items[id]?.upload.snapshotSent = nil
-                }
+                state.withLock { _ = $0.items[id]?.upload.on(.writersGone, at: now, rules: rules) }
                 continue
             }
             guard quiet > 0, w.unsynced, w.idleNanoseconds >= quiet else { continue }
             state.withLock { s in
-                guard s.items[id]?.upload.snapshotSent != w.generation, !s.queue.contains(id), s.inFlight != id else { return }
-                s.items[id, default: SyncItem()].upload.snapshotDue = true
+                let event = UploadState<ContinuousClock.Instant>.Event.quiet(generation: w.generation, queued: s.queue.contains(id) || s.inFlight == id)
+                guard s.items[id]?.upload.on(event, at: now, rules: rules).contains(.queue) == true else { return }
                 s.queue.append(id)
                 queued = true
             }

@@ -34,13 +34,11 @@ extension SyncEngine {
 
     /// The coordinator's release handler: locks on `id` went (called on the releasing thread).
     func locksReleased(_ id: ItemID) {
+        let now = options.clock.now, rules = pacingRules
         let (requeue, pending) = state.withLock { s -> (Bool, ServerItem?) in
-            let held = s.items[id]?.upload.waitingForLock == true
-            if held {
-                s.items[id]?.upload.waitingForLock = false
-                s.queue.append(id)
-            }
-            return (held, s.items[id]?.remote.forLock)
+            let requeue = s.items[id]?.upload.on(.lockReleased, at: now, rules: rules).contains(.queue) == true
+            if requeue { s.queue.append(id) }
+            return (requeue, s.items[id]?.remote.forLock)
         }
         if requeue { wake.yield() }
         guard let pending else { return }

@@ -180,6 +180,7 @@ extension SyncEngine: ContentProvider {
                     throw SyncError("chunk \(key.hash) arrived with other bytes")
                 }
             }
+            let now = options.clock.now, rules = pacingRules
             let (updated, replaced): (Base?, Bool) = state.withLock { s in
                 // Not this content's file any more (nothing written), or a program's bytes rule.
                 guard let gen = target?.generation else { return (nil, true) }
@@ -197,7 +198,7 @@ extension SyncEngine: ContentProvider {
                 s.useClock &+= 1
                 let clock = s.useClock
                 s.items.withCache(key.item) { $0.lastUse = clock }  // just downloaded counts as used (LRU)
-                if b.complete { s.items[key.item]?.upload.error = nil }
+                if b.complete { s.items[key.item]?.upload.on(.download(failed: nil), at: now, rules: rules) }
                 return (b, false)
             }
             if let updated {
@@ -211,9 +212,10 @@ extension SyncEngine: ContentProvider {
             failure = .EIO
             log("download of chunk \(key.index) of \(key.item) failed: \(error)")
             let unreachable = Self.isTransport(error)
+            let now = options.clock.now, rules = pacingRules
             state.withLock { s in
                 s.lastError = "download: \(error)"
-                s.items[key.item, default: SyncItem()].upload.error = "download failed: \(error)"
+                s.items[key.item, default: SyncItem()].upload.on(.download(failed: "download failed: \(error)"), at: now, rules: rules)
                 if unreachable { s.offlineUntil = options.clock.now + .seconds(2) }
             }
             // A read that could not reach the server is the first sign of a network that went

@@ -22,16 +22,13 @@ extension SyncEngine: ChangeObserver {
         let rules = pacingRules
         if case .writing = change {
             // Durable note only (the close or fsync uploads); starts the quiet-period clock.
-            state.withLock { s in
-                s.items[id, default: SyncItem()].upload.writing = true
-                s.items[id]?.upload.pacing.changed(at: now, rules: rules)
-            }
+            state.withLock { s in _ = s.items[id, default: SyncItem()].upload.on(.wrote, at: now, rules: rules) }
             return
         }
         let nowComplete: Base? = state.withLock { s in
             s.queue.append(id)
-            if case .contentChanged = change { s.items[id, default: SyncItem()].upload.pacing.changed(at: now, rules: rules) }
-            if case .deleted = change, s.items[id] != nil { s.items[id]?.upload.deletedHere() }
+            if case .contentChanged = change { s.items[id, default: SyncItem()].upload.on(.changed(content: true), at: now, rules: rules) }
+            if case .deleted = change, s.items[id] != nil { s.items[id]?.upload.on(.deletedHere, at: now, rules: rules) }
             guard case .contentChanged = change, let b = s.base(id)?.wholeAfterLocalContent() else { return nil }
             s.setBase(id, b)
             return b
@@ -127,6 +124,7 @@ extension SyncEngine: ChangeObserver {
         let ws = state.withLock { $0.fs }?.writeState(id)
         let closed = ws.map { $0.writers == 0 } ?? true
         let idle = ws.map { $0.writers == 0 && !$0.dirty } ?? true
+        let now = options.clock.now, rules = pacingRules
         let (retry, held): ([ServerItem], ServerItem?) = state.withLock { s in
             var held: ServerItem?
             if idle, !s.queue.contains(id), let h = s.items[id]?.remote.forWriter {
@@ -134,11 +132,8 @@ extension SyncEngine: ChangeObserver {
                 held = h
             }
             s.inFlight = nil; s.upload = nil
-            s.items[id]?.upload.failure = nil
-            s.items[id]?.upload.error = nil
-            s.items[id]?.upload.chunksMissing = false
+            s.items[id]?.upload.on(.pushEnded(closed: closed), at: now, rules: rules)
             if !s.queue.items.contains(where: { s.items[$0]?.upload.failure != nil }) { s.lastError = nil }
-            if closed { s.items[id]?.upload.writing = false }
             return (s.queue.isEmpty ? s.skippedRemote() : [], held)
         }
         if let held {
@@ -153,20 +148,22 @@ extension SyncEngine: ChangeObserver {
     /// A push failed (in a turn): the item goes back to the front of the queue with its back-off
     /// (or, for a refused move, leaves it to be put back). Returns the back-off in seconds.
     func pushFailed(_ id: ItemID, _ error: any Error, _ failure: UploadFailure) -> Int {
-        let now = options.clock.now
+        let now = options.clock.now, rules = pacingRules
+        // What the item's error says, and the engine's last error.
+        let (message, why): (String, String)
+        if case .overQuota(let figures) = failure {
+            (message, why) = (Self.overQuotaMessage(figures), Self.overQuotaMessage(figures))
+        } else {
+            (message, why) = ("upload failed: \(error)", "\(error)")
+        }
+        let event = UploadState<ContinuousClock.Instant>.Event.failed(
+            failure, message: message, missingChunks: (error as? RemoteError)?.code == .missingChunks)
         let delay: Int = state.withLock { s in
             s.inFlight = nil
             s.upload = nil
-            if case .overQuota(let figures) = failure {
-                let why = Self.overQuotaMessage(figures)
-                s.lastError = "upload of \(id): \(why)"
-                s.items[id, default: SyncItem()].upload.error = why
-            } else {
-                s.lastError = "upload of \(id): \(error)"
-                s.items[id, default: SyncItem()].upload.error = "upload failed: \(error)"
-            }
-            if (error as? RemoteError)?.code == .missingChunks { s.items[id]?.upload.chunksMissing = true }
-            let delay = s.items[id, default: SyncItem()].upload.failed(failure, at: now)
+            s.lastError = "upload of \(id): \(why)"
+            var delay = 0
+            for case .retryIn(let seconds) in s.items[id, default: SyncItem()].upload.on(event, at: now, rules: rules) { delay = seconds }
             switch failure {
             case .unauthorized:
                 s.unauthorized = "\(error)"
@@ -205,7 +202,8 @@ extension SyncEngine: ChangeObserver {
         do {
             let item = try await client.item(container, id)
             let skipped = try await loop.turn(.reverted(id)) {
-                state.withLock { s in s.items[id]?.upload.failure = nil; s.items[id]?.upload.error = nil }
+                let now = options.clock.now, rules = pacingRules
+                state.withLock { s in _ = s.items[id]?.upload.on(.putBack, at: now, rules: rules) }
                 try apply([item], force: [id])
                 return state.withLock { $0.skippedRemote() }
             }
@@ -224,9 +222,10 @@ extension SyncEngine: ChangeObserver {
     func folderToCreateFirst(for id: ItemID) -> ItemID? {
         guard let fs = state.withLock({ $0.fs }) else { return nil }
         let above = fs.ancestors(of: id).filter { !$0.isRoot }
+        let now = options.clock.now, rules = pacingRules
         return state.withLock { s in
             guard let f = CommitPlan.folderFirst(above: above, { s.items[$0] }) else { return nil }
-            s.items[f, default: SyncItem()].upload.pushedAhead += 1
+            s.items[f, default: SyncItem()].upload.on(.pushedAhead, at: now, rules: rules)
             return f
         }
     }
@@ -332,9 +331,10 @@ extension SyncEngine: ChangeObserver {
         if askPresenters, local?.kind == .file, let presenters = services?.presenters, !presenters.isEmpty, step.concernsContent {
             return .askPresenters(path: fs.path(of: id))
         }
+        let now = options.clock.now, rules = pacingRules
         if local?.kind == .file, base == nil, step != .keepLocal {
             // A device-local name renamed to an ordinary one is uploaded from then on.
-            state.withLock { $0.items[id]?.upload.deviceLocal = false }
+            state.withLock { _ = $0.items[id]?.upload.on(.deviceLocal(false), at: now, rules: rules) }
         }
         var snapshot: UInt64?
         switch step {
@@ -346,9 +346,9 @@ extension SyncEngine: ChangeObserver {
                 }
                 if wait {
                     // Kept in the queue until the items moved out (or deleted) here are pushed.
-                    let until = options.clock.now + .seconds(1)
+                    let until = now + .seconds(1)
                     state.withLock { s in
-                        s.items[id, default: SyncItem()].upload.notBefore = until
+                        s.items[id, default: SyncItem()].upload.on(.askAgain(until: until), at: now, rules: rules)
                         s.queue.prepend(id)
                     }
                     trace("push \(id): a folder delete waits for the pushes of items below it on the server")
@@ -359,14 +359,14 @@ extension SyncEngine: ChangeObserver {
             // Nor states held back here (for a push, a writer or a lock): another device's
             // write this device never showed would go with the folder (`SeenCursor`).
             let seen = state.withLock { s in
-                s.items[id]?.upload.deviceLocal = false
+                s.items[id]?.upload.on(.deviceLocal(false), at: now, rules: rules)
                 let held = s.items.busyItems.lazy.flatMap(\.item.remote.heldVersions)
                 return SeenCursor.forDelete(cursor: cursor, notShown: held + (s.minSkipped.map { [$0] } ?? []))
             }
             return .delete(base: base, cursor: seen)
         case .keepLocal:
             // SQLite's journals stay on this device (DeviceLocalNames).
-            state.withLock { $0.items[id, default: SyncItem()].upload.deviceLocal = true }
+            state.withLock { _ = $0.items[id, default: SyncItem()].upload.on(.deviceLocal(true), at: now, rules: rules) }
             try store.removeSyncOps(id, upTo: upTo)
             return .nothing
         case .waitForNotice(let until):
@@ -387,22 +387,19 @@ extension SyncEngine: ChangeObserver {
             return .nothing
         case .waitForLock:
             // A program holds the file exclusively (mid-save): its unlock queues the item again.
-            state.withLock { $0.items[id, default: SyncItem()].upload.waitingForLock = true }
+            state.withLock { _ = $0.items[id, default: SyncItem()].upload.on(.lockHeld, at: now, rules: rules) }
             return .nothing
         case .paced(let until):
             // A file that keeps changing keeps its place in the queue until then.
             state.withLock { s in
-                s.items[id]?.upload.notBefore = until
+                s.items[id]?.upload.on(.askAgain(until: until), at: now, rules: rules)
                 s.queue.prepend(id)
             }
-            trace("push \(id): changing again soon after its last upload; paced for \(until - options.clock.now)")
+            trace("push \(id): changing again soon after its last upload; paced for \(until - now)")
             return .nothing
         case .commit(let s):
             snapshot = s
-            state.withLock { s in
-                s.items[id]?.upload.notBefore = nil
-                if snapshot != nil { s.items[id]?.upload.snapshotDue = false }
-            }
+            state.withLock { _ = $0.items[id]?.upload.on(.committing(snapshot: snapshot != nil), at: now, rules: rules) }
         }
         guard let local, let parent = local.parent, let name = try? ItemName(local.name) else { return .nothing }
         var draft = ItemDraft(kind: local.kind, parent: parent, name: name, symlinkTarget: local.target,
@@ -423,8 +420,9 @@ extension SyncEngine: ChangeObserver {
     /// (`keepingPlace`: local work every rule that looks at the queue sees), or put back then.
     private func askAgain(_ id: ItemID, at until: ContinuousClock.Instant, keepingPlace: Bool) {
         if keepingPlace {
+            let now = options.clock.now, rules = pacingRules
             state.withLock { s in
-                s.items[id, default: SyncItem()].upload.notBefore = until
+                s.items[id, default: SyncItem()].upload.on(.askAgain(until: until), at: now, rules: rules)
                 s.queue.prepend(id)
             }
         }
@@ -481,7 +479,8 @@ extension SyncEngine: ChangeObserver {
         if let snapshot = c.snapshot {
             // Uploaded while still open: the close (or a later quiet period) sends what follows;
             // the queue entries stay so a crash before then still uploads the final content.
-            state.withLock { $0.items[id, default: SyncItem()].upload.snapshotSent = snapshot }
+            let now = options.clock.now, rules = pacingRules
+            state.withLock { _ = $0.items[id, default: SyncItem()].upload.on(.snapshotSent(snapshot), at: now, rules: rules) }
             return
         }
         try store.removeSyncOps(id, upTo: upTo)
@@ -568,9 +567,11 @@ extension SyncEngine: ChangeObserver {
         assert(EngineLoop.inTurn, "settle outside a turn of the engine loop")
         let item = r.item
         guard let fs = state.withLock({ $0.fs }) else { return }
+        let now = options.clock.now, rules = pacingRules
         let (relocate, record) = state.withLock { s in
-            defer { s.items[id]?.upload.relocate = false }
-            return (s.items[id]?.upload.relocate == true && !Mutation.settleWithoutRelocate.isOn, s.items[id] ?? SyncItem())
+            let record = s.items[id] ?? SyncItem()
+            let actions = s.items[id]?.upload.on(.settling, at: now, rules: rules) ?? []
+            return (actions.contains(.keepPlace), record)
         }
         let sameContent = item.chunks == sent.chunks
         let shown = ItemDraft(item).withModified(sent.modified)
@@ -647,7 +648,7 @@ extension SyncEngine: ChangeObserver {
             // not move the item, and the item is pushed once more from there.
             if let previous, let here = fs.localState(id),
                SettleFacts.movedBackSinceCommit(previous: previous.record, sent: sent, here: (here.parent, here.name), relocate: relocate) {
-                state.withLock { $0.items[id, default: SyncItem()].upload.relocate = true }
+                state.withLock { _ = $0.items[id, default: SyncItem()].upload.on(.movedBackSinceCommit, at: now, rules: rules) }
                 trace("settle \(id): moved back here since the commit; the next answer keeps the place here")
             }
         } else {
@@ -689,7 +690,7 @@ extension SyncEngine: ChangeObserver {
             state.withLock { s in
                 guard let r = s.items[id]?.upload, r.notBefore != nil else { return }
                 if r.ready(at: now) || r.pacing.decide(at: now, written: written, rules: rules) == .now {
-                    s.items[id]?.upload.notBefore = nil
+                    s.items[id]?.upload.on(.released, at: now, rules: rules)
                     due = true
                 }
             }
@@ -709,7 +710,8 @@ extension SyncEngine: ChangeObserver {
         // Chunked under a read claim: the chunk list is the file's content at one instant, not
         // a mix of before and after a program's locked save. (Uploads re-hash what they send.)
         guard let claim = services?.coordinator.tryClaim(id, .shared, label: "sync: upload") else {
-            state.withLock { $0.items[id, default: SyncItem()].upload.waitingForLock = true }
+            let now = options.clock.now, rules = pacingRules
+            state.withLock { _ = $0.items[id, default: SyncItem()].upload.on(.lockHeld, at: now, rules: rules) }
             return nil
         }
         let before = fs.writeState(id)
@@ -744,7 +746,7 @@ extension SyncEngine: ChangeObserver {
         defer {
             let now = options.clock.now
             let rules = pacingRules
-            state.withLock { $0.items[id, default: SyncItem()].upload.pacing.uploaded(at: now, sent: put, written: written, rules: rules) }
+            state.withLock { _ = $0.items[id, default: SyncItem()].upload.on(.uploaded(sent: put, written: written), at: now, rules: rules) }
         }
         for s in spans where missing.contains(s.ref.hash) && sent.insert(s.ref.hash).inserted {
             var bytes = [UInt8](repeating: 0, count: Int(s.ref.size))

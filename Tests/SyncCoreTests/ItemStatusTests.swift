@@ -15,16 +15,18 @@ import Testing
 
     static func item(_ r: Record) -> SyncItem<T> {
         var i = SyncItem<T>()
+        let rules = UploadPacing<T>.Rules(quietPeriod: .seconds(10))
+        func failed(_ f: UploadFailure) { i.upload.on(.failed(f, message: "refused", missingChunks: false), at: .s(0), rules: rules) }
         switch r {
         case .none: break
-        case .refused: i.upload.failure = .refused(at: .s(300))
-        case .deviceLocal: i.upload.deviceLocal = true
-        case .writing: i.upload.writing = true
+        case .refused: failed(.refused)
+        case .deviceLocal: i.upload.on(.deviceLocal(true), at: .s(0), rules: rules)
+        case .writing: i.upload.on(.wrote, at: .s(0), rules: rules)
         case .heldV6: i.remote.forLock = RemoteHoldsTests.v(6)
         case .heldV5: i.remote.forWriter = RemoteHoldsTests.v(5)
-        case .refusedAndWriting: i.upload.failure = .refused(at: .s(300)); i.upload.writing = true
-        case .overQuota: i.upload.failure = .overQuota(at: .s(60), QuotaFigures(usage: 90, quota: 100))
-        case .overQuotaNoFigures: i.upload.failure = .overQuota(at: .s(60), nil)
+        case .refusedAndWriting: failed(.refused); i.upload.on(.wrote, at: .s(0), rules: rules)
+        case .overQuota: failed(.overQuota(QuotaFigures(usage: 90, quota: 100)))
+        case .overQuotaNoFigures: failed(.overQuota(nil))
         }
         return i
     }

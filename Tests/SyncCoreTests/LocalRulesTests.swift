@@ -42,9 +42,10 @@ import Testing
         var records: [ItemID: SyncItem<T>] = [c: SyncItem(base: Base(record: Self.item(.folder), present: nil))]
         // above: nearest first (a inside b inside c); c is committed, b and a are not.
         #expect(CommitPlan.folderFirst(above: [a, b, c]) { records[$0] } == b)
-        records[b, default: SyncItem()].upload.failure = .refused(at: .s(1))
+        let rules = UploadPacing<T>.Rules(quietPeriod: .seconds(10))
+        records[b, default: SyncItem()].upload.on(.failed(.refused, message: "invalid_name", missingChunks: false), at: .s(1), rules: rules)
         #expect(CommitPlan.folderFirst(above: [a, b, c]) { records[$0] } == a, "a folder refused for good is not pushed ahead")
-        records[a, default: SyncItem()].upload.pushedAhead = CommitPlan.pushAheadLimit
+        for _ in 0..<CommitPlan.pushAheadLimit { records[a, default: SyncItem()].upload.on(.pushedAhead, at: .s(1), rules: rules) }
         #expect(CommitPlan.folderFirst(above: [a, b, c]) { records[$0] } == nil, "nor one pushed ahead too often")
         #expect(CommitPlan.folderFirst(above: []) { records[$0] } == nil)
     }
@@ -67,10 +68,11 @@ import Testing
         #expect(!file.evictable(unsent: true, downloading: false), "changes not uploaded yet")
         #expect(!file.evictable(unsent: false, downloading: true))
         var writing = file
-        writing.upload.writing = true
+        let rules = UploadPacing<T>.Rules(quietPeriod: .seconds(10))
+        writing.upload.on(.wrote, at: .s(0), rules: rules)
         #expect(!writing.evictable(unsent: false, downloading: false))
         var locked = file
-        locked.upload.waitingForLock = true
+        locked.upload.on(.lockHeld, at: .s(0), rules: rules)
         #expect(!locked.evictable(unsent: false, downloading: false))
         var held = file
         held.remote.forLock = Self.item(chunks: [Self.chunk], version: 9)

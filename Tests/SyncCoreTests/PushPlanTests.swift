@@ -39,7 +39,8 @@ import Testing
 
     @Test func aSnapshotIsDueForAFileKeptOpen() {
         var item = SyncItem<T>()
-        item.upload.snapshotDue = true
+        item.upload.on(.wrote, at: .s(0), rules: rules)
+        #expect(item.upload.on(.quiet(generation: 7, queued: false), at: .s(10), rules: rules) == [.queue])
         #expect(item.pushStep(Self.facts(midSave: 7), rules: rules) == .commit(snapshot: 7))
         #expect(item.pushStep(Self.facts(midSave: 7, locked: true), rules: rules) == .waitForLock)
         #expect(item.pushStep(Self.facts(), rules: rules) == .commit(snapshot: nil))
@@ -48,8 +49,8 @@ import Testing
     @Test func aFileThatKeepsChangingIsPacedUnlessItsBytesAreNotHere() {
         var item = SyncItem<T>()
         for second in 97...99 {
-            item.upload.pacing.changed(at: .s(second), rules: rules)
-            item.upload.pacing.uploaded(at: .s(second), sent: 10, written: 1000, rules: rules)
+            item.upload.on(.changed(content: true), at: .s(second), rules: rules)
+            item.upload.on(.uploaded(sent: 10, written: 1000), at: .s(second), rules: rules)
         }
         #expect(item.pushStep(Self.facts(written: 100_000), rules: rules) == .paced(until: .s(107)))
         // A placeholder's metadata change commits its base chunks: nothing to pace.

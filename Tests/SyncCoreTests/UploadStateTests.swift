@@ -44,36 +44,44 @@ import Testing
         #expect((previous?.nextDelay ?? 1) == next)
     }
 
-    /// When the push loop may take a queued item: (failure, notBefore, now, ready).
+    /// When the push loop may take a queued item: (the wait, now, ready).
     @Test(arguments: [
-        (S.Failure?.none, T?.none, 0, true),
-        (.retrying(at: .s(5), delay: 1), nil, 4, false),
-        (.retrying(at: .s(5), delay: 1), nil, 5, true),
-        (.refused(at: .s(300)), nil, 299, false),
-        (.refused(at: .s(300)), nil, 300, true),
-        (nil, .s(10), 9, false),
-        (nil, .s(10), 10, true),
-        (.retrying(at: .s(5), delay: 1), .s(10), 7, false),
-    ] as [(S.Failure?, T?, Int, Bool)])
-    func ready(_ failure: S.Failure?, _ notBefore: T?, _ now: Int, _ ready: Bool) {
+        (S.Wait?.none, 0, true),
+        (.failed(.retrying(at: .s(5), delay: 1)), 4, false),
+        (.failed(.retrying(at: .s(5), delay: 1)), 5, true),
+        (.failed(.refused(at: .s(300))), 299, false),
+        (.failed(.refused(at: .s(300))), 300, true),
+        (.until(.s(10)), 9, false),
+        (.until(.s(10)), 10, true),
+        (.lock, 0, true),
+    ] as [(S.Wait?, Int, Bool)])
+    func ready(_ wait: S.Wait?, _ now: Int, _ ready: Bool) {
         var u = S()
-        u.failure = failure
-        u.notBefore = notBefore
+        switch wait {
+        case .failed(.retrying(let at, _))?: u.on(.failed(.transient, message: "x", missingChunks: false), at: at.advanced(by: .seconds(-1)), rules: rules)
+        case .failed(.refused(let at))?: u.on(.failed(.refused, message: "x", missingChunks: false), at: at.advanced(by: .seconds(-300)), rules: rules)
+        case .failed(.overQuota)?: Issue.record("not a case here")
+        case .until(let t)?: u.on(.askAgain(until: t), at: .s(0), rules: rules)
+        case .lock?: u.on(.lockHeld, at: .s(0), rules: rules)
+        case nil: break
+        }
+        #expect(u.wait == wait)
         #expect(u.ready(at: .s(now)) == ready)
-        #expect(u.refused == (failure.map { if case .refused = $0 { true } else { false } } ?? false))
+        #expect(u.refused == (wait.map { if case .failed(.refused) = $0 { true } else { false } } ?? false))
     }
 
     @Test func aRecordIsForgottenOnlyWhenNothingIsLeft() {
         var u = S()
         #expect(u.isIdle(at: .s(0), rules: rules))
-        u.writing = true
+        u.on(.wrote, at: .s(-100), rules: rules)
         #expect(!u.isIdle(at: .s(0), rules: rules))
-        u.writing = false
-        u.error = "download failed"
+        u.on(.writersGone, at: .s(0), rules: rules)
+        #expect(u.isIdle(at: .s(0), rules: rules))
+        u.on(.download(failed: "download failed"), at: .s(0), rules: rules)
         #expect(!u.isIdle(at: .s(0), rules: rules))
-        u.error = nil
-        u.pacing.changed(at: .s(0), rules: rules)
-        u.pacing.uploaded(at: .s(0), sent: 10, written: 10, rules: rules)
+        u.on(.download(failed: nil), at: .s(0), rules: rules)
+        u.on(.changed(content: true), at: .s(0), rules: rules)
+        u.on(.uploaded(sent: 10, written: 10), at: .s(0), rules: rules)
         #expect(!u.isIdle(at: .s(5), rules: rules))
         #expect(u.isIdle(at: .s(30), rules: rules))
     }
@@ -81,29 +89,100 @@ import Testing
 
 @Suite struct DeletedHereTests {
     typealias S = UploadState<T>
+    let rules = UploadPacing<T>.Rules(quietPeriod: .seconds(10))
 
     /// A delete is never paced, held for a save, a snapshot or a lock, nor kept back by a refusal
     /// of the state it deletes; server trouble still backs it off.
     @Test func aDeleteGoesAtOnceUnlessTheServerIsInTrouble() {
-        var s = S()
-        s.notBefore = .s(200)
-        s.snapshotDue = true
-        s.waitingForLock = true
-        s.failure = .refused(at: .s(400))
-        s.error = "invalid_name"
-        s.deletedHere()
-        #expect(s.ready(at: .s(100)) && s.failure == nil && s.error == nil && !s.snapshotDue && !s.waitingForLock)
+        var paced = S()
+        paced.on(.wrote, at: .s(0), rules: rules)
+        paced.on(.quiet(generation: 3, queued: false), at: .s(10), rules: rules)
+        paced.on(.askAgain(until: .s(200)), at: .s(10), rules: rules)
+        paced.on(.deletedHere, at: .s(100), rules: rules)
+        #expect(paced.ready(at: .s(100)) && !paced.snapshotDue)
+
+        var locked = S()
+        locked.on(.lockHeld, at: .s(0), rules: rules)
+        locked.on(.deletedHere, at: .s(100), rules: rules)
+        #expect(!locked.waitingForLock && locked.ready(at: .s(100)))
+
+        var refused = S()
+        refused.on(.failed(.refused, message: "invalid_name", missingChunks: false), at: .s(100), rules: rules)
+        refused.on(.deletedHere, at: .s(100), rules: rules)
+        #expect(refused.ready(at: .s(100)) && refused.failure == nil && refused.error == nil)
 
         var q = S()
-        q.failure = .overQuota(at: .s(160), nil)
-        q.deletedHere()
+        q.on(.failed(.overQuota(nil), message: "over quota", missingChunks: false), at: .s(100), rules: rules)
+        q.on(.deletedHere, at: .s(100), rules: rules)
         #expect(q.ready(at: .s(100)))
 
         var r = S()
-        r.failure = .retrying(at: .s(104), delay: 4)
-        r.error = "upload failed: 503"
-        r.deletedHere()
-        #expect(!r.ready(at: .s(100)) && r.ready(at: .s(104)) && r.error != nil)
+        r.on(.failed(.transient, message: "upload failed: 503", missingChunks: false), at: .s(100), rules: rules)
+        r.on(.failed(.transient, message: "upload failed: 503", missingChunks: false), at: .s(101), rules: rules)
+        r.on(.failed(.transient, message: "upload failed: 503", missingChunks: false), at: .s(103), rules: rules)
+        r.on(.deletedHere, at: .s(104), rules: rules)
+        #expect(!r.ready(at: .s(106)) && r.ready(at: .s(107)) && r.error != nil)
+    }
+}
+
+/// The phases change only by events, and each event says what the engine does next.
+@Suite struct UploadEventTests {
+    typealias S = UploadState<T>
+    let rules = UploadPacing<T>.Rules(quietPeriod: .seconds(10))
+
+    /// A file kept open: its quiet period asks for one snapshot per write generation, never while
+    /// it is queued or being pushed; once no program writes it, nothing of the writer is left.
+    @Test func aWriterAsksForOneSnapshotPerGeneration() {
+        var s = S()
+        s.on(.wrote, at: .s(0), rules: rules)
+        #expect(s.writing && !s.snapshotDue)
+        #expect(s.on(.quiet(generation: 4, queued: true), at: .s(10), rules: rules).isEmpty && !s.snapshotDue)
+        #expect(s.on(.quiet(generation: 4, queued: false), at: .s(10), rules: rules) == [.queue] && s.snapshotDue)
+        s.on(.committing(snapshot: true), at: .s(11), rules: rules)
+        #expect(!s.snapshotDue && s.writing)
+        s.on(.snapshotSent(4), at: .s(12), rules: rules)
+        #expect(s.snapshotSent == 4)
+        #expect(s.on(.quiet(generation: 4, queued: false), at: .s(30), rules: rules).isEmpty, "the same generation is not sent twice")
+        #expect(s.on(.quiet(generation: 5, queued: false), at: .s(40), rules: rules) == [.queue])
+        s.on(.writersGone, at: .s(41), rules: rules)
+        #expect(!s.writing && !s.snapshotDue && s.snapshotSent == nil)
+        #expect(s.on(.quiet(generation: 6, queued: false), at: .s(50), rules: rules).isEmpty, "no writer, no snapshot")
+    }
+
+    /// A push that ends closes the writer phase only when no program writes the file; a wait
+    /// for the item's next look (paced) outlives it, a back-off does not.
+    @Test func aPushThatEndsClearsTheFailureButNotAWait() {
+        var s = S()
+        s.on(.wrote, at: .s(0), rules: rules)
+        s.on(.failed(.transient, message: "upload failed: offline", missingChunks: true), at: .s(1), rules: rules)
+        #expect(s.failure != nil && s.chunksMissing && s.error != nil)
+        s.on(.pushEnded(closed: false), at: .s(3), rules: rules)
+        #expect(s.failure == nil && !s.chunksMissing && s.error == nil && s.writing)
+        s.on(.askAgain(until: .s(20)), at: .s(4), rules: rules)
+        s.on(.pushEnded(closed: true), at: .s(4), rules: rules)
+        #expect(s.notBefore == .s(20) && !s.writing && !s.ready(at: .s(19)))
+        s.on(.released, at: .s(5), rules: rules)
+        #expect(s.ready(at: .s(5)))
+    }
+
+    /// The unlock queues the item again only when its upload waited for the lock.
+    @Test func anUnlockQueuesOnlyWhatWaitedForIt() {
+        var s = S()
+        #expect(s.on(.lockReleased, at: .s(0), rules: rules).isEmpty)
+        s.on(.lockHeld, at: .s(1), rules: rules)
+        #expect(s.waitingForLock && s.ready(at: .s(1)))
+        #expect(s.on(.lockReleased, at: .s(2), rules: rules) == [.queue] && !s.waitingForLock)
+        #expect(s.on(.lockReleased, at: .s(3), rules: rules).isEmpty)
+    }
+
+    /// A place moved back here since a commit is kept by the next answer only.
+    @Test func aMovedBackPlaceIsKeptByOneAnswer() {
+        var s = S()
+        #expect(s.on(.settling, at: .s(0), rules: rules).isEmpty)
+        s.on(.movedBackSinceCommit, at: .s(1), rules: rules)
+        #expect(s.on(.settling, at: .s(2), rules: rules) == [.keepPlace])
+        #expect(s.on(.settling, at: .s(3), rules: rules).isEmpty)
+        #expect(s.isIdle(at: .s(1000), rules: rules))
     }
 }
 
@@ -127,14 +206,19 @@ import Testing
     }
 
     @Test func eachFailureWaitsItsTime() {
+        let rules = UploadPacing<T>.Rules(quietPeriod: .seconds(10))
+        func delay(_ s: inout S, _ f: UploadFailure, at t: Int) -> Int? {
+            guard case .retryIn(let seconds)? = s.on(.failed(f, message: "x", missingChunks: false), at: .s(t), rules: rules).first else { return nil }
+            return seconds
+        }
         var s = S()
-        #expect(s.failed(.transient, at: .s(100)) == 1 && s.failure == .retrying(at: .s(101), delay: 1))
-        #expect(s.failed(.transient, at: .s(101)) == 2 && s.failure == .retrying(at: .s(103), delay: 2))
-        #expect(s.failed(.refused, at: .s(103)) == 300 && s.refused && !s.ready(at: .s(402)) && s.ready(at: .s(403)))
+        #expect(delay(&s, .transient, at: 100) == 1 && s.failure == .retrying(at: .s(101), delay: 1))
+        #expect(delay(&s, .transient, at: 101) == 2 && s.failure == .retrying(at: .s(103), delay: 2))
+        #expect(delay(&s, .refused, at: 103) == 300 && s.refused && !s.ready(at: .s(402)) && s.ready(at: .s(403)))
         let figures = QuotaFigures(usage: 10, quota: 5)
-        #expect(s.failed(.overQuota(figures), at: .s(500)) == 60 && s.overQuota == .some(figures))
+        #expect(delay(&s, .overQuota(figures), at: 500) == 60 && s.overQuota == .some(figures))
         var t = S()
-        #expect(t.failed(.unauthorized, at: .s(1)) == 0 && t.failure == nil)
-        #expect(t.failed(.moveRefused, at: .s(1)) == 0 && t.failure == nil)
+        #expect(delay(&t, .unauthorized, at: 1) == 0 && t.failure == nil)
+        #expect(delay(&t, .moveRefused, at: 1) == 0 && t.failure == nil)
     }
 }

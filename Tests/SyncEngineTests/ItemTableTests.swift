@@ -17,14 +17,15 @@ import Testing
     @Test func aRecordLivesWhileShownOrBusy() {
         var t = ItemTable()
         let a = ItemID(UUID())
-        t[a, default: ItemTable.Item()].upload.writing = true  // a new file being written: no base
+        let rules = UploadPacing<ContinuousClock.Instant>.Rules(quietPeriod: .seconds(1)), now = ContinuousClock.now
+        t[a, default: ItemTable.Item()].upload.on(.lockHeld, at: now, rules: rules)  // a new file waiting for a lock: no base
         #expect(t.count == 1 && t.busy == [a])
         t[a]?.base = Base.placeholder(Self.record(a))
-        t[a]?.upload.writing = false
+        t[a]?.upload.on(.lockReleased, at: now, rules: rules)
         #expect(t.count == 1 && t.busy.isEmpty)
         t[a]?.base = nil  // deleted, nothing under way: forgotten
         #expect(t.count == 0 && t[a] == nil)
-        t[a]?.upload.writing = true  // optional chaining on a missing record creates nothing
+        t[a]?.upload.on(.lockHeld, at: now, rules: rules)  // optional chaining on a missing record creates nothing
         #expect(t.count == 0)
     }
 
@@ -71,8 +72,8 @@ import Testing
         let now = ContinuousClock.now
         let shown = ItemID(UUID()), fresh = ItemID(UUID()), held = ItemID(UUID())
         t[shown, default: ItemTable.Item()].base = Base.placeholder(Self.record(shown))
-        t[shown]?.upload.pacing.changed(at: now, rules: rules)
-        t[fresh, default: ItemTable.Item()].upload.pacing.changed(at: now, rules: rules)
+        t[shown]?.upload.on(.changed(content: true), at: now, rules: rules)
+        t[fresh, default: ItemTable.Item()].upload.on(.changed(content: true), at: now, rules: rules)
         t[held, default: ItemTable.Item()].remote.skipped = Self.record(held)
         #expect(t.busy == [shown, fresh, held])
         t.settle(at: now + .seconds(7200), rules: rules)
