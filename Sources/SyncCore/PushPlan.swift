@@ -24,12 +24,16 @@ public struct PushFacts<Instant: InstantProtocol>: Sendable, Equatable where Ins
     /// The tree changed the file's content (a write, an editor's save handing it new bytes)
     /// and the engine has not had the notice yet: what it knows of the content is out of date.
     public var unnoticedChange: Bool
+    /// A folder deleted here while an item the server has below it still has a push to make
+    /// (`CommitPlan.deleteWaitsForBelow`).
+    public var belowStillToPush: Bool
     public var now: Instant
 
     public init(exists: Bool, isFile: Bool, hasBase: Bool, complete: Bool, deviceLocalName: Bool = false,
                 pendingSafeSave: Bool = false, midSaveGeneration: UInt64? = nil, lockedExclusively: Bool = false,
-                written: UInt64 = 0, unnoticedChange: Bool = false, now: Instant) {
+                written: UInt64 = 0, unnoticedChange: Bool = false, belowStillToPush: Bool = false, now: Instant) {
         self.unnoticedChange = unnoticedChange
+        self.belowStillToPush = belowStillToPush
         self.exists = exists
         self.isFile = isFile
         self.hasBase = hasBase
@@ -47,6 +51,9 @@ public struct PushFacts<Instant: InstantProtocol>: Sendable, Equatable where Ins
 public enum PushStep<Instant: InstantProtocol>: Sendable, Equatable where Instant.Duration == Duration, Instant: Sendable {
     /// Deleted here: the delete is committed (from the base, or asked of the server).
     case commitDelete
+    /// A folder deleted here waits, keeping its place in the queue, until the items moved out
+    /// of it (or deleted) here are pushed: the server's folder delete takes what it holds below.
+    case waitForBelow(until: Instant)
     /// Never leaves this device; its queue entries go.
     case keepLocal
     /// An editor's save is under way: asked again then. The item keeps its place in the queue
@@ -70,7 +77,7 @@ public enum PushStep<Instant: InstantProtocol>: Sendable, Equatable where Instan
     /// Steps about the file's content, for which the file's presenters are asked to save first.
     public var concernsContent: Bool {
         switch self {
-        case .commitDelete, .keepLocal, .waitForSafeSave, .waitForNotice: false
+        case .commitDelete, .waitForBelow, .keepLocal, .waitForSafeSave, .waitForNotice: false
         case .waitForWriter, .waitForLock, .paced, .commit: true
         }
     }
@@ -85,11 +92,14 @@ extension SyncItem {
     /// How long a push waits for a content change's notice on its way before it looks again.
     public static var noticeRecheck: Duration { .milliseconds(20) }
 
+    /// How long a folder delete waits before it looks again at the pushes of items below it.
+    public static var belowRecheck: Duration { .seconds(1) }
+
     /// The decision at the start of a push, in order: deleted here, a change not noticed yet,
     /// device-local, an editor's
     /// save under way, mid-save (unless a snapshot is due), locked, paced; else commit. Pure.
     public func pushStep(_ f: PushFacts<Instant>, rules: UploadPacing<Instant>.Rules) -> PushStep<Instant> {
-        guard f.exists else { return .commitDelete }
+        guard f.exists else { return f.belowStillToPush ? .waitForBelow(until: f.now.advanced(by: Self.belowRecheck)) : .commitDelete }
         guard f.isFile else { return .commit(snapshot: nil) }
         if f.unnoticedChange, !Mutation.pushBeforeNotice.isOn { return .waitForNotice(until: f.now.advanced(by: Self.noticeRecheck)) }
         if !f.hasBase {

@@ -7,13 +7,13 @@ public typealias ServerItem = ItemRecord
 /// keeps the newest state it was given; a state the tree has overtaken is let go (`drop(upTo:)`).
 public struct RemoteHolds: Sendable, Equatable {
     /// A program holds a lock on the file: applied under a write claim once the last lock goes.
-    public var forLock: ServerItem?
+    public internal(set) var forLock: ServerItem?
     /// The file is open for writing here, or the item's own push is queued or on its way: applied
     /// when the writer is done, or superseded by the push's answer.
-    public var forWriter: ServerItem?
+    public internal(set) var forWriter: ServerItem?
     /// Its name is taken or its folder missing here, or it is a folder delete kept for local
     /// work: tried again after pushes and pulls, and by listing the container after a restart.
-    public var skipped: ServerItem?
+    public internal(set) var skipped: ServerItem?
 
     public init() {}
 
@@ -31,6 +31,28 @@ public struct RemoteHolds: Sendable, Equatable {
     public mutating func holdForWriter(_ item: ServerItem) {
         if (forWriter?.version ?? -1) < item.version { forWriter = item }
     }
+
+    /// The version held for the writer or the push, let go to be shown now.
+    public mutating func takeForWriter() -> ServerItem? {
+        defer { forWriter = nil }
+        return forWriter
+    }
+
+    /// `item` waits for the program's lock on the file to go; true when nothing waited for one
+    /// yet (the first hold says so in the log and marks a relist).
+    public mutating func holdForLock(_ item: ServerItem) -> Bool {
+        defer { forLock = item }
+        return forLock == nil
+    }
+
+    /// The write claim for a new version was granted: nothing waits for a lock any more.
+    public mutating func lockClaimed() { forLock = nil }
+
+    /// `item` waits until what keeps it from the tree has moved (tried after pushes and pulls).
+    public mutating func skip(_ item: ServerItem) { skipped = item }
+
+    /// The skipped state was shown.
+    public mutating func skippedShown() { skipped = nil }
 
     /// A commit's answer at `version` came for the item: it supersedes the writer hold it covers
     /// and a skipped state older than it (a create skipped for a taken name and then deleted here

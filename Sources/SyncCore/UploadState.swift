@@ -10,7 +10,7 @@ import NimbusProtocol
 /// contradictory combinations (waiting for a lock and backing off, a snapshot due of a file no
 /// program writes) cannot be represented:
 ///
-///     wait:    none ──askAgain──▶ until(t) ──committing / released──▶ none
+///     wait:    none ──askAgain / paced──▶ until(t) / paced(t) ──committing / waitLook (queue)──▶ none
 ///               │  ──failed─────▶ failed(retrying | refused | overQuota) ──pushEnded──▶ none
 ///               └──lockHeld─────▶ lock ──lockReleased (requeue)──▶ none
 ///     writer:  idle ──wrote──▶ writing ──quiet(gen)──▶ writing(snapshot due)
@@ -45,9 +45,12 @@ public struct UploadState<Instant: InstantProtocol>: Sendable, Equatable where I
     public enum Wait: Sendable, Equatable {
         /// The last upload failed: tried again at the failure's `at`.
         case failed(Failure)
-        /// Looked at again then, keeping its place in the queue: paced, a folder delete waiting
-        /// for the pushes of items below it, a save or a change's notice on its way.
+        /// Looked at again then, keeping its place in the queue: a folder delete waiting for the
+        /// pushes of items below it, a save or a change's notice on its way.
         case until(Instant)
+        /// A file that keeps changing (`UploadPacing`), keeping its place in the queue: taken
+        /// then, or sooner once its program has written enough to earn the upload.
+        case paced(Instant)
         /// A program holds the file exclusively (mid-save): its unlock queues it again.
         case lock
     }
@@ -101,10 +104,16 @@ public struct UploadState<Instant: InstantProtocol>: Sendable, Equatable where I
         /// The file kept open had no write for a quiet period, at write generation `generation`;
         /// `queued`: the item is in the queue or being pushed already.
         case quiet(generation: UInt64, queued: Bool)
+        /// The tick's look at a file being written: `writers` programs have it open for writing,
+        /// `unsynced`: written since its last fsync, no write for `idle`, at `generation`;
+        /// `queued`: in the queue or being pushed.
+        case writerLook(writers: Int, unsynced: Bool, idle: Duration, generation: UInt64, queued: Bool)
+        /// The tick's look at an item waiting (`until`): the program has written `written` bytes.
+        case waitLook(written: UInt64)
         /// The push decided to look again at `until`, keeping the item's place in the queue.
         case askAgain(until: Instant)
-        /// Its wait (`until`) is over early: a program wrote enough to earn the upload.
-        case released
+        /// The push found the file changing again too soon (`UploadPacing`): paced until then.
+        case paced(until: Instant)
         /// The push commits the item's state now; `snapshot`: of a file kept open.
         case committing(snapshot: Bool)
         /// A snapshot at write generation `generation` was committed.
@@ -138,9 +147,15 @@ public struct UploadState<Instant: InstantProtocol>: Sendable, Equatable where I
     public enum Action: Sendable, Equatable {
         /// Put the item in the upload queue (a snapshot is due, or its lock went).
         case queue
-        /// Tried again in `seconds` (0: it waits for a valid token, or leaves the queue to be
-        /// put back).
+        /// Tried again in `seconds`.
         case retryIn(seconds: Int)
+        /// Back at the front of the queue (a failed change is never dropped).
+        case queueFirst
+        /// The server refused the device's token: no upload goes until a valid one is given.
+        case waitForToken
+        /// A move refused as a cycle: it leaves the queue and the item is put back where the
+        /// server has it (the container is listed again, so a lost answer cannot leave it here).
+        case putBack
         /// Its commit's answer must keep the place here (settle with relocation).
         case keepPlace
     }
@@ -162,12 +177,31 @@ public struct UploadState<Instant: InstantProtocol>: Sendable, Equatable where I
             guard !queued, case .writing(_, let sent) = writer, sent != generation else { return [] }
             writer = .writing(snapshotDue: true, sent: sent)
             return [.queue]
+        case .writerLook(let writers, let unsynced, let idle, let generation, let queued):
+            // No program writes it any more: its close or fsync queued it.
+            guard writers > 0 else { return on(.writersGone, at: now, rules: rules) }
+            // Kept open and quiet for a quiet period (0: never): a snapshot goes.
+            guard rules.quietPeriod > .zero, unsynced, idle >= rules.quietPeriod else { return [] }
+            return on(.quiet(generation: generation, queued: queued), at: now, rules: rules)
+        case .waitLook(let written):
+            // Asked again later: over when its time came. Paced: also when the program has
+            // written enough since to earn the upload.
+            switch wait {
+            case .until(let t)? where t <= now, .paced(let t)? where t <= now:
+                break
+            case .paced? where pacing.decide(at: now, written: written, rules: rules) == .now:
+                break
+            default:
+                return []
+            }
+            wait = nil
+            return [.queue]
         case .askAgain(let until):
             wait = .until(until)
-        case .released:
-            if case .until = wait { wait = nil }
+        case .paced(let until):
+            wait = .paced(until)
         case .committing(let snapshot):
-            if case .until = wait { wait = nil }
+            if notBefore != nil { wait = nil }
             if snapshot, case .writing(_, let sent) = writer { writer = .writing(snapshotDue: false, sent: sent) }
         case .snapshotSent(let generation):
             if case .writing = writer { writer = .writing(snapshotDue: false, sent: generation) }
@@ -191,7 +225,12 @@ public struct UploadState<Instant: InstantProtocol>: Sendable, Equatable where I
         case .failed(let f, let message, let missing):
             error = message
             if missing { chunksMissing = true }
-            return [.retryIn(seconds: failed(f, at: now))]
+            let delay = failed(f, at: now)
+            switch f {
+            case .unauthorized: return [.waitForToken, .queueFirst]
+            case .moveRefused: return [.putBack]
+            case .transient, .refused, .overQuota: return [.retryIn(seconds: delay), .queueFirst]
+            }
         case .putBack:
             if case .failed = wait { wait = nil }
             error = nil
@@ -221,7 +260,7 @@ public struct UploadState<Instant: InstantProtocol>: Sendable, Equatable where I
         case .failed(.refused)?, .failed(.overQuota)?:
             wait = nil
             error = nil
-        case .until?, .lock?, nil:
+        case .until?, .paced?, .lock?, nil:
             wait = nil
         }
     }
@@ -256,8 +295,10 @@ public struct UploadState<Instant: InstantProtocol>: Sendable, Equatable where I
 
     /// The end of a wait that keeps its place in the queue.
     public var notBefore: Instant? {
-        if case .until(let t) = wait { return t }
-        return nil
+        switch wait {
+        case .until(let t)?, .paced(let t)?: t
+        case .failed?, .lock?, nil: nil
+        }
     }
 
     public var waitingForLock: Bool { wait == .lock }
@@ -281,7 +322,7 @@ public struct UploadState<Instant: InstantProtocol>: Sendable, Equatable where I
     public func ready(at now: Instant) -> Bool {
         switch wait {
         case .failed(let f)?: f.at <= now
-        case .until(let t)?: t <= now
+        case .until(let t)?, .paced(let t)?: t <= now
         case .lock?, nil: true
         }
     }

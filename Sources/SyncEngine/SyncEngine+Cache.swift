@@ -229,19 +229,14 @@ extension SyncEngine: SyncControl {
             s.items.settle(at: now, rules: rules)
             return s.items.busyIDs { $0.upload.writing }
         }
-        guard !writing.isEmpty else { return }
-        let quiet = UInt64(options.quietPeriod.components.seconds) * 1_000_000_000
-            + UInt64(options.quietPeriod.components.attoseconds / 1_000_000_000)
         var queued = false
         for id in writing {
-            guard let w = fs.writeState(id), w.writers > 0 else {
-                state.withLock { _ = $0.items[id]?.upload.on(.writersGone, at: now, rules: rules) }
-                continue
-            }
-            guard quiet > 0, w.unsynced, w.idleNanoseconds >= quiet else { continue }
+            let w = fs.writeState(id)
             state.withLock { s in
-                let event = UploadState<ContinuousClock.Instant>.Event.quiet(generation: w.generation, queued: s.queue.contains(id) || s.inFlight == id)
-                guard s.items[id]?.upload.on(event, at: now, rules: rules).contains(.queue) == true else { return }
+                let look = UploadState<ContinuousClock.Instant>.Event.writerLook(
+                    writers: w?.writers ?? 0, unsynced: w?.unsynced ?? false, idle: .nanoseconds(Int64(clamping: w?.idleNanoseconds ?? 0)),
+                    generation: w?.generation ?? 0, queued: s.queue.contains(id) || s.inFlight == id)
+                guard s.items[id]?.upload.on(look, at: now, rules: rules).contains(.queue) == true else { return }
                 s.queue.append(id)
                 queued = true
             }

@@ -18,13 +18,10 @@ extension SyncEngine {
     /// then the version waits in `pendingRemote` until `locksReleased`.
     func applyClaim(_ item: ServerItem, fs: any MountedTree) -> Claim? {
         if let c = services?.coordinator.tryClaim(item.id, .exclusive, label: "sync: apply version \(item.version)") {
-            state.withLock { $0.items[item.id]?.remote.forLock = nil }
+            state.withLock { $0.items[item.id]?.remote.lockClaimed() }
             return c
         }
-        let first = state.withLock { s in
-            defer { s.items[item.id, default: SyncItem()].remote.forLock = item }
-            return s.items[item.id]?.remote.forLock == nil
-        }
+        let first = state.withLock { $0.items[item.id, default: SyncItem()].remote.holdForLock(item) }
         if first {
             markRelist()
             log("\(item.name.value) is locked by a program here: version \(item.version) waits until it is unlocked")

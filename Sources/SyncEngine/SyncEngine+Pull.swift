@@ -208,7 +208,7 @@ extension SyncEngine {
     /// Shows what `current` found (in a turn).
     func applyRetry(_ r: SkippedRetry) throws {
         guard !r.isEmpty else { return }
-        state.withLock { s in for now in r.overtaking { s.items[now.id, default: SyncItem()].remote.skipped = now } }
+        state.withLock { s in for now in r.overtaking { s.items[now.id, default: SyncItem()].remote.skip(now) } }
         try apply(r.items)
     }
 
@@ -372,7 +372,7 @@ extension SyncEngine {
             }
             shown[id] = nb
         }
-        if !shown.isEmpty { state.withLock { s in for id in shown.keys { s.items[id]?.remote.skipped = nil } } }
+        if !shown.isEmpty { state.withLock { s in for id in shown.keys { s.items[id]?.remote.skippedShown() } } }
         // The tree changes go through the store's write-behind queue, the bases (and then the
         // cursor) are written directly: commit the queue first, so no crash leaves a base or a
         // cursor on disk that says an item is shown while its row is not (EngineSimTests: a

@@ -69,19 +69,18 @@ extension SyncEngine: ChangeObserver {
                     return
                 }
                 let failure = Self.classify(error)
-                let delay = await loop.turn(.pushFailed(id)) { pushFailed(id, error, failure) }
+                let (delay, putBack) = await loop.turn(.pushFailed(id)) { pushFailed(id, error, failure) }
                 switch failure {
                 case .unauthorized: log("upload of \(id) refused: \(error); uploads wait for a valid token (mount again with --token-file)")
                 case .transient: log("upload of \(id) failed: \(error); retrying in \(delay) s")
                 case .refused: log("upload of \(id) refused: \(error); kept queued, retrying in \(delay) s or when it changes")
                 case .overQuota: log("upload of \(id) refused for the account's quota: \(error); kept queued, retrying in \(delay) s")
-                case .moveRefused:
-                    // The conflict rule for crossing moves (docs/protocol.md "Commit"): the mover's device puts
-                    // the folder back where the server has it. Only the refused move is undone;
-                    // nothing else of the item was in it (folders have no content).
-                    log("upload of \(id) refused: \(error); putting it back where the server has it")
-                    await revertToServer(id)
+                case .moveRefused: log("upload of \(id) refused: \(error); putting it back where the server has it")
                 }
+                // The conflict rule for crossing moves (docs/protocol.md "Commit"): the mover's
+                // device puts the folder back where the server has it. Only the refused move is
+                // undone; nothing else of the item was in it (folders have no content).
+                if putBack { await revertToServer(id) }
                 if failure == .transient, Self.isTransport(error) {
                     setConnection(.offline(retryIn: nil), error: "\(error)")
                 }
@@ -127,10 +126,7 @@ extension SyncEngine: ChangeObserver {
         let now = options.clock.now, rules = pacingRules
         let (retry, held): ([ServerItem], ServerItem?) = state.withLock { s in
             var held: ServerItem?
-            if idle, !s.queue.contains(id), let h = s.items[id]?.remote.forWriter {
-                s.items[id]?.remote.forWriter = nil
-                held = h
-            }
+            if idle, !s.queue.contains(id) { held = s.items[id]?.remote.takeForWriter() }
             s.inFlight = nil; s.upload = nil
             s.items[id]?.upload.on(.pushEnded(closed: closed), at: now, rules: rules)
             if !s.queue.items.contains(where: { s.items[$0]?.upload.failure != nil }) { s.lastError = nil }
@@ -145,9 +141,10 @@ extension SyncEngine: ChangeObserver {
         return retry
     }
 
-    /// A push failed (in a turn): the item goes back to the front of the queue with its back-off
-    /// (or, for a refused move, leaves it to be put back). Returns the back-off in seconds.
-    func pushFailed(_ id: ItemID, _ error: any Error, _ failure: UploadFailure) -> Int {
+    /// A push failed (in a turn): the item's record takes the failure, and the engine carries out
+    /// what it answers (`UploadState.Action`). Returns the back-off in seconds and whether the
+    /// item is to be put back where the server has it.
+    func pushFailed(_ id: ItemID, _ error: any Error, _ failure: UploadFailure) -> (Int, Bool) {
         let now = options.clock.now, rules = pacingRules
         // What the item's error says, and the engine's last error.
         let (message, why): (String, String)
@@ -158,34 +155,33 @@ extension SyncEngine: ChangeObserver {
         }
         let event = UploadState<ContinuousClock.Instant>.Event.failed(
             failure, message: message, missingChunks: (error as? RemoteError)?.code == .missingChunks)
-        let delay: Int = state.withLock { s in
+        let (delay, putBack): (Int, Bool) = state.withLock { s in
             s.inFlight = nil
             s.upload = nil
             s.lastError = "upload of \(id): \(why)"
-            var delay = 0
-            for case .retryIn(let seconds) in s.items[id, default: SyncItem()].upload.on(event, at: now, rules: rules) { delay = seconds }
-            switch failure {
-            case .unauthorized:
-                s.unauthorized = "\(error)"
-                s.connection = .unauthorized
-            case .moveRefused:
-                // The refused move leaves the queue; until the server's state is shown the
-                // tree holds a place the server never had, so the next pull (or start) lists
-                // the container again, so a lost answer to the put-back's request cannot leave
-                // it there for good.
-                s.relistDue = true
-                return delay
-            case .transient, .refused, .overQuota:
-                break
+            var delay = 0, putBack = false
+            for action in s.items[id, default: SyncItem()].upload.on(event, at: now, rules: rules) {
+                switch action {
+                case .retryIn(let seconds): delay = seconds
+                case .queueFirst: s.queue.prepend(id)
+                case .waitForToken:
+                    s.unauthorized = "\(error)"
+                    s.connection = .unauthorized
+                case .putBack:
+                    // Until the server's state is shown the tree holds a place the server never
+                    // had: the next pull (or start) lists the container again.
+                    s.relistDue = true
+                    putBack = true
+                case .queue, .keepPlace: break
+                }
             }
-            s.queue.prepend(id)
-            return delay
+            return (delay, putBack)
         }
-        if failure == .moveRefused {
+        if putBack {
             markRelist()
             try? store.removeSyncOps(id, upTo: Int64.max)
         }
-        return delay
+        return (delay, putBack)
     }
 
     /// The back-offs of items that failed to upload and the token check: wakes the push loop
@@ -338,23 +334,11 @@ extension SyncEngine: ChangeObserver {
         }
         var snapshot: UInt64?
         switch step {
+        case .waitForBelow(let until):
+            trace("push \(id): a folder delete waits for the pushes of items below it on the server")
+            askAgain(id, at: until, keepingPlace: true)
+            return .nothing
         case .commitDelete:
-            if base?.record.kind == .folder {
-                let wait: Bool = state.withLock { s in
-                    let pending = s.items.busyItems.compactMap { e in s.queue.contains(e.id) || s.inFlight == e.id ? e.id : nil }
-                    return CommitPlan.deleteWaitsForBelow(id, pending: pending) { s.base($0)?.record.parent }
-                }
-                if wait {
-                    // Kept in the queue until the items moved out (or deleted) here are pushed.
-                    let until = now + .seconds(1)
-                    state.withLock { s in
-                        s.items[id, default: SyncItem()].upload.on(.askAgain(until: until), at: now, rules: rules)
-                        s.queue.prepend(id)
-                    }
-                    trace("push \(id): a folder delete waits for the pushes of items below it on the server")
-                    return .nothing
-                }
-            }
             // Never tell the server we saw items we skipped: it would delete them with the folder.
             // Nor states held back here (for a push, a writer or a lock): another device's
             // write this device never showed would go with the folder (`SeenCursor`).
@@ -392,7 +376,7 @@ extension SyncEngine: ChangeObserver {
         case .paced(let until):
             // A file that keeps changing keeps its place in the queue until then.
             state.withLock { s in
-                s.items[id]?.upload.on(.askAgain(until: until), at: now, rules: rules)
+                s.items[id]?.upload.on(.paced(until: until), at: now, rules: rules)
                 s.queue.prepend(id)
             }
             trace("push \(id): changing again soon after its last upload; paced for \(until - now)")
@@ -454,13 +438,13 @@ extension SyncEngine: ChangeObserver {
     /// A newer version that waited for this file's push or writer goes in now, when no program
     /// is writing it (in a turn).
     private func applyHeldForWriter(_ id: ItemID) throws {
-        guard let fs = state.withLock({ $0.fs }), let held = state.withLock({ $0.items[id]?.remote.forWriter }),
-              let ws = fs.writeState(id), ws.writers == 0, !ws.dirty else { return }
-        state.withLock { s in
-            s.items[id]?.remote.forWriter = nil
+        guard let fs = state.withLock({ $0.fs }), let ws = fs.writeState(id), ws.writers == 0, !ws.dirty else { return }
+        let held: ServerItem? = state.withLock { s in
+            guard let held = s.items[id]?.remote.takeForWriter() else { return nil }
             if s.inFlight == id { s.inFlight = nil }
+            return held
         }
-        try apply([held])
+        if let held { try apply([held]) }
     }
 
     /// The server's answer to the commit (in a turn).
@@ -523,8 +507,7 @@ extension SyncEngine: ChangeObserver {
         // would stay gone on this device only (EngineSimTests).
         try await loop.turn(.pushEnded(id)) {
             let newer: ServerItem? = state.withLock { s in
-                guard let held = s.items[id]?.remote.forWriter else { return nil }
-                s.items[id]?.remote.forWriter = nil
+                guard let held = s.items[id]?.remote.takeForWriter() else { return nil }
                 if s.inFlight == id { s.inFlight = nil }
                 return held
             }
@@ -639,7 +622,7 @@ extension SyncEngine: ChangeObserver {
             var kept = previous ?? base
             if item.kind == .file, completeNow || fs.writeState(id)?.generation != generation { kept.present = nil }
             try saveBase(id, kept)
-            state.withLock { $0.items[id, default: SyncItem()].remote.skipped = item }
+            state.withLock { $0.items[id, default: SyncItem()].remote.skip(item) }
             markRelist()
             // The commit moved the item and the tree has put it back since (an editor's save:
             // the document renamed to a backup name while the commit was on its way, a new file
@@ -674,7 +657,12 @@ extension SyncEngine: ChangeObserver {
             pendingSafeSave: isFile && base == nil && tree.pendingSafeSave,
             midSaveGeneration: ws?.unsynced == true ? ws?.generation : nil,
             lockedExclusively: isFile && services?.coordinator.programLock(on: id) == .exclusive,
-            written: ws?.written ?? 0, unnoticedChange: ws?.unnoticed == true, now: options.clock.now)
+            written: ws?.written ?? 0, unnoticedChange: ws?.unnoticed == true,
+            belowStillToPush: local == nil && base?.record.kind == .folder && state.withLock { s in
+                let pending = s.items.busyItems.compactMap { e in s.queue.contains(e.id) || s.inFlight == e.id ? e.id : nil }
+                return CommitPlan.deleteWaitsForBelow(id, pending: pending) { s.base($0)?.record.parent }
+            },
+            now: options.clock.now)
     }
 
     /// Paced items whose wait is over, or whose program has written enough since to earn the
@@ -688,11 +676,7 @@ extension SyncEngine: ChangeObserver {
         for id in waiting {
             let written = fs.writeState(id)?.written ?? 0
             state.withLock { s in
-                guard let r = s.items[id]?.upload, r.notBefore != nil else { return }
-                if r.ready(at: now) || r.pacing.decide(at: now, written: written, rules: rules) == .now {
-                    s.items[id]?.upload.on(.released, at: now, rules: rules)
-                    due = true
-                }
+                if s.items[id]?.upload.on(.waitLook(written: written), at: now, rules: rules).contains(.queue) == true { due = true }
             }
         }
         if due { wake.yield() }

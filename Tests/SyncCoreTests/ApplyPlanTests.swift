@@ -44,7 +44,7 @@ import Testing
     /// before it) is old news and leaves the newer one waiting.
     @Test func anOlderStateNeverReplacesOneWaiting() {
         var item = Item()
-        item.remote.skipped = Self.server(39)
+        item.remote.skip(Self.server(39))
         #expect(item.planApply(Self.server(36), ApplyFacts(shownVersion: nil)) == .oldNews)
         #expect(item.remote.skipped?.version == 39)
         #expect(item.planApply(Self.server(39), ApplyFacts(shownVersion: nil)) == .show(resetContent: true, underClaim: false))
@@ -52,7 +52,7 @@ import Testing
 
     @Test func aStateWaitingToBeShownIsShownAtTheBasesVersion() {
         var item = Item()
-        item.remote.skipped = Self.server(5)
+        item.remote.skip(Self.server(5))
         #expect(item.planApply(Self.server(5), ApplyFacts(shownVersion: 5)) == .show(resetContent: false, underClaim: false))
         // A newer version shown: the skipped one waits no more.
         #expect(item.planApply(Self.server(5), ApplyFacts(shownVersion: 6)) == .oldNews)
@@ -73,8 +73,8 @@ import Testing
 
     @Test func oldNewsLetsGoOfHoldsItCovers() {
         var item = Item()
-        item.remote.forLock = Self.server(4)
-        item.remote.forWriter = Self.server(6)
+        _ = item.remote.holdForLock(Self.server(4))
+        item.remote.holdForWriter(Self.server(6))
         #expect(item.planApply(Self.server(3), ApplyFacts(shownVersion: 5)) == .oldNews)
         #expect(item.remote.forLock == nil)
         #expect(item.remote.forWriter?.version == 6)
@@ -135,8 +135,8 @@ extension ApplyPlanTests {
     /// without a commit, then a newer state shown: the model simulation found it held for good).
     @Test func aShownStateLetsGoOfOlderHolds() {
         var item = Item()
-        item.remote.forWriter = Self.server(2, deleted: true)
-        item.remote.forLock = Self.server(9)
+        item.remote.holdForWriter(Self.server(2, deleted: true))
+        _ = item.remote.holdForLock(Self.server(9))
         #expect(item.planApply(Self.server(5), ApplyFacts(shownVersion: nil)) == .show(resetContent: true, underClaim: false))
         #expect(item.remote.forWriter == nil)
         #expect(item.remote.forLock?.version == 9)

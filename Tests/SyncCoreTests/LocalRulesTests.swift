@@ -75,7 +75,7 @@ import Testing
         locked.upload.on(.lockHeld, at: .s(0), rules: rules)
         #expect(!locked.evictable(unsent: false, downloading: false))
         var held = file
-        held.remote.forLock = Self.item(chunks: [Self.chunk], version: 9)
+        _ = held.remote.holdForLock(Self.item(chunks: [Self.chunk], version: 9))
         #expect(!held.evictable(unsent: false, downloading: false))
         #expect(!SyncItem<T>(base: Base(record: Self.item(), present: nil)).evictable(unsent: false, downloading: false), "empty: nothing to drop")
         #expect(!SyncItem<T>(base: Base(record: Self.item(.folder), present: nil)).evictable(unsent: false, downloading: false))

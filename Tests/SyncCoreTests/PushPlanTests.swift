@@ -7,15 +7,16 @@ import Testing
 
     static func facts(exists: Bool = true, isFile: Bool = true, hasBase: Bool = true, complete: Bool = true,
                       deviceLocalName: Bool = false, pendingSafeSave: Bool = false, midSave: UInt64? = nil,
-                      locked: Bool = false, written: UInt64 = 0, unnoticed: Bool = false) -> PushFacts<T> {
+                      locked: Bool = false, written: UInt64 = 0, unnoticed: Bool = false, below: Bool = false) -> PushFacts<T> {
         PushFacts(exists: exists, isFile: isFile, hasBase: hasBase, complete: complete, deviceLocalName: deviceLocalName,
                   pendingSafeSave: pendingSafeSave, midSaveGeneration: midSave, lockedExclusively: locked, written: written,
-                  unnoticedChange: unnoticed, now: .s(100))
+                  unnoticedChange: unnoticed, belowStillToPush: below, now: .s(100))
     }
 
     /// The decision at the start of a push for an item with no upload record: (facts, step).
     @Test(arguments: [
         (facts(exists: false), Step.commitDelete),
+        (facts(exists: false, isFile: false, below: true), .waitForBelow(until: T.s(101))),
         (facts(exists: false, midSave: 3, locked: true), .commitDelete),
         (facts(isFile: false), .commit(snapshot: nil)),
         (facts(isFile: false, locked: true), .commit(snapshot: nil)),

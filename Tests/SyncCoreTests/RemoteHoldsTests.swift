@@ -25,8 +25,8 @@ import Testing
     ] as [(Int64?, Int64?, Int64, Bool)])
     func aNewerVersionWaits(_ lock: Int64?, _ writer: Int64?, _ shown: Int64, _ waits: Bool) {
         var h = RemoteHolds()
-        h.forLock = lock.map(Self.v)
-        h.forWriter = writer.map(Self.v)
+        if let lock { _ = h.holdForLock(Self.v(lock)) }
+        if let writer { h.holdForWriter(Self.v(writer)) }
         #expect(h.waitsNewer(than: shown) == waits)
     }
 
@@ -41,23 +41,26 @@ import Testing
 
     @Test func shownVersionsLetTheirHoldsGo() {
         var h = RemoteHolds()
-        h.forLock = Self.v(4)
-        h.forWriter = Self.v(6)
-        h.skipped = Self.v(2)
+        let first = h.holdForLock(Self.v(4)), second = h.holdForLock(Self.v(4))
+        #expect(first && !second, "the first hold for a lock says so")
+        h.holdForWriter(Self.v(6))
+        h.skip(Self.v(2))
         h.drop(upTo: 5)
         #expect(h.forLock == nil && h.forWriter?.version == 6)
         #expect(h.skipped?.version == 2, "skipped states are let go by the apply that shows them, not by a version")
         h.drop(upTo: 6)
         #expect(h.forWriter == nil && !h.isEmpty)
-        h.skipped = nil
+        h.skippedShown()
         #expect(h.isEmpty)
+        h.holdForWriter(Self.v(8))
+        #expect(h.takeForWriter()?.version == 8 && h.takeForWriter() == nil && h.isEmpty)
     }
 
     @Test func aRecordWithAHeldStateIsKept() {
         let rules = UploadPacing<T>.Rules(quietPeriod: .seconds(10))
         var item = SyncItem<T>()
         #expect(item.isIdle(at: .s(0), rules: rules))
-        item.remote.skipped = Self.v(1)
+        item.remote.skip(Self.v(1))
         #expect(!item.isIdle(at: .s(1000), rules: rules))
     }
 }
@@ -71,8 +74,8 @@ extension RemoteHoldsTests {
     ] as [(Int64?, Int64?, Int64, Int64?, Int64?)])
     func aCommitsAnswerSupersedesOlderHolds(_ writer: Int64?, _ skipped: Int64?, _ answer: Int64, _ writerLeft: Int64?, _ skippedLeft: Int64?) {
         var h = RemoteHolds()
-        h.forWriter = writer.map(Self.v)
-        h.skipped = skipped.map(Self.v)
+        if let writer { h.holdForWriter(Self.v(writer)) }
+        if let skipped { h.skip(Self.v(skipped)) }
         h.answered(answer)
         #expect(h.forWriter?.version == writerLeft)
         #expect(h.skipped?.version == skippedLeft)
@@ -98,9 +101,9 @@ extension RemoteHoldsTests {
     @Test func everyHoldCounts() {
         var h = RemoteHolds()
         #expect(h.heldVersions.isEmpty)
-        h.forLock = RemoteHoldsTests.v(7)
+        _ = h.holdForLock(RemoteHoldsTests.v(7))
         h.holdForWriter(RemoteHoldsTests.v(9))
-        h.skipped = RemoteHoldsTests.v(4)
+        h.skip(RemoteHoldsTests.v(4))
         #expect(h.heldVersions.sorted() == [4, 7, 9])
     }
 }

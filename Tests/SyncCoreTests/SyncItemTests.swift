@@ -15,7 +15,7 @@ import Testing
         #expect(item.busy)
         item.upload.on(.lockReleased, at: .s(1), rules: rules)  // back to nothing under way: the phase goes at once
         #expect(!item.busy)
-        item.remote.forLock = RemoteHoldsTests.v(4)
+        _ = item.remote.holdForLock(RemoteHoldsTests.v(4))
         #expect(item.busy && item.remote.forLock?.version == 4)
         item.remote.drop(upTo: 4)
         #expect(!item.busy)
@@ -34,7 +34,7 @@ import Testing
 
     @Test func aHeldStateIsNeverSettledAway() {
         var item = SyncItem<T>()
-        item.remote.skipped = RemoteHoldsTests.v(9)
+        item.remote.skip(RemoteHoldsTests.v(9))
         item.settle(at: .s(100_000), rules: rules)
         #expect(item.remote.skipped?.version == 9)
     }
@@ -45,7 +45,7 @@ import Testing
         var b = a
         let c = a
         b.upload.on(.pushedAhead, at: .s(0), rules: rules)
-        b.remote.skipped = RemoteHoldsTests.v(1)
+        b.remote.skip(RemoteHoldsTests.v(1))
         #expect(a.upload.pushedAhead == 1 && a.remote.isEmpty)
         #expect(b.upload.pushedAhead == 2 && a != b)
         #expect(a == c)

@@ -53,6 +53,7 @@ import Testing
         (.failed(.refused(at: .s(300))), 300, true),
         (.until(.s(10)), 9, false),
         (.until(.s(10)), 10, true),
+        (.paced(.s(10)), 9, false),
         (.lock, 0, true),
     ] as [(S.Wait?, Int, Bool)])
     func ready(_ wait: S.Wait?, _ now: Int, _ ready: Bool) {
@@ -62,6 +63,7 @@ import Testing
         case .failed(.refused(let at))?: u.on(.failed(.refused, message: "x", missingChunks: false), at: at.advanced(by: .seconds(-300)), rules: rules)
         case .failed(.overQuota)?: Issue.record("not a case here")
         case .until(let t)?: u.on(.askAgain(until: t), at: .s(0), rules: rules)
+        case .paced(let t)?: u.on(.paced(until: t), at: .s(0), rules: rules)
         case .lock?: u.on(.lockHeld, at: .s(0), rules: rules)
         case nil: break
         }
@@ -161,8 +163,12 @@ import Testing
         s.on(.askAgain(until: .s(20)), at: .s(4), rules: rules)
         s.on(.pushEnded(closed: true), at: .s(4), rules: rules)
         #expect(s.notBefore == .s(20) && !s.writing && !s.ready(at: .s(19)))
-        s.on(.released, at: .s(5), rules: rules)
-        #expect(s.ready(at: .s(5)))
+        #expect(s.on(.waitLook(written: 0), at: .s(5), rules: rules).isEmpty && !s.ready(at: .s(5)))
+        #expect(s.on(.waitLook(written: 0), at: .s(20), rules: rules) == [.queue] && s.wait == nil)
+        // Paced: released early once the program has written enough (here: no run of uploads
+        // to pace any more).
+        s.on(.paced(until: .s(40)), at: .s(21), rules: rules)
+        #expect(s.on(.waitLook(written: 0), at: .s(22), rules: rules) == [.queue] && s.ready(at: .s(22)))
     }
 
     /// The unlock queues the item again only when its upload waited for the lock.
@@ -173,6 +179,20 @@ import Testing
         #expect(s.waitingForLock && s.ready(at: .s(1)))
         #expect(s.on(.lockReleased, at: .s(2), rules: rules) == [.queue] && !s.waitingForLock)
         #expect(s.on(.lockReleased, at: .s(3), rules: rules).isEmpty)
+    }
+
+    /// Every failure keeps the change queued, first in line, except a refused move, which is put
+    /// back where the server has it; a refused token stops uploads until a valid one comes.
+    @Test(arguments: [
+        (UploadFailure.transient, [S.Action.retryIn(seconds: 1), .queueFirst]),
+        (.refused, [.retryIn(seconds: 300), .queueFirst]),
+        (.overQuota(nil), [.retryIn(seconds: 60), .queueFirst]),
+        (.unauthorized, [.waitForToken, .queueFirst]),
+        (.moveRefused, [.putBack]),
+    ] as [(UploadFailure, [S.Action])])
+    func aFailureSaysWhatHappensToTheChange(_ f: UploadFailure, _ actions: [S.Action]) {
+        var s = S()
+        #expect(s.on(.failed(f, message: "x", missingChunks: false), at: .s(0), rules: rules) == actions)
     }
 
     /// A place moved back here since a commit is kept by the next answer only.
@@ -207,9 +227,9 @@ import Testing
 
     @Test func eachFailureWaitsItsTime() {
         let rules = UploadPacing<T>.Rules(quietPeriod: .seconds(10))
-        func delay(_ s: inout S, _ f: UploadFailure, at t: Int) -> Int? {
-            guard case .retryIn(let seconds)? = s.on(.failed(f, message: "x", missingChunks: false), at: .s(t), rules: rules).first else { return nil }
-            return seconds
+        func delay(_ s: inout S, _ f: UploadFailure, at t: Int) -> Int {
+            for case .retryIn(let seconds) in s.on(.failed(f, message: "x", missingChunks: false), at: .s(t), rules: rules) { return seconds }
+            return 0
         }
         var s = S()
         #expect(delay(&s, .transient, at: 100) == 1 && s.failure == .retrying(at: .s(101), delay: 1))

@@ -74,7 +74,7 @@ import Testing
         t[shown, default: ItemTable.Item()].base = Base.placeholder(Self.record(shown))
         t[shown]?.upload.on(.changed(content: true), at: now, rules: rules)
         t[fresh, default: ItemTable.Item()].upload.on(.changed(content: true), at: now, rules: rules)
-        t[held, default: ItemTable.Item()].remote.skipped = Self.record(held)
+        t[held, default: ItemTable.Item()].remote.skip(Self.record(held))
         #expect(t.busy == [shown, fresh, held])
         t.settle(at: now + .seconds(7200), rules: rules)
         #expect(t.busy == [held])
