@@ -120,3 +120,42 @@ extension SyncItem {
                      underClaim: f.shownVersion != nil && isFile && !server.deleted && f.contentDiffers)
     }
 }
+
+/// An item below a folder whose delete arrived from the server, as this device sees it.
+public struct BelowDeletedFolder: Sendable, Equatable {
+    public var id: ItemID
+    /// Local work not uploaded yet: queued, on its way, written, or open for writing.
+    public var localWork: Bool
+    /// The version synced here (its base); nil when never synced.
+    public var baseVersion: Int64?
+    /// Where the server has it now, when that is not shown here yet (a live state in the same
+    /// batch, or one skipped for a taken name): nil when the tree shows the server's place.
+    public var serverParent: ItemID?
+
+    public init(id: ItemID, localWork: Bool, baseVersion: Int64?, serverParent: ItemID?) {
+        self.id = id
+        self.localWork = localWork
+        self.baseVersion = baseVersion
+        self.serverParent = serverParent
+    }
+}
+
+/// What a folder delete from the server finds below the folder here. Pure.
+public enum FolderDeletePlan {
+    /// The facts of `ApplyFacts` a folder delete at `version` needs, and `leaving`: the delete
+    /// takes items the server moved out of the folder before it (their moves not shown here
+    /// yet), so the container is listed again to bring them back where the server has them.
+    /// `descendants` gives what is below an item in the tree here.
+    public static func facts(folder: ItemID, version: Int64, below: [BelowDeletedFolder],
+                             descendants: (ItemID) -> [ItemID]) -> (localWorkBelow: Bool, newerBelow: Bool, leaving: Bool) {
+        let ids = Set(below.map(\.id))
+        let leavers = below.filter { b in b.serverParent.map { $0 != folder && !ids.contains($0) } ?? false }.map(\.id)
+        // What is below an item moving out does not hold the delete back: it may wait for the
+        // kept folder's name. A stale delete (asked for just before an upload into the folder
+        // finished) would take the uploaded file with it.
+        let gone = Set(leavers + leavers.flatMap(descendants))
+        return (localWorkBelow: below.contains(where: \.localWork),
+                newerBelow: below.contains { !gone.contains($0.id) && ($0.baseVersion ?? 0) > version },
+                leaving: !leavers.isEmpty)
+    }
+}

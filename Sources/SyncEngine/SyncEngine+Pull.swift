@@ -280,31 +280,22 @@ extension SyncEngine {
                 facts.openForWriting = ws.writers > 0 || ws.dirty
             }
             if item.deleted, item.kind == .folder {
-                let below = Set(fs.descendants(of: item.id))
-                // Local work: queued, on its way, or a file open for writing (its upload waits
-                // for the close, so it is in no queue: the delete took it with the folder).
-                facts.localWorkBelow = !below.isEmpty
-                    && (state.withLock { s in s.queue.contains(anyOf: below) || below.contains(where: s.isWriting) || s.inFlight.map(below.contains) == true }
-                        || below.contains { fs.writeState($0).map { $0.writers > 0 || $0.dirty } ?? false })
-                // An item below that the server moved out before the delete, its move not shown
-                // here yet (its place taken; or in this batch, which may not show it): the delete
-                // takes it (and what is in it) with it here, so the container is listed again to
-                // bring them back where the server has them (`placeDiffers`). What is below such
-                // an item does not hold the delete back: it may wait for the kept folder's name.
+                let ids = fs.descendants(of: item.id)
+                // A file open for writing has local work: its upload waits for the close, so it
+                // is in no queue.
+                let open = Set(ids.filter { fs.writeState($0).map { $0.writers > 0 || $0.dirty } ?? false })
                 if moving == nil {
                     moving = Dictionary(items.filter { !$0.deleted }.map { ($0.id, $0.parent) }, uniquingKeysWith: { _, b in b })
                 }
-                let leavers: [ItemID] = state.withLock { s in
-                    below.filter { id in
-                        let to = moving?[id] ?? s.items[id]?.remote.skipped.flatMap { $0.deleted ? nil : $0.parent }
-                        return to.map { $0 != item.id && !below.contains($0) } ?? false
+                let below: [BelowDeletedFolder] = state.withLock { s in
+                    ids.map { id in
+                        BelowDeletedFolder(id: id, localWork: open.contains(id) || s.queue.contains(id) || s.isWriting(id) || s.inFlight == id,
+                                           baseVersion: s.base(id)?.version,
+                                           serverParent: moving?[id] ?? s.items[id]?.remote.skipped.flatMap { $0.deleted ? nil : $0.parent })
                     }
                 }
-                leaving = !leavers.isEmpty
-                let gone = Set(leavers + leavers.flatMap { fs.descendants(of: $0) })
-                // A stale delete — asked for just before an upload into the folder finished —
-                // would take the uploaded file with it (EngineSimTests).
-                facts.newerBelow = state.withLock { s in below.contains { !gone.contains($0) && (s.base($0)?.version ?? 0) > item.version } }
+                let f = FolderDeletePlan.facts(folder: item.id, version: item.version, below: below, descendants: fs.descendants)
+                (facts.localWorkBelow, facts.newerBelow, leaving) = (f.localWorkBelow, f.newerBelow, f.leaving)
             }
             let step = state.withLock { s -> ApplyStep in
                 var record = s.items[item.id] ?? SyncItem()

@@ -142,3 +142,36 @@ extension ApplyPlanTests {
         #expect(item.remote.forLock?.version == 9)
     }
 }
+
+/// What a folder delete from the server finds below the folder.
+@Suite struct FolderDeletePlanTests {
+    let folder = ItemID(UUID()), a = ItemID(UUID()), b = ItemID(UUID()), c = ItemID(UUID()), elsewhere = ItemID(UUID())
+
+    func facts(_ below: [BelowDeletedFolder], tree: [ItemID: [ItemID]] = [:]) -> (localWorkBelow: Bool, newerBelow: Bool, leaving: Bool) {
+        FolderDeletePlan.facts(folder: folder, version: 10, below: below) { tree[$0] ?? [] }
+    }
+
+    @Test func localWorkOrANewerItemBelowKeepsTheFolder() {
+        let quiet = facts([BelowDeletedFolder(id: a, localWork: false, baseVersion: 4, serverParent: nil)])
+        #expect(!quiet.localWorkBelow && !quiet.newerBelow && !quiet.leaving)
+        #expect(facts([BelowDeletedFolder(id: a, localWork: true, baseVersion: 4, serverParent: nil)]).localWorkBelow)
+        #expect(facts([BelowDeletedFolder(id: a, localWork: false, baseVersion: 11, serverParent: nil)]).newerBelow)
+        #expect(!facts([BelowDeletedFolder(id: a, localWork: false, baseVersion: nil, serverParent: nil)]).newerBelow)
+    }
+
+    /// An item the server moved out of the folder before the delete: the delete would take it
+    /// here (`leaving`: list again), and it and what is in it do not count as newer below.
+    @Test func anItemMovedOutIsLeavingAndItsContentDoesNotHoldTheDeleteBack() {
+        let below = [
+            BelowDeletedFolder(id: a, localWork: false, baseVersion: 12, serverParent: elsewhere),
+            BelowDeletedFolder(id: b, localWork: false, baseVersion: 13, serverParent: nil),
+        ]
+        let f = facts(below, tree: [a: [b]])
+        #expect(f.leaving && !f.newerBelow)
+        // Moved within the folder (or into it): not leaving, and a newer item counts.
+        let inside = facts([BelowDeletedFolder(id: a, localWork: false, baseVersion: 12, serverParent: c),
+                            BelowDeletedFolder(id: c, localWork: false, baseVersion: 3, serverParent: nil)])
+        #expect(!inside.leaving && inside.newerBelow)
+        #expect(!facts([BelowDeletedFolder(id: a, localWork: false, baseVersion: 3, serverParent: folder)]).leaving)
+    }
+}
