@@ -60,7 +60,8 @@ struct Routes: Sendable {
             }
             return JSONResponse.make(PairResult(token: token, account: d.accountName, device: d.name, deviceID: d.id))
         }
-        let v1 = DeviceRoutes(router: router, auth: Authenticator(store: store))
+        let auth = Authenticator(store: store)
+        let v1 = DeviceRoutes(router: router, auth: auth)
         v1.post("devices/pairing") { req, ctx in
             let d = try ctx.requireDevice()
             let body = try await Self.decode(PairingRequest.self, req)
@@ -141,6 +142,9 @@ struct Routes: Sendable {
                 self.metrics.longPolls.increment()
                 await self.notifier.wait(container: c.id, after: page.cursor, timeout: .seconds(wait))
                 self.metrics.longPolls.decrement()
+                // The token is checked again after the wait: a device revoked meanwhile gets 401,
+                // not what was committed after its revocation.
+                _ = try await auth.device(for: req)
                 page = try await self.store.changes(in: c, since: since, limit: limit)
             }
             return JSONResponse.make(page)

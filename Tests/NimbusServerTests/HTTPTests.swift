@@ -186,6 +186,30 @@ import Testing
         }
     }
 
+    /// A device revoked while its long-poll waits gets nothing made after the revocation: the
+    /// poll is answered 401 (the token is checked again after the wait), and the revocation
+    /// wakes it, so it does not wait out its time.
+    @Test func aRevokedDevicesLongPollGetsNothingNew() async throws {
+        try await LiveServer.with { s in
+            let a = NimbusClient(baseURL: s.url, token: try await s.token(device: "a"))
+            let b = NimbusClient(baseURL: s.url, token: try await s.token(device: "b"))
+            let start = try await a.createContainer(Self.container).cursor
+            let began = ContinuousClock.now
+            let polled = Task { try await b.changes(Self.container, since: start, wait: 20) }
+            try await Task.sleep(for: .milliseconds(300))
+            _ = try await s.app.store.revokeDevice(account: "alice", device: "b", now: 1)
+            try await Task.sleep(for: .milliseconds(1_200))  // past the authenticator's recheck
+            try await a.commit(Self.container, CommitRequest(item: ItemID(UUID()), baseVersion: nil, state: Self.draft("after-revoke.txt")))
+            do {
+                let page = try await polled.value
+                Issue.record("the revoked device's long-poll was answered with \(page.changes.map(\.item.name.value))")
+            } catch let e as RemoteError {
+                #expect(e.code == .unauthorized, "\(e)")
+            }
+            #expect(ContinuousClock.now - began < .seconds(15))
+        }
+    }
+
     @Test func malformedRequestsGetStableCodesNever500() async throws {
         try await LiveServer.with { s in
             let c = NimbusClient(baseURL: s.url, token: try await s.token())
