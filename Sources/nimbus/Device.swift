@@ -28,10 +28,35 @@ struct DeviceLogin: Codable {
         return (login, try DeviceToken.parse(text, from: tokenPath(state)))
     }
 
+    /// Makes the state directory (0700) and checks that a file can be written and synced in it,
+    /// so a pairing code is never spent on a token that cannot be stored.
+    static func prepare(state: String) throws {
+        func refuse(_ why: String) -> CLIFailure {
+            CLIFailure(.storage, "cannot use \(state) as the state directory: \(why); choose a --state directory you can write (nothing was sent to the server; the pairing code is still good)")
+        }
+        var st = stat()
+        if stat(state, &st) == 0, st.st_mode & S_IFMT != S_IFDIR { throw refuse("it is not a directory") }
+        // Each missing directory on the way, with what the system said if one cannot be made.
+        var path = ""
+        for part in state.split(separator: "/", omittingEmptySubsequences: true) {
+            path += "/" + part
+            if mkdir(path, 0o700) != 0, errno != EEXIST { throw refuse("cannot create \(path): \(String(cString: strerror(errno)))") }
+        }
+        chmod(state, 0o700)
+        let probe = state + "/.login-probe"
+        unlink(probe)
+        let fd = open(probe, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
+        guard fd >= 0 else { throw refuse(String(cString: strerror(errno))) }
+        let ok = write(fd, "x", 1) == 1 && fsync(fd) == 0
+        let err = errno
+        close(fd)
+        unlink(probe)
+        guard ok else { throw refuse(String(cString: strerror(err))) }
+    }
+
     /// Writes the token (0600, never readable by others) and then the login.
     func save(state: String, token: String) throws {
-        try FileManager.default.createDirectory(atPath: state, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
-        chmod(state, 0o700)
+        try Self.prepare(state: state)
         for (p, data) in [(Self.tokenPath(state), Data((token + "\n").utf8)), (Self.path(state), try JSONEncoder().encode(self))] {
             let tmp = p + ".tmp"
             let fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o600)
@@ -128,9 +153,17 @@ struct Login: AsyncParsableCommand {
         let ca = caFile.map { URL(fileURLWithPath: $0).standardizedFileURL.path }
         let http: ServerAddress.HTTPClientType
         do { http = try ServerAddress.httpClient(caFile: ca, retryConnects: false) } catch { throw CLIFailure(.usage, "--ca-file: \(error)") }
+        try DeviceLogin.prepare(state: state)
         let anonymous = NimbusClient(baseURL: url, token: "", http: http)
         let r = try await talk { try await anonymous.pair(code: code, device: device) }
-        try DeviceLogin(server: url, caFile: ca, insecure: insecure, account: r.account, device: r.device).save(state: state, token: r.token)
+        do {
+            try DeviceLogin(server: url, caFile: ca, insecure: insecure, account: r.account, device: r.device).save(state: state, token: r.token)
+        } catch {
+            // Enrolled, but the token could not be kept (the disk filled since the check): it is
+            // shown once so the device is not lost; it works like one from `nimbus admin add-device`.
+            print(r.token)
+            throw CLIFailure(.storage, "enrolled as device \(r.device) of account \(r.account), but its token could not be stored: \(error). The token is printed above: save it in a file (mode 600) and mount with --server \(url) --token-file FILE, or revoke the device (`nimbus device revoke \(r.device)` from another device) and log in again with a new code")
+        }
         print("enrolled as device \(r.device) of account \(r.account) on \(url)")
         print("mount with: nimbus mount MOUNTPOINT --state \(state) --container NAME")
     }

@@ -67,6 +67,29 @@ import Glibc
         #expect(other.status == 2 && other.stderr.contains("device_not_found"), "\(other)")
     }
 
+    /// A state directory that cannot hold the token is refused before the code is redeemed: the
+    /// code stays good (no device exists whose token was never stored), the error says why and
+    /// what to do, and the same code then enrolls a writable directory.
+    @Test func aStateThatCannotHoldTheTokenLeavesTheCodeUnspent() async throws {
+        let (dir, server, desktop) = try await world()
+        defer { server.stop(); try? FileManager.default.removeItem(atPath: dir) }
+        let add = try await NimbusBinary.run(["device", "add", "laptop", "--server", server.url, "--token-file", desktop])
+        let code = add.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
+        // A file where the directory should be, and a directory that is read-only (for root too:
+        // a path below a regular file cannot be created).
+        try "x".write(toFile: dir + "/blocker", atomically: true, encoding: .utf8)
+        for state in [dir + "/blocker", dir + "/blocker/state"] {
+            let login = try await NimbusBinary.run(["login", server.url, "--code", code, "--state", state])
+            #expect(login.status != 0, "\(login)")
+            #expect(login.stderr.contains(state) && login.stderr.contains("--state"), "says which directory and what to change: \(login.stderr)")
+            #expect(!login.stderr.contains("NSCocoaErrorDomain") && !login.stderr.contains("Error Domain"), "no raw Foundation error: \(login.stderr)")
+        }
+        let list = try await NimbusBinary.run(["device", "list", "--server", server.url, "--token-file", desktop])
+        #expect(!list.stdout.contains("\"laptop\""), "no device was made for a token never stored: \(list.stdout)")
+        let login = try await NimbusBinary.run(["login", server.url, "--code", code, "--state", dir + "/laptop"])
+        #expect(login.status == 0 && login.stdout.contains("enrolled as device laptop"), "the code is still good: \(login)")
+    }
+
     /// Wrong codes are refused, counted per address and in all, and past the limit even the right
     /// code waits out the minute (a guesser gets a few tries per minute, not thousands).
     @Test func wrongCodesAreRefusedAndRateLimited() async throws {
