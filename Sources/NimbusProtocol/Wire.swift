@@ -24,8 +24,9 @@ public enum ProtocolLimits {
     public static let maxWaitSeconds = 60
     /// Largest page of changes or items.
     public static let maxPage = 1000
-    /// Longest symlink target, bytes.
-    public static let maxSymlinkTarget = 4096
+    /// Longest symlink target, bytes: what Linux allows (PATH_MAX less its NUL), so every
+    /// device can show every target it is sent.
+    public static let maxSymlinkTarget = 4095
     /// Largest `extra` object, bytes of JSON.
     public static let maxExtraBytes = 16 * 1024
 }

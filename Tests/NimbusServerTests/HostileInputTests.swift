@@ -128,6 +128,28 @@ import Glibc
         }
     }
 
+    /// A symlink target longer than Linux allows (4,095 bytes) is refused: another device could
+    /// not show it (its readlink would fail with EIO).
+    @Test func aSymlinkTargetLongerThanLinuxAllowsIsRefused() async throws {
+        try await LiveServer.with { s in
+            let c = NimbusClient(baseURL: s.url, token: try await s.token())
+            _ = try await c.createContainer(Self.container)
+            func link(_ bytes: Int) -> CommitRequest {
+                CommitRequest(item: ItemID(UUID()), baseVersion: nil, state: ItemDraft(
+                    kind: .symlink, parent: .root, name: ItemName(trusted: "l\(bytes)"), symlinkTarget: String(repeating: "a/", count: bytes / 2) + (bytes % 2 == 1 ? "b" : ""),
+                    mode: 0o777, modified: 1))
+            }
+            let ok = try await c.commit(Self.container, link(4095))
+            #expect(ok.item.symlinkTarget?.utf8.count == 4095)
+            do {
+                _ = try await c.commit(Self.container, link(4096))
+                Issue.record("a 4,096-byte symlink target was accepted")
+            } catch let e as RemoteError {
+                #expect(e.code == .badRequest, "\(e)")
+            }
+        }
+    }
+
     @Test func chunkBodiesInFlightAreBoundedPerDeviceAndOverall() async throws {
         var limits = ServerLimits()
         limits.chunkBodiesPerDevice = 3
