@@ -102,7 +102,10 @@ struct Watch: ParsableCommand {
     func run() throws {
         let target = URL(fileURLWithPath: path ?? FileManager.default.currentDirectoryPath).standardizedFileURL.path
         let root = try MountSurface.root(of: target)
-        let prefix = target == root ? "/" : String(target.dropFirst(root.count))
+        // The folder's place in the mount, from the real paths (the target may be named
+        // through a link to a folder inside the mount).
+        let (realTarget, realRoot) = (MountSurface.realPath(target) ?? target, MountSurface.realPath(root) ?? root)
+        let prefix = realTarget == realRoot ? "/" : String(realTarget.dropFirst(realRoot.count))
         let fd = open(root + "/.nimbus/events", O_RDONLY | O_CLOEXEC)
         guard fd >= 0 else { throw CLIFailure(.storage, "cannot open \(root)/.nimbus/events: \(String(cString: strerror(errno)))") }
         defer { close(fd) }

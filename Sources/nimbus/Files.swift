@@ -36,30 +36,40 @@ enum MountSurface {
         }
     }
 
-    /// The mount root above `path`: the nearest folder with a `.nimbus/status`. `path` must
-    /// stay inside it once symbolic links are followed: a link inside the mount that leads out
-    /// of it is refused, so no command ever sets `user.nimbus.*` on a file elsewhere.
+    /// The mount `path` is in: the nearest folder with a `.nimbus/status` above it. The path is
+    /// resolved one component at a time, every symbolic link followed: once a component is
+    /// inside a mount, every later one must stay inside that mount, so a link in the mount that
+    /// leads out of it (to another mount, or anywhere else) is refused, and no command ever
+    /// acts on a file elsewhere. A link to the mount (`~/Nimbus`) is fine. A path that does not
+    /// exist yet is judged by its existing folders. Returns the root as `path` names it when it
+    /// names it, else the mount's real root.
     static func root(of path: String) throws -> String {
-        var url = URL(fileURLWithPath: path).standardizedFileURL
-        while true {
-            if FileManager.default.fileExists(atPath: url.path + "/.nimbus/status") {
-                try checkInside(path, root: url.path)
-                return url.path
+        let abs = URL(fileURLWithPath: path).standardizedFileURL.path
+        var prefix = ""
+        var entered: (real: String, named: String?)?
+        for part in abs.split(separator: "/", omittingEmptySubsequences: true) {
+            prefix += "/" + part
+            guard let real = realPath(prefix) else { break }
+            if let m = entered {
+                guard real == m.real || real.hasPrefix(m.real == "/" ? "/" : m.real + "/") else {
+                    throw CLIFailure(.usage, "\(path) leads out of the Nimbus mount at \(m.named ?? m.real) through a symbolic link (\(prefix) is \(real)); nothing was changed (give a path inside the mount)")
+                }
+            } else if let r = mountRoot(containing: real) {
+                entered = (r, real == r ? prefix : nil)
             }
-            let up = url.deletingLastPathComponent()
-            if up.path == url.path { throw CLIFailure(.usage, "\(path) is not inside a Nimbus mount") }
-            url = up
         }
+        guard let m = entered else { throw CLIFailure(.usage, "\(path) is not inside a Nimbus mount") }
+        return m.named ?? m.real
     }
 
-    /// Refuses `path` when, with every symbolic link on the way followed, it is not `root` or
-    /// below it. A path that does not exist yet is judged by its folder.
-    static func checkInside(_ path: String, root: String) throws {
-        guard let realRoot = realPath(root) else { throw CLIFailure(.storage, "cannot resolve \(root) (is the mount alive?)") }
-        let abs = URL(fileURLWithPath: path).standardizedFileURL
-        let real = realPath(abs.path) ?? realPath(abs.deletingLastPathComponent().path).map { $0 + "/" + abs.lastPathComponent }
-        guard let real, real == realRoot || real.hasPrefix(realRoot == "/" ? "/" : realRoot + "/") else {
-            throw CLIFailure(.usage, "\(path) leads out of the Nimbus mount at \(root) through a symbolic link; nothing was changed (give a path inside the mount)")
+    /// The nearest folder at or above `real` (a path without links) that has a `.nimbus/status`.
+    static func mountRoot(containing real: String) -> String? {
+        var url = URL(fileURLWithPath: real)
+        while true {
+            if FileManager.default.fileExists(atPath: url.path + "/.nimbus/status") { return url.path }
+            let up = url.deletingLastPathComponent()
+            if up.path == url.path { return nil }
+            url = up
         }
     }
 

@@ -57,6 +57,19 @@ struct StatusTruthTests {
             }
             let xattrs = try sh("getfattr -d -m - \(q(outside))/f \(q(outside)) 2>/dev/null; true")
             #expect(!xattrs.contains("nimbus"), "nothing set outside: \(xattrs)")
+            // A folder link in one mount to another mount (made by another user, say): every
+            // command on a path through it is refused before it acts on the other mount.
+            let b = try await w.mount("b")
+            try sh("printf other > \(q(b))/c.txt && mkdir -p \(q(a))/pub && ln -s \(q(b)) \(q(a))/pub/dl2")
+            try await eventually("b's file uploaded", "getfattr --only-values -n user.nimbus.status \(q(b))/c.txt | grep -q current")
+            let through = a + "/pub/dl2/c.txt"
+            for args in [["pin", through], ["unpin", through], ["evict", through], ["download", through], ["status", through],
+                         ["versions", through], ["resolve", through, "--keep", "current"], ["restore", through, "--version", "1"]] {
+                let (s, out) = shStatus(([NimbusBinary.path] + args).map(q).joined(separator: " "))
+                #expect(s != 0 && out.contains("leads out of the Nimbus mount"), "\(args): \(s) \(out)")
+            }
+            let onB = try sh("getfattr --only-values -n user.nimbus.pinned \(q(b))/c.txt 2>/dev/null; true")
+            #expect(onB != "1", "nothing pinned on the other mount")
             // A link to a place inside the mount is followed as usual.
             try sh("printf in > \(q(a))/inside.txt && ln -s inside.txt \(q(a))/in")
             try await eventually("uploaded", "getfattr --only-values -n user.nimbus.status \(q(a))/inside.txt | grep -q current")
