@@ -121,7 +121,7 @@ struct Authenticator: Sendable {
         let device = try await store.device(tokenHash: hash)
         cache[hash] = device.map { Known(device: $0, checked: now) }
         guard let device else {
-            throw APIError(.unauthorized, "this device token is not known to the server or was revoked; enroll the device again with a new token (`nimbus admin add-device`)")
+            throw APIError(.unauthorized, "this device token is not known to the server or was revoked; enroll this device again: on an enrolled device run `nimbus device add NAME`, then here `nimbus login SERVER --code CODE --state DIR` with this device's state directory (its queued changes are kept)")
         }
         return device
     }

@@ -146,13 +146,26 @@ struct Login: AsyncParsableCommand {
 
     func run() async throws {
         let state = URL(fileURLWithPath: self.state).standardizedFileURL.path
-        if try DeviceLogin.load(state: state) != nil {
-            throw CLIFailure(.usage, "\(state) is already enrolled (\(DeviceLogin.path(state))); use another --state directory for another device")
-        }
         let url = try ServerAddress.check(server, insecure: insecure)
         let ca = caFile.map { URL(fileURLWithPath: $0).standardizedFileURL.path }
         let http: ServerAddress.HTTPClientType
         do { http = try ServerAddress.httpClient(caFile: ca, retryConnects: false) } catch { throw CLIFailure(.usage, "--ca-file: \(error)") }
+        var again = false
+        if let (enrolled, token) = try DeviceLogin.load(state: state) {
+            // Enrolled already: only a device whose token the server refuses (revoked) enrolls
+            // again in place, keeping its state (the queued changes upload with the new token).
+            guard enrolled.server == url else {
+                throw CLIFailure(.usage, "\(state) is enrolled with \(enrolled.server), not \(url); a state directory syncs one server: use another --state directory")
+            }
+            do {
+                let me = try await NimbusClient(baseURL: url, token: token, http: http).whoami()
+                throw CLIFailure(.usage, "\(state) is enrolled as device \(me.deviceName) of account \(me.account) and its token works; nothing to do (use another --state directory for another device)")
+            } catch let e as RemoteError where e.code == .unauthorized {
+                again = true
+            } catch let e as RemoteError {
+                throw CLIFailure(.network, "cannot check whether the device enrolled in \(state) still works: \(e); try again when \(url) answers")
+            }
+        }
         try DeviceLogin.prepare(state: state)
         let anonymous = NimbusClient(baseURL: url, token: "", http: http)
         let r = try await talk { try await anonymous.pair(code: code, device: device) }
@@ -164,8 +177,12 @@ struct Login: AsyncParsableCommand {
             print(r.token)
             throw CLIFailure(.storage, "enrolled as device \(r.device) of account \(r.account), but its token could not be stored: \(error). The token is printed above: save it in a file (mode 600) and mount with --server \(url) --token-file FILE, or revoke the device (`nimbus device revoke \(r.device)` from another device) and log in again with a new code")
         }
-        print("enrolled as device \(r.device) of account \(r.account) on \(url)")
-        print("mount with: nimbus mount MOUNTPOINT --state \(state) --container NAME")
+        print("enrolled\(again ? " again" : "") as device \(r.device) of account \(r.account) on \(url)")
+        if again {
+            print("its queued changes upload once it is mounted again: nimbus mount MOUNTPOINT --state \(state) --container NAME")
+        } else {
+            print("mount with: nimbus mount MOUNTPOINT --state \(state) --container NAME")
+        }
     }
 }
 

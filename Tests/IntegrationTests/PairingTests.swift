@@ -67,6 +67,37 @@ import Glibc
         #expect(other.status == 2 && other.stderr.contains("device_not_found"), "\(other)")
     }
 
+    /// A revoked device enrolls again in place with a new code (its state, and so its queued
+    /// changes, kept); a device whose token still works is told so and nothing is spent.
+    @Test func aRevokedDeviceEnrollsAgainInItsOwnStateDirectory() async throws {
+        let (dir, server, desktop) = try await world()
+        defer { server.stop(); try? FileManager.default.removeItem(atPath: dir) }
+        let asDesktop = ["--server", server.url, "--token-file", desktop]
+        func code(_ name: String) async throws -> String {
+            try await NimbusBinary.run(["device", "add", name] + asDesktop).stdout.trimmingCharacters(in: .whitespacesAndNewlines)
+        }
+        let first = try await NimbusBinary.run(["login", server.url, "--code", try await code("laptop"), "--state", dir + "/laptop"])
+        #expect(first.status == 0, "\(first)")
+        try "queued work".write(toFile: dir + "/laptop/keep-me", atomically: true, encoding: .utf8)
+
+        let unused = try await code("laptop")
+        let working = try await NimbusBinary.run(["login", server.url, "--code", unused, "--state", dir + "/laptop"])
+        #expect(working.status != 0 && working.stderr.contains("its token works"), "\(working)")
+
+        _ = try await NimbusBinary.run(["device", "revoke", "laptop"] + asDesktop)
+        try await Task.sleep(for: .milliseconds(1100))  // the server rechecks a known token each second
+        let old = try String(contentsOfFile: dir + "/laptop/token", encoding: .utf8)
+        let refused = try await NimbusClient(baseURL: server.url, token: old.trimmingCharacters(in: .whitespacesAndNewlines)).send(.GET, "/v1/whoami")
+        #expect(refused.status == 401 && refused.text.contains("nimbus login") && !refused.text.contains("admin add-device"),
+                "the refusal names a command the device's user can run: \(refused.text)")
+        let again = try await NimbusBinary.run(["login", server.url, "--code", unused, "--state", dir + "/laptop"])
+        #expect(again.status == 0 && again.stdout.contains("enrolled again as device laptop"), "the unspent code enrolls it again: \(again)")
+        let token = try String(contentsOfFile: dir + "/laptop/token", encoding: .utf8).trimmingCharacters(in: .whitespacesAndNewlines)
+        #expect(token != old.trimmingCharacters(in: .whitespacesAndNewlines))
+        #expect(try await NimbusClient(baseURL: server.url, token: token).whoami().deviceName == "laptop")
+        #expect(FileManager.default.fileExists(atPath: dir + "/laptop/keep-me"), "the state directory is kept")
+    }
+
     /// A state directory that cannot hold the token is refused before the code is redeemed: the
     /// code stays good (no device exists whose token was never stored), the error says why and
     /// what to do, and the same code then enrolls a writable directory.
