@@ -22,8 +22,12 @@ public enum ProtocolLimits {
     public static let maxChunksPerItem = 50_000
     /// Longest long-poll, seconds.
     public static let maxWaitSeconds = 60
-    /// Largest page of changes or items.
+    /// Largest page of changes, items or versions.
     public static let maxPage = 1000
+    /// Most bytes of item records in one page of changes, items or versions (one record, up to
+    /// `maxChunksPerItem` chunk references, may pass it alone): a page is cut there and the
+    /// client asks for the rest (`more`, `next`).
+    public static let maxPageBytes = 8 * 1024 * 1024
     /// Longest symlink target, bytes: what Linux allows (PATH_MAX less its NUL), so every
     /// device can show every target it is sent.
     public static let maxSymlinkTarget = 4095
@@ -240,7 +244,34 @@ public struct VersionRecord: Hashable, Sendable, Codable {
 
 public struct VersionsResponse: Hashable, Sendable, Codable {
     public var versions: [VersionRecord]
-    public init(versions: [VersionRecord]) { self.versions = versions }
+    /// More versions are older than these: ask again with `before=next`.
+    public var next: Int64?
+    public init(versions: [VersionRecord], next: Int64? = nil) {
+        self.versions = versions
+        self.next = next
+    }
+}
+
+/// What one page may still take: records are admitted while their bytes stay within
+/// `ProtocolLimits.maxPageBytes` (the first always) and the page holds fewer than `limit`.
+public struct PageBudget: Sendable {
+    public let limit: Int
+    public let bytes: Int
+    public private(set) var count = 0
+    public private(set) var used = 0
+
+    public init(limit: Int, bytes: Int = ProtocolLimits.maxPageBytes) {
+        self.limit = limit
+        self.bytes = bytes
+    }
+
+    /// Takes a record of `size` bytes; false (nothing taken) when the page is full.
+    public mutating func admit(_ size: Int) -> Bool {
+        guard count < limit, count == 0 || used + size <= bytes else { return false }
+        count += 1
+        used += size
+        return true
+    }
 }
 
 /// `POST /v1/containers/{container}/items/{id}/resolve`.

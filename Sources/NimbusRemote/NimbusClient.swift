@@ -116,9 +116,25 @@ public struct NimbusClient: Sendable {
         try await json(.GET, "/v1/containers/\(escape(container))/items/\(id)")
     }
 
+    /// Every version of the item, newest first, page after page (`next`).
     public func versions(_ container: String, _ id: ItemID) async throws -> [VersionRecord] {
-        let r: VersionsResponse = try await json(.GET, "/v1/containers/\(escape(container))/items/\(id)/versions")
-        return r.versions
+        var all: [VersionRecord] = []
+        var before: Int64?
+        repeat {
+            let page = try await versionsPage(container, id, before: before)
+            all += page.versions
+            // A server that repeats itself would loop for ever: each page must go further back.
+            guard page.next.map({ n in before.map { n < $0 } ?? true }) ?? true else {
+                throw RemoteError.unexpected(status: 200, "the server's versions of \(id) did not go further back than \(before ?? 0)")
+            }
+            before = page.next
+        } while before != nil
+        return all
+    }
+
+    /// A page of the item's versions older than `before` (nil: from the newest).
+    public func versionsPage(_ container: String, _ id: ItemID, before: Int64? = nil) async throws -> VersionsResponse {
+        try await json(.GET, "/v1/containers/\(escape(container))/items/\(id)/versions" + (before.map { "?before=\($0)" } ?? ""))
     }
 
     public func resolve(_ container: String, _ id: ItemID, _ request: ResolveRequest) async throws -> CommitResponse {

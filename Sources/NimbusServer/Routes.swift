@@ -109,12 +109,13 @@ struct Routes: Sendable {
             guard let item = try await self.store.item(id, in: c) else { throw APIError.itemNotFound(id) }
             return JSONResponse.make(item)
         }
-        v1.get("containers/:container/items/:item/versions") { _, ctx in
+        v1.get("containers/:container/items/:item/versions") { req, ctx in
             let c = try await self.container(ctx)
             let id = try Self.itemID(ctx)
-            let versions = try await self.store.versions(of: id, in: c)
-            if versions.isEmpty { throw APIError.itemNotFound(id) }
-            return JSONResponse.make(VersionsResponse(versions: versions))
+            let before = req.uri.queryParameters.get("before") == nil ? nil : try Self.intParam(req, "before", default: 0, range: 1...Int64.max)
+            let page = try await self.store.versions(of: id, in: c, before: before)
+            if page.versions.isEmpty, before == nil { throw APIError.itemNotFound(id) }
+            return JSONResponse.make(page)
         }
         v1.post("containers/:container/items/:item/resolve") { req, ctx in
             let c = try await self.container(ctx)

@@ -297,14 +297,20 @@ public final class SQLiteStore: ServerStore {
 
     public func changes(in container: ContainerRecord, since: Int64, limit: Int) async throws -> ChangesResponse {
         try await pool.read { db in
-            let rows = try Row.fetchAll(db.cachedStatement(sql: """
+            // Read a row at a time and stop at the page's budget: a journal of large records
+            // is never held whole (ProtocolLimits.maxPageBytes).
+            let rows = try Row.fetchCursor(db.cachedStatement(sql: """
                 SELECT seq, kind, device_id, record FROM journal WHERE container_id = ? AND seq > ? ORDER BY seq LIMIT ?
                 """), arguments: [container.id, since, limit + 1])
-            let more = rows.count > limit
-            let changes = try rows.prefix(limit).map { row -> Change in
-                Change(seq: row["seq"], kind: ChangeKind(rawValue: row["kind"]) ?? .update,
-                       device: DeviceID(row["device_id"] as String) ?? DeviceID(UUID()),
-                       item: try Codec.decode(ItemRecord.self, row["record"] as String))
+            var budget = PageBudget(limit: limit)
+            var changes: [Change] = []
+            var more = false
+            while let row = try rows.next() {
+                let record: String = row["record"]
+                guard budget.admit(record.utf8.count) else { more = true; break }
+                changes.append(Change(seq: row["seq"], kind: ChangeKind(rawValue: row["kind"]) ?? .update,
+                                      device: DeviceID(row["device_id"] as String) ?? DeviceID(UUID()),
+                                      item: try Codec.decode(ItemRecord.self, record)))
             }
             let cursor = more ? (changes.last?.seq ?? since) : max(since, try Self.cursor(db, container.id))
             return ChangesResponse(changes: changes, cursor: cursor, more: more)
@@ -313,13 +319,18 @@ public final class SQLiteStore: ServerStore {
 
     public func items(in container: ContainerRecord, after: ItemID?, limit: Int) async throws -> ItemsResponse {
         try await pool.read { db in
-            let rows = try Row.fetchAll(db.cachedStatement(sql: """
+            let rows = try Row.fetchCursor(db.cachedStatement(sql: """
                 SELECT id, version, conflicts, state FROM items
                 WHERE container_id = ? AND deleted = 0 AND id > ? ORDER BY id LIMIT ?
                 """), arguments: [container.id, after?.description ?? "", limit + 1])
-            let items = try rows.prefix(limit).map { try Self.storedItem($0).record }
-            let next = rows.count > limit ? items.last?.id : nil
-            return ItemsResponse(items: items, cursor: try Self.cursor(db, container.id), next: next)
+            var budget = PageBudget(limit: limit)
+            var items: [ItemRecord] = []
+            var more = false
+            while let row = try rows.next() {
+                guard budget.admit((row["state"] as String).utf8.count) else { more = true; break }
+                items.append(try Self.storedItem(row).record)
+            }
+            return ItemsResponse(items: items, cursor: try Self.cursor(db, container.id), next: more ? items.last?.id : nil)
         }
     }
 
@@ -329,18 +340,24 @@ public final class SQLiteStore: ServerStore {
         }
     }
 
-    public func versions(of id: ItemID, in container: ContainerRecord) async throws -> [VersionRecord] {
+    public func versions(of id: ItemID, in container: ContainerRecord, before: Int64?) async throws -> VersionsResponse {
         try await pool.read { db in
-            let rows = try Row.fetchAll(db.cachedStatement(sql: """
+            let rows = try Row.fetchCursor(db.cachedStatement(sql: """
                 SELECT v.seq, v.role, v.state, coalesce(d.name, 'unknown device') AS device
                 FROM versions v LEFT JOIN devices d ON d.id = v.device_id
-                WHERE v.container_id = ? AND v.item_id = ? AND v.role != 'discarded' ORDER BY v.seq DESC
-                """), arguments: [container.id, id.description])
-            return try rows.map { row in
-                let state = try Codec.decodeState(row["state"] as String)
-                return VersionRecord(version: row["seq"], role: VersionRole(rawValue: row["role"]) ?? .previous,
-                                     deviceName: row["device"], state: ItemRecord(id: id, version: row["seq"], state: state, conflicts: 0))
+                WHERE v.container_id = ? AND v.item_id = ? AND v.role != 'discarded' AND v.seq < ? ORDER BY v.seq DESC LIMIT ?
+                """), arguments: [container.id, id.description, before ?? Int64.max, ProtocolLimits.maxPage + 1])
+            var budget = PageBudget(limit: ProtocolLimits.maxPage)
+            var versions: [VersionRecord] = []
+            var more = false
+            while let row = try rows.next() {
+                let text: String = row["state"]
+                guard budget.admit(text.utf8.count) else { more = true; break }
+                let state = try Codec.decodeState(text)
+                versions.append(VersionRecord(version: row["seq"], role: VersionRole(rawValue: row["role"]) ?? .previous,
+                                              deviceName: row["device"], state: ItemRecord(id: id, version: row["seq"], state: state, conflicts: 0)))
             }
+            return VersionsResponse(versions: versions, next: more ? versions.last?.version : nil)
         }
     }
 

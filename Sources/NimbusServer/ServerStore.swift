@@ -38,14 +38,17 @@ public protocol ServerStore: Sendable {
     /// Resolves conflicts or restores a version.
     func resolve(_ request: ResolveRequest, item: ItemID, in container: ContainerRecord, by device: DeviceRecord, now: Int64) async throws -> CommitResponse
 
-    /// Journal entries after `since`, oldest first, at most `limit`.
+    /// Journal entries after `since`, oldest first, at most `limit` and `PageBudget`'s bytes
+    /// (`more` when cut).
     func changes(in container: ContainerRecord, since: Int64, limit: Int) async throws -> ChangesResponse
-    /// Live items ordered by id, after `after`, at most `limit`.
+    /// Live items ordered by id, after `after`, at most `limit` and `PageBudget`'s bytes.
     func items(in container: ContainerRecord, after: ItemID?, limit: Int) async throws -> ItemsResponse
     /// One item (also a deleted one, with `deleted` set).
     func item(_ id: ItemID, in container: ContainerRecord) async throws -> ItemRecord?
-    /// Current, previous and unresolved conflict versions of an item, newest first.
-    func versions(of id: ItemID, in container: ContainerRecord) async throws -> [VersionRecord]
+    /// A page of the current, previous and unresolved conflict versions of an item, newest
+    /// first, older than `before` (nil: from the newest), at most `ProtocolLimits.maxPage` and
+    /// `PageBudget`'s bytes; `next` when cut.
+    func versions(of id: ItemID, in container: ContainerRecord, before: Int64?) async throws -> VersionsResponse
 
     // Chunks. An account owns a chunk (a row of `account_chunks`) once its bytes are stored; the
     // ownership carries a lease time (`touched`) that the garbage collector respects
@@ -194,4 +197,19 @@ public struct DatabaseRoundTrips: Sendable {
 
 extension ServerStore {
     public var databaseRoundTrips: DatabaseRoundTrips? { nil }
+}
+
+extension ServerStore {
+    /// Every version of an item, newest first, page after page (for tools and tests; the
+    /// protocol answers a page at a time).
+    public func versions(of id: ItemID, in container: ContainerRecord) async throws -> [VersionRecord] {
+        var all: [VersionRecord] = []
+        var before: Int64?
+        repeat {
+            let page = try await versions(of: id, in: container, before: before)
+            all += page.versions
+            before = page.next
+        } while before != nil
+        return all
+    }
 }

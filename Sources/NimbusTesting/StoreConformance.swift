@@ -23,6 +23,7 @@ public enum StoreConformance: String, CaseIterable, Sendable {
     case missingChunksRejected
     case accountsAreIsolated
     case retriesAreIdempotent
+    case pagesAreBoundedInBytes
     case revokedDevicesAreRefused
     case historyKeepsLastVersions
     case historyKeepsRecentVersions
@@ -60,6 +61,7 @@ public enum StoreConformance: String, CaseIterable, Sendable {
         case .missingChunksRejected: try await Self.missingChunks(f)
         case .accountsAreIsolated: try await Self.accountsAreIsolated(f)
         case .retriesAreIdempotent: try await Self.retries(f)
+        case .pagesAreBoundedInBytes: try await Self.pagesAreBoundedInBytes(f)
         case .revokedDevicesAreRefused: try await Self.revokedDevices(f)
         case .historyKeepsLastVersions: try await Self.historyKeepsLastVersions(f)
         case .historyKeepsRecentVersions: try await Self.historyKeepsRecentVersions(f)
@@ -114,6 +116,61 @@ public enum StoreConformance: String, CaseIterable, Sendable {
             try check(page.cursor == 25, "listing reports the cursor")
         } while after != nil
         try check(listed.count == 25 && listed == listed.sorted(), "listing pages by id, got \(listed.count)")
+    }
+
+    /// Records of the largest legal size (`maxChunksPerItem` references): a page of changes, of
+    /// the listing or of versions stops at `ProtocolLimits.maxPageBytes` of records (one record
+    /// alone may pass it), and paging on brings every entry exactly once, in order.
+    static func pagesAreBoundedInBytes(_ f: StoreFixture) async throws {
+        let c = try await f.chunk("big")
+        let refs = [ChunkRef](repeating: c, count: ProtocolLimits.maxChunksPerItem)
+        let (file, v1) = try await f.create(.file, "big.bin", chunks: refs)
+        var base = v1
+        for k in 0..<2 {
+            var d = f.draft(.file, "big.bin", chunks: refs)
+            d.mode = k == 0 ? 0o600 : 0o640
+            base = try await f.commit(file, base: base, d).item.version
+        }
+        _ = try await f.create(.file, "small.txt")
+        func size(_ r: ItemRecord) throws -> Int { try JSONEncoder().encode(r).count }
+        func checkPage(_ records: [ItemRecord], _ what: String) throws {
+            let bytes = try records.reduce(0) { $0 + (try size($1)) }
+            try check(!records.isEmpty, "\(what): an empty page")
+            // Stored records are compact JSON like these, within a few percent.
+            try check(records.count == 1 || bytes <= ProtocolLimits.maxPageBytes * 21 / 20,
+                      "\(what): \(records.count) records, \(bytes) bytes, over the page's budget")
+        }
+        var since: Int64 = 0
+        var seqs: [Int64] = []
+        var pages = 0
+        while true {
+            let page = try await f.store.changes(in: f.container, since: since, limit: 1000)
+            try checkPage(page.changes.map(\.item), "changes after \(since)")
+            seqs += page.changes.map(\.seq)
+            pages += 1
+            try check(page.cursor > since || !page.more, "the cursor moves on")
+            since = page.cursor
+            if !page.more { break }
+        }
+        try check(seqs == Array(1...Int64(seqs.count)) && seqs.count == 4 && pages >= 2, "every change once, in order, over several pages: \(seqs) in \(pages)")
+        var before: Int64?
+        var versions: [Int64] = []
+        repeat {
+            let page = try await f.store.versions(of: file, in: f.container, before: before)
+            try checkPage(page.versions.map(\.state), "versions before \(before ?? 0)")
+            versions += page.versions.map(\.version)
+            before = page.next
+        } while before != nil
+        try check(versions == versions.sorted(by: >) && versions.count == 3, "every version once, newest first: \(versions)")
+        var listed: [ItemID] = []
+        var after: ItemID?
+        repeat {
+            let page = try await f.store.items(in: f.container, after: after, limit: 1000)
+            try checkPage(page.items, "items after \(after?.description ?? "")")
+            listed += page.items.map(\.id)
+            after = page.next
+        } while after != nil
+        try check(listed.count == 2, "the listing has both items: \(listed.count)")
     }
 
     static func staleBase(_ f: StoreFixture, laterWins: Bool) async throws {
