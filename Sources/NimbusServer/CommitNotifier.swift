@@ -95,7 +95,22 @@ public final class CommitNotifier: Sendable {
             return nil
         }
         c?.resume()
+        if c == nil, markIfAbsent {
+            // The mark is for a wait about to register; a cancellation that came just after its
+            // wait ended (between the resume and the end of the handler) marks a wait that never
+            // comes. Marks go after a while either way, so none is left behind.
+            DispatchQueue.global().asyncAfter(deadline: .now() + Self.markLifetime) { [self] in
+                state.withLock { s in
+                    guard case .cancelled? = s.waiters[container]?[id]?.slot else { return }
+                    s.waiters[container]?[id] = nil
+                    if s.waiters[container]?.isEmpty == true { s.waiters[container] = nil }
+                }
+            }
+        }
     }
+
+    /// How long the mark of a cancellation that came before its wait registered is kept.
+    static let markLifetime: DispatchTimeInterval = .seconds(2)
 
     /// Ends every wait now and every later one at once: the server is stopping, and a long-poll
     /// answered with what it has lets the device's next request find the new instance (or see the
@@ -111,10 +126,17 @@ public final class CommitNotifier: Sendable {
 
     /// The containers that long-polls are waiting on (what a catch-up needs to re-read).
     public var waitedContainers: [Int64] {
-        state.withLock { Array($0.waiters.keys) }
+        state.withLock { s in s.waiters.compactMap { $0.value.values.contains { if case .waiting = $0.slot { true } else { false } } ? $0.key : nil } }
     }
 
+    /// Polls waiting now.
     public var waitingCount: Int {
+        state.withLock { s in s.waiters.values.reduce(0) { n, list in n + list.values.filter { if case .waiting = $0.slot { true } else { false } }.count } }
+    }
+
+    /// Everything registered: waiting polls and marks of cancellations (which go by themselves
+    /// within `markLifetime`).
+    public var registeredCount: Int {
         state.withLock { $0.waiters.values.reduce(0) { $0 + $1.count } }
     }
 }

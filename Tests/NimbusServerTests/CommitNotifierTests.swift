@@ -62,4 +62,40 @@ import Testing
         await early.value
         #expect(ContinuousClock.now - t0 < .seconds(5))
     }
+
+    /// Thousands of polls where wake-ups, timeouts, cancellations (a client that goes away, before
+    /// or after its poll registered or ended) and the server's stop race each other: every poll
+    /// returns, and nothing is left registered (no waiter, no mark of a cancellation).
+    @Test func wakeUpsTimeoutsCancellationsAndCloseRaceWithoutALeak() async throws {
+        var notifiers: [CommitNotifier] = []
+        for round in 0..<3 {
+            let n = CommitNotifier()
+            notifiers.append(n)
+            var rng = SystemRandomNumberGenerator()
+            var polls: [Task<Void, Never>] = []
+            for k in 0..<3_000 {
+                let container = Int64(k % 7)
+                let after = Int64.random(in: 0...40, using: &rng)
+                let timeout = Duration.milliseconds(Int.random(in: 0...30, using: &rng))
+                let poll = Task { await n.wait(container: container, after: after, timeout: timeout) }
+                polls.append(poll)
+                switch Int.random(in: 0..<10, using: &rng) {
+                case 0: poll.cancel()
+                case 1: n.notify(container: container, seq: Int64.random(in: 0...50, using: &rng))
+                case 2: Task { try? await Task.sleep(for: .microseconds(Int.random(in: 0...2_000))); poll.cancel() }
+                default: break
+                }
+            }
+            for poll in polls.shuffled().prefix(500) { poll.cancel() }
+            if round == 2 { n.close() }
+            for poll in polls { await poll.value }
+            // Cancellations that came after their poll had ended leave nothing behind either.
+            for poll in polls.prefix(100) { poll.cancel() }
+            try await Task.sleep(for: .milliseconds(50))
+            #expect(n.waitingCount == 0 && n.waitedContainers.isEmpty, "round \(round): \(n.waitingCount) polls left, containers \(n.waitedContainers)")
+        }
+        // Marks of cancellations go by themselves.
+        try await Task.sleep(for: .milliseconds(2_300))
+        for (round, n) in notifiers.enumerated() { #expect(n.registeredCount == 0, "round \(round): \(n.registeredCount) entries left") }
+    }
 }
