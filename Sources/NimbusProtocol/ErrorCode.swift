@@ -19,6 +19,7 @@ public enum APIErrorCode: String, Sendable, Codable, CaseIterable {
     case chunkNotFound = "chunk_not_found"
     case versionNotFound = "version_not_found"
     case deviceNotFound = "device_not_found"
+    case deviceNameTaken = "device_name_taken"
     /// A pairing code that is unknown, already used or expired.
     case pairingInvalid = "pairing_invalid"
     /// Too many wrong pairing codes from this address (or from all) in the last minute.
@@ -50,7 +51,7 @@ public enum APIErrorCode: String, Sendable, Codable, CaseIterable {
         case .unauthorized: return 401
         case .notFound, .containerNotFound, .itemNotFound, .chunkNotFound, .versionNotFound, .deviceNotFound: return 404
         case .methodNotAllowed: return 405
-        case .parentNotFound, .parentNotFolder, .moveCycle, .missingChunks, .notAConflict: return 409
+        case .parentNotFound, .parentNotFolder, .moveCycle, .missingChunks, .notAConflict, .deviceNameTaken: return 409
         case .pairingInvalid: return 403
         case .bodyTooLarge: return 413
         case .rateLimited: return 429

@@ -388,6 +388,7 @@ public final class PostgresStore: ServerStore {
         let stale = expires - PairingLimits.lifetimeSeconds - 86_400
         let by = createdBy.description
         try await write(locking: nil) { db in
+            if try Self.nameTaken(db, account: account, deviceName) { throw APIError.deviceNameTaken(deviceName) }
             try db.exec("DELETE FROM pairings WHERE expires < \(stale)")
             try db.exec("""
                 INSERT INTO pairings(code_hash, account_id, device_name, created_by, expires)
@@ -408,6 +409,8 @@ public final class PostgresStore: ServerStore {
                 """).first else { return nil }
             let (accountID, codeName) = try row.decode((Int64, String).self)
             let name = deviceName ?? codeName
+            // Refused inside the transaction: the code stays unspent.
+            if try Self.nameTaken(db, account: accountID, name) { throw APIError.deviceNameTaken(name) }
             guard let account = try db.rows("SELECT name FROM accounts WHERE id = \(accountID)").first?.decode(String.self) else {
                 throw APIError(.internal, "the account of a pairing code vanished")
             }
@@ -417,6 +420,11 @@ public final class PostgresStore: ServerStore {
                 """)
             return DeviceRecord(id: id, name: name, accountID: accountID, accountName: account)
         }
+    }
+
+    /// A device of the account (not revoked) has the name.
+    static func nameTaken(_ db: PostgresSync, account: Int64, _ name: String) throws -> Bool {
+        try db.rows("SELECT 1 FROM devices WHERE account_id = \(account) AND name = \(name) AND revoked IS NULL").isEmpty == false
     }
 
     // MARK: containers

@@ -230,6 +230,7 @@ public final class SQLiteStore: ServerStore {
     public func addPairing(account: Int64, codeHash: String, deviceName: String, createdBy: DeviceID, expires: Int64) async throws {
         guard (1...255).contains(deviceName.utf8.count) else { throw APIError(.badRequest, "device names must be 1…255 bytes") }
         try await pool.write { db in
+            if try Self.nameTaken(db, account: account, deviceName) { throw APIError.deviceNameTaken(deviceName) }
             // Codes a day past their end are of no use to anyone.
             try db.execute(sql: "DELETE FROM pairings WHERE expires < ?", arguments: [expires - PairingLimits.lifetimeSeconds - 86_400])
             try db.execute(sql: "INSERT INTO pairings(code_hash, account_id, device_name, created_by, expires) VALUES (?, ?, ?, ?, ?)",
@@ -248,10 +249,18 @@ public final class SQLiteStore: ServerStore {
             let id = DeviceID(UUID())
             let name = deviceName ?? (row["device_name"] as String)
             let accountID: Int64 = row["account_id"]
+            // Refused inside the transaction: the code stays unspent.
+            if try Self.nameTaken(db, account: accountID, name) { throw APIError.deviceNameTaken(name) }
             try db.execute(sql: "INSERT INTO devices(id, account_id, name, token_hash, created) VALUES (?, ?, ?, ?, ?)",
                            arguments: [id.description, accountID, name, tokenHash, now])
             return DeviceRecord(id: id, name: name, accountID: accountID, accountName: row["account"])
         }
+    }
+
+    /// A device of the account (not revoked) has the name.
+    static func nameTaken(_ db: Database, account: Int64, _ name: String) throws -> Bool {
+        try Bool.fetchOne(db, sql: "SELECT EXISTS(SELECT 1 FROM devices WHERE account_id = ? AND name = ? AND revoked IS NULL)",
+                          arguments: [account, name]) ?? false
     }
 
     // MARK: containers

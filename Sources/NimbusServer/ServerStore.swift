@@ -199,6 +199,13 @@ extension ServerStore {
     public var databaseRoundTrips: DatabaseRoundTrips? { nil }
 }
 
+extension APIError {
+    /// A pairing code (or a login's `--device`) names a device the account already has.
+    static func deviceNameTaken(_ name: String) -> APIError {
+        APIError(.deviceNameTaken, "this account already has a device named \(name.debugDescription); pick another name, or revoke that device first (`nimbus device revoke`)")
+    }
+}
+
 extension ServerStore {
     /// Every version of an item, newest first, page after page (for tools and tests; the
     /// protocol answers a page at a time).

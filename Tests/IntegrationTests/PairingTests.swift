@@ -80,7 +80,11 @@ import Glibc
         #expect(first.status == 0, "\(first)")
         try "queued work".write(toFile: dir + "/laptop/keep-me", atomically: true, encoding: .utf8)
 
-        let unused = try await code("laptop")
+        let taken = try await NimbusBinary.run(["device", "add", "laptop"] + asDesktop)
+        #expect(taken.status != 0 && taken.stderr.contains("device_name_taken"), "a second device of one name is refused: \(taken)")
+        let unused = try await code("laptop 2")
+        let named = try await NimbusBinary.run(["login", server.url, "--code", unused, "--device", "desktop", "--state", dir + "/other"])
+        #expect(named.status != 0 && named.stderr.contains("device_name_taken"), "nor may a login take a name in use: \(named)")
         let working = try await NimbusBinary.run(["login", server.url, "--code", unused, "--state", dir + "/laptop"])
         #expect(working.status != 0 && working.stderr.contains("its token works"), "\(working)")
 
@@ -91,10 +95,10 @@ import Glibc
         #expect(refused.status == 401 && refused.text.contains("nimbus login") && !refused.text.contains("admin add-device"),
                 "the refusal names a command the device's user can run: \(refused.text)")
         let again = try await NimbusBinary.run(["login", server.url, "--code", unused, "--state", dir + "/laptop"])
-        #expect(again.status == 0 && again.stdout.contains("enrolled again as device laptop"), "the unspent code enrolls it again: \(again)")
+        #expect(again.status == 0 && again.stdout.contains("enrolled again as device laptop 2"), "the unspent code enrolls it again: \(again)")
         let token = try String(contentsOfFile: dir + "/laptop/token", encoding: .utf8).trimmingCharacters(in: .whitespacesAndNewlines)
         #expect(token != old.trimmingCharacters(in: .whitespacesAndNewlines))
-        #expect(try await NimbusClient(baseURL: server.url, token: token).whoami().deviceName == "laptop")
+        #expect(try await NimbusClient(baseURL: server.url, token: token).whoami().deviceName == "laptop 2")
         #expect(FileManager.default.fileExists(atPath: dir + "/laptop/keep-me"), "the state directory is kept")
     }
 
