@@ -36,6 +36,21 @@ public final class ServerTLS: Sendable {
         return Self.summary(fresh.chain[0])
     }
 
+    /// How long before its end a certificate in use is reported at every check.
+    public static let expiryNotice: time_t = 14 * 86_400
+
+    /// What to tell the operator about the end of the certificate in use at `now`: an error once
+    /// it has expired (devices refuse the server), a warning within `expiryNotice` of its end;
+    /// nil when it is good for longer.
+    public func expiryWarning(now: time_t = time(nil)) -> (expired: Bool, message: String)? {
+        let end = current.withLock { $0.chain[0].notValidAfter }
+        if end < now {
+            return (true, "the certificate in \(certFile) expired on \(Self.date(end)): devices refuse this server; renew it and send SIGHUP (kill -HUP \(getpid()))")
+        }
+        guard end - now < Self.expiryNotice else { return nil }
+        return (false, "the certificate in \(certFile) expires on \(Self.date(end)), in \((end - now) / 86_400) days; renew it and send SIGHUP (kill -HUP \(getpid()))")
+    }
+
     /// Subject and end of validity of the certificate in use.
     public var summary: String { Self.summary(current.withLock { $0.chain[0] }) }
 
@@ -110,6 +125,16 @@ struct CertificateReloader: Service {
         }
         source.resume()
         defer { source.cancel() }
+        // The end of the certificate in use, at the start and every hour while serving.
+        let checks = Task { [tls, logger] in
+            while !Task.isCancelled {
+                if let w = tls.expiryWarning() {
+                    if w.expired { logger.error("\(w.message)") } else { logger.warning("\(w.message)") }
+                }
+                try? await Task.sleep(for: .seconds(3600))
+            }
+        }
+        defer { checks.cancel() }
         try? await gracefulShutdown()
     }
 }

@@ -2,6 +2,7 @@ import Foundation
 import NimbusCore
 import NimbusProtocol
 import NimbusRemote
+import NimbusServer
 import NimbusTesting
 import Testing
 
@@ -143,6 +144,27 @@ import Glibc
             try await Task.sleep(for: .milliseconds(50))
         }
         #expect(why.contains("expired on"), "\(why)")
+    }
+
+    /// A certificate that ends soon is reported when the server starts (and every hour), with
+    /// what to do; one that ended while serving is reported as an error.
+    @Test func aCertificateThatEndsSoonIsReported() async throws {
+        let pki = try PKI()
+        let soon = try pki.issue("soon", days: 3)
+        let log = pki.dir + "/serve.log"
+        let s = try Background("exec \(NimbusBinary.path) serve --data \(pki.dir)/d --listen 127.0.0.1:0 --tls-cert \(soon.cert) --tls-key \(soon.key) 2> \(log)")
+        defer { s.stop() }
+        var text = ""
+        for _ in 0..<200 where !text.contains("expires on") {
+            text = (try? String(contentsOfFile: log, encoding: .utf8)) ?? ""
+            try await Task.sleep(for: .milliseconds(50))
+        }
+        #expect(text.contains("expires on") && (text.contains("in 2 days") || text.contains("in 3 days")), "\(text)")
+        #expect(text.contains("renew it and send SIGHUP"), "\(text)")
+        let tls = try ServerTLS(certFile: soon.cert, keyFile: soon.key)
+        #expect(tls.expiryWarning(now: time(nil))?.expired == false)
+        #expect(tls.expiryWarning(now: time(nil) + 5 * 86_400)?.expired == true, "ended while serving: an error")
+        #expect(tls.expiryWarning(now: time(nil) - 30 * 86_400) == nil, "a month before its end: nothing to say")
     }
 
     @Test func sighupReloadsTheCertificateAndABadOneKeepsTheOld() async throws {
