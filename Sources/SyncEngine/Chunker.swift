@@ -1,6 +1,7 @@
 import Crypto
 import Glibc
 import NimbusCore
+import NimbusProtocol
 
 /// Content-defined chunking (a Gear rolling hash with FastCDC's normalized cut masks).
 ///
@@ -130,6 +131,19 @@ public struct ChunkSpan: Sendable, Hashable {
     public var offset: Int64
     public var ref: ChunkRef
     public var range: Range<Int64> { offset..<(offset + ref.size) }
+}
+
+/// A file the server cannot take: more chunks than a version may have
+/// (`ProtocolLimits.maxChunksPerItem`). It stays on this device, and says so.
+public struct TooLargeToSync: Error, CustomStringConvertible {
+    public let size: Int64
+    /// Its chunks when counted; nil when its size alone rules it out (not chunked at all).
+    public let chunks: Int?
+    public var description: String {
+        let limit = Int64(ProtocolLimits.maxChunksPerItem)
+        let what = chunks.map { "\(size) bytes in \($0) chunks" } ?? "\(size) bytes"
+        return "too large to sync: \(what); the server takes at most \(limit) chunks per file (about \(limit * Int64(Chunker.standard.avgSize) >> 30) GiB of typical content, never over \(limit * Int64(Chunker.standard.maxSize) >> 30) GiB). It stays on this device only; make it smaller or keep it outside the mount"
+    }
 }
 
 public struct ChunkReadError: Error, CustomStringConvertible {

@@ -230,7 +230,7 @@ extension SyncEngine: ChangeObserver {
     /// transient; an answer by its status and the server's code; a file that cannot be read here
     /// is refused (its state cannot be sent as it is). None of them drops the change.
     static func classify(_ e: any Error) -> UploadFailure {
-        guard let r = e as? RemoteError else { return e is ChunkReadError ? .refused : .transient }
+        guard let r = e as? RemoteError else { return e is ChunkReadError || e is TooLargeToSync ? .refused : .transient }
         switch r {
         case .transport, .certificate: return .of(status: nil)
         case .unexpected(let status, _): return .of(status: status)
@@ -691,6 +691,11 @@ extension SyncEngine: ChangeObserver {
         if fd < 0 && errno == ENOENT { fd = fs.openCacheFile(id) } else if fd < 0 { fd = -errno }
         guard fd >= 0 else { throw SyncError("cannot read the cache file of \(id): \(String(cString: strerror(-fd)))") }
         defer { close(fd) }
+        // A file beyond what a version may hold is refused before a byte of it is read (a
+        // sparse file of 200 GiB takes no disk and would keep the push busy for minutes).
+        var st = stat()
+        let maxBytes = Int64(ProtocolLimits.maxChunksPerItem) * Int64(chunker.maxSize)
+        if fstat(fd, &st) == 0, Int64(st.st_size) > maxBytes { throw TooLargeToSync(size: Int64(st.st_size), chunks: nil) }
         // Chunked under a read claim: the chunk list is the file's content at one instant, not
         // a mix of before and after a program's locked save. (Uploads re-hash what they send.)
         guard let claim = services?.coordinator.tryClaim(id, .shared, label: "sync: upload") else {
@@ -703,6 +708,9 @@ extension SyncEngine: ChangeObserver {
         let spans: [ChunkSpan]
         do { spans = try chunker.chunks(fd: fd) } catch { claim.release(); throw error }
         claim.release()
+        if spans.count > ProtocolLimits.maxChunksPerItem {
+            throw TooLargeToSync(size: spans.last.map { $0.offset + $0.ref.size } ?? 0, chunks: spans.count)
+        }
         let refs = spans.map(\.ref)
         // What was chunked is one state of the file only when no write, truncation or identity
         // transfer ended while it was read (the generation is the same) and none is under way

@@ -89,7 +89,8 @@ struct DeviceOptions: ParsableArguments {
     func client() throws -> NimbusClient {
         if let server {
             let url: String
-            do { url = try ServerAddress.check(server, insecure: insecure) } catch { throw CLIFailure(.usage, "--server: \(error)") }
+            // The same refusal, and exit code, as `nimbus mount` (a validation failure, 64).
+            do { url = try ServerAddress.check(server, insecure: insecure) } catch { throw ValidationError("--server: \(error)") }
             let token = try DeviceToken.read(tokenFile: tokenFile)
             return NimbusClient(baseURL: url, token: token, http: try http(caFile))
         }
@@ -101,7 +102,7 @@ struct DeviceOptions: ParsableArguments {
     }
 
     func http(_ caFile: String?) throws -> ServerAddress.HTTPClientType {
-        do { return try ServerAddress.httpClient(caFile: caFile, retryConnects: false) } catch { throw CLIFailure(.usage, "--ca-file: \(error)") }
+        do { return try ServerAddress.httpClient(caFile: caFile, retryConnects: false) } catch { throw ValidationError("--ca-file: \(error)") }
     }
 }
 
@@ -109,8 +110,9 @@ struct DeviceOptions: ParsableArguments {
 func talk<T>(_ body: () async throws -> T) async throws -> T {
     do { return try await body() } catch let e as RemoteError {
         switch e {
-        case .transport, .certificate: throw CLIFailure(.network, "\(e)")
-        case .server, .unexpected: throw CLIFailure(.usage, "\(e)")
+        case .transport: throw CLIFailure(.network, "\(e)")
+        // A certificate this device does not trust is a setting to fix, as for `nimbus mount`.
+        case .certificate, .server, .unexpected: throw CLIFailure(.usage, "\(e)")
         }
     }
 }
@@ -149,7 +151,7 @@ struct Login: AsyncParsableCommand {
         let url = try ServerAddress.check(server, insecure: insecure)
         let ca = caFile.map { URL(fileURLWithPath: $0).standardizedFileURL.path }
         let http: ServerAddress.HTTPClientType
-        do { http = try ServerAddress.httpClient(caFile: ca, retryConnects: false) } catch { throw CLIFailure(.usage, "--ca-file: \(error)") }
+        do { http = try ServerAddress.httpClient(caFile: ca, retryConnects: false) } catch { throw ValidationError("--ca-file: \(error)") }
         var again = false
         if let (enrolled, token) = try DeviceLogin.load(state: state) {
             // Enrolled already: only a device whose token the server refuses (revoked) enrolls

@@ -114,6 +114,9 @@ import Glibc
         #expect(r.status == 2 && r.stderr.contains("cannot trust \(server.url)") && r.stderr.contains("--ca-file"), "\(r)")
         #expect(ContinuousClock.now - t0 < .seconds(12), "bounded by one request, not the first sync's 20 s")
         #expect(shellStatus("grep -qF \(pki.dir)/m /proc/mounts").0 != 0, "no mount left")
+        // The device commands refuse it with the same exit code.
+        let d = try await NimbusBinary.run(["device", "list", "--server", server.url, "--token-file", pki.dir + "/token"])
+        #expect(d.status == 2 && d.stderr.contains("Nimbus Test CA"), "\(d)")
     }
 
     @Test func aCertificateForAnotherHostIsRefusedByName() async throws {
@@ -215,5 +218,17 @@ import Glibc
         #expect(r.status == 64 && r.stderr.contains("clear text") && r.stderr.contains("--insecure"), "\(r)")
         let ca = try await NimbusBinary.run(["mount", dir + "/m", "--state", dir + "/s", "--server", "https://192.0.2.7", "--container", "docs", "--ca-file", dir + "/none.pem"])
         #expect(ca.status == 64 && ca.stderr.contains("cannot read the CA file"), "\(ca)")
+        // The device commands and login refuse both the same way.
+        try "nim_x".write(toFile: dir + "/token", atomically: true, encoding: .utf8)
+        for args in [["device", "list", "--server", "http://192.0.2.7:7070", "--token-file", dir + "/token"],
+                     ["login", "http://192.0.2.7:7070", "--code", "AAAA-BBBB-CCCC", "--state", dir + "/l"]] {
+            let r = try await NimbusBinary.run(args)
+            #expect(r.status == 64 && r.stderr.contains("clear text"), "\(args[0]): \(r)")
+        }
+        for args in [["device", "list", "--server", "https://192.0.2.7", "--token-file", dir + "/token", "--ca-file", dir + "/none.pem"],
+                     ["login", "https://192.0.2.7", "--code", "AAAA-BBBB-CCCC", "--state", dir + "/l", "--ca-file", dir + "/none.pem"]] {
+            let r = try await NimbusBinary.run(args)
+            #expect(r.status == 64 && r.stderr.contains("cannot read the CA file"), "\(args[0]): \(r)")
+        }
     }
 }

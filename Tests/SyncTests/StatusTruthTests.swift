@@ -44,6 +44,26 @@ struct StatusTruthTests {
         }
     }
 
+    /// A sparse file beyond what a version may hold (any local user can make one without using
+    /// disk) is refused before it is read: its error says why and what to do, and the files
+    /// written after it sync at once.
+    @Test func aFileTooLargeToSyncIsRefusedAtOnceAndHoldsNothingBack() async throws {
+        try await SyncWorld.run("toolarge") { w in
+            let a = try await w.mount("a")
+            let b = try await w.mount("b")
+            let t0 = ContinuousClock.now
+            try sh("truncate -s 250G \(q(a))/huge.bin")
+            try await eventually("refused", seconds: 20, "getfattr --only-values -n user.nimbus.error \(q(a))/huge.bin | grep -q 'too large to sync'")
+            #expect(ContinuousClock.now - t0 < .seconds(15), "refused without chunking 250 GiB")
+            let error = try sh("getfattr --only-values -n user.nimbus.error \(q(a))/huge.bin 2>/dev/null")
+            #expect(error.contains("50000 chunks") && error.contains("stays on this device"), "\(error)")
+            let status = try sh("getfattr --only-values -n user.nimbus.status \(q(a))/huge.bin 2>/dev/null")
+            #expect(status == "error", "\(status)")
+            try sh("printf after > \(q(a))/after.txt")
+            try await eventually("a later file reaches the other device", seconds: 20, "test \"$(cat \(q(b))/after.txt 2>/dev/null)\" = after")
+        }
+    }
+
     @Test func cliCommandsDoNotFollowALinkOutOfTheMount() async throws {
         try await SyncWorld.run("links") { w in
             let a = try await w.mount("a")
