@@ -126,15 +126,19 @@ struct DirSnapshot {
     var entries: [(name: String, node: NodeID)]
 }
 
-/// A pthread mutex. Lock order in ContainerFS: `lock` → LocalStore's queue lock. Nothing is
+/// A pthread mutex, first in `LockRank`'s order (checked in debug builds). Nothing is
 /// ever replied to the kernel, and no kernel notification is sent, while `lock` is held.
 final class FSLock: @unchecked Sendable {
     // @unchecked: the mutex is the synchronization.
     private var m = pthread_mutex_t()
     init() { pthread_mutex_init(&m, nil) }
     @inline(__always) func withLock<T, E: Error>(_ body: () throws(E) -> T) throws(E) -> T {
+        LockRank.tree.entering()
         pthread_mutex_lock(&m)
-        defer { pthread_mutex_unlock(&m) }
+        defer {
+            pthread_mutex_unlock(&m)
+            LockRank.tree.leaving()
+        }
         return try body()
     }
 }

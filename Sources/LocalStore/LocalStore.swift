@@ -51,8 +51,8 @@ public final class LocalStore: @unchecked Sendable {
         case direct(@Sendable (Database) throws -> Void)
     }
 
-    private let queueLock = NSCondition()
-    private let writeOrder = NSLock()
+    private let queueLock = RankedCondition(.storeQueue)
+    private let writeOrder = RankedLock(.storeWriteOrder)
     private var pending: [Queued] = []
     private var enqueued: UInt64 = 0
     private var committed: UInt64 = 0
@@ -552,4 +552,41 @@ public enum StateFiles {
     public static func restrict(_ path: String, mode: mode_t = 0o600) {
         _ = chmod(path, mode)
     }
+}
+
+/// An `NSLock` with a place in `LockRank`'s order (checked in debug builds).
+final class RankedLock: NSLocking, @unchecked Sendable {
+    // @unchecked: the lock is the synchronization.
+    let rank: LockRank
+    private let l = NSLock()
+    init(_ rank: LockRank) { self.rank = rank }
+    func lock() {
+        rank.entering()
+        l.lock()
+    }
+    func unlock() {
+        l.unlock()
+        rank.leaving()
+    }
+}
+
+/// An `NSCondition` with a place in `LockRank`'s order (checked in debug builds; a `wait` keeps
+/// the rank: the thread takes the lock back before it goes on).
+final class RankedCondition: NSLocking, @unchecked Sendable {
+    // @unchecked: the condition is the synchronization.
+    let rank: LockRank
+    private let c = NSCondition()
+    init(_ rank: LockRank) { self.rank = rank }
+    func lock() {
+        rank.entering()
+        c.lock()
+    }
+    func unlock() {
+        c.unlock()
+        rank.leaving()
+    }
+    func wait() { c.wait() }
+    @discardableResult func wait(until limit: Date) -> Bool { c.wait(until: limit) }
+    func signal() { c.signal() }
+    func broadcast() { c.broadcast() }
 }

@@ -23,7 +23,8 @@ import Synchronization
 /// `state` briefly and start tasks; the network work runs in the engine's tasks, and every
 /// decision about items (showing server states, a push's step, a commit's answer, the tick) in a
 /// turn of `loop`, one at a time (EngineLoop.swift).
-/// Lock order: ContainerFS.lock → LocalStore queue lock; `state` is a leaf (nothing else is
+/// Lock order (NimbusCore `LockRank`, checked in debug builds): ContainerFS.lock → LocalStore's
+/// locks → `state` → `contentGate`; `state` is a leaf but for the gate (nothing else is
 /// called while it is held), so it can be taken under ContainerFS.lock or without it.
 public final class SyncEngine: Sendable {
     public struct Options: Sendable {
@@ -58,20 +59,20 @@ public final class SyncEngine: Sendable {
     let container: String
     let options: Options
     let chunker = Chunker.standard
-    let state: Mutex<State>
+    let state: RankedMutex<State>
     /// Orders base writes to disk (`persistBases`, `persistPresence`): each reads memory and
     /// writes under it, so the last write on disk carries the newest state.
-    let baseDiskLock = Mutex<Void>(())
+    let baseDiskLock = RankedMutex<Void>(.baseDisk, ())
     /// Orders the writes of `sync.relist` (`markRelist`, `clearRelistMark`): the decision is read
     /// from `state` and written to disk under this, never under `state`, which libfuse threads
     /// take on the read path. Lock order: this, then `state`.
-    let relistDiskLock = Mutex<Void>(())
+    let relistDiskLock = RankedMutex<Void>(.relistDisk, ())
     /// Per item, how many times a program truncated its file in place while downloads of it
     /// were asked for or under way (`willTruncate`; lock order: `state`, then this). Held
     /// by a download while it checks this and writes a part into the cache file, so no bytes of
     /// a download land after a program's truncation (they would sit past its new end, or under
     /// what it writes next).
-    let contentGate = Mutex<[ItemID: UInt64]>([:])
+    let contentGate = RankedMutex<[ItemID: UInt64]>(.contentGate, [:])
     let wake: AsyncStream<Void>.Continuation
     let wakes: AsyncStream<Void>
     /// Wakes the tick loop (SyncEngine+Cache.swift): every second, and after each download.
@@ -203,7 +204,7 @@ public final class SyncEngine: Sendable {
         s.pinned = try store.pins()
         s.paused = try store.meta("sync.paused") == "1"
         if s.paused { s.connection = .paused }
-        state = Mutex(s)
+        state = RankedMutex(.engineState, s)
         try bind()
     }
 
