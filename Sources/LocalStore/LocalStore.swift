@@ -52,7 +52,7 @@ public final class LocalStore: @unchecked Sendable {
     }
 
     private let queueLock = RankedCondition(.storeQueue)
-    private let writeOrder = RankedLock(.storeWriteOrder)
+    private let writeOrder = RankedCondition(.storeWriteOrder)  // used as a plain lock
     private var pending: [Queued] = []
     private var enqueued: UInt64 = 0
     private var committed: UInt64 = 0
@@ -554,24 +554,8 @@ public enum StateFiles {
     }
 }
 
-/// An `NSLock` with a place in `LockRank`'s order (checked in debug builds).
-final class RankedLock: NSLocking, @unchecked Sendable {
-    // @unchecked: the lock is the synchronization.
-    let rank: LockRank
-    private let l = NSLock()
-    init(_ rank: LockRank) { self.rank = rank }
-    func lock() {
-        rank.entering()
-        l.lock()
-    }
-    func unlock() {
-        l.unlock()
-        rank.leaving()
-    }
-}
-
-/// An `NSCondition` with a place in `LockRank`'s order (checked in debug builds; a `wait` keeps
-/// the rank: the thread takes the lock back before it goes on).
+/// An `NSCondition` (also used as a plain lock) with a place in `LockRank`'s order (checked in
+/// debug builds; a `wait` keeps the rank: the thread takes the lock back before it goes on).
 final class RankedCondition: NSLocking, @unchecked Sendable {
     // @unchecked: the condition is the synchronization.
     let rank: LockRank

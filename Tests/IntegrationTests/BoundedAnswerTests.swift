@@ -55,7 +55,7 @@ import Testing
             since = page.cursor
             if !page.more { break }
         }
-        #expect(seen == commits + 0, "every commit of the item is in the journal once: \(seen)")
+        #expect(seen == commits, "every commit of the item is in the journal once: \(seen)")
         // The item's history the same way.
         var versions = 0
         var next: Int64?
