@@ -51,8 +51,8 @@ public final class LocalStore: @unchecked Sendable {
         case direct(@Sendable (Database) throws -> Void)
     }
 
-    private let queueLock = RankedCondition(.storeQueue)
-    private let writeOrder = RankedCondition(.storeWriteOrder)  // used as a plain lock
+    let queueLock = RankedCondition(.storeQueue)
+    let writeOrder = RankedCondition(.storeWriteOrder)  // used as a plain lock
     private var pending: [Queued] = []
     private var enqueued: UInt64 = 0
     private var committed: UInt64 = 0
@@ -82,7 +82,11 @@ public final class LocalStore: @unchecked Sendable {
 
     /// Why the local state cannot be saved now (nil: it can). Shown as `store-error:` in
     /// `.nimbus/status`.
-    public var lastError: String? { queueLock.withLock { failure?.message } }
+    public var lastError: String? { queueLock.withLock { failure?.message ?? downloadSpace } }
+    /// Why a download found no room on this disk (LocalStore+Reserve.swift); nil once one fits.
+    var downloadSpace: String?
+    /// Bytes of downloads under way that `roomForDownload` counted (guarded by queueLock).
+    var downloadsUnderWay: Int64 = 0
 
     /// Opens (creating when needed) the state in `directory` and runs pending migrations.
     public init(directory: URL, rootOwner: (uid: UInt32, gid: UInt32) = (getuid(), getgid()),

@@ -172,6 +172,41 @@ extension SyncEngine: SyncControl {
         log("cache above its limit (\(limit) bytes): evicted \(evicted) file(s), \(used) bytes held now")
     }
 
+    /// Room on the state disk for `bytes` of a download a program waits for: clean, closed,
+    /// unpinned files other than `reading` are evicted, least recently read first, until it fits.
+    /// True when something was evicted (ask the store again).
+    func makeRoom(for bytes: Int64, reading: ItemID) -> Bool {
+        guard let fs = state.withLock({ $0.fs }) else { return false }
+        let pins = state.withLock { $0.pinned }
+        var keep = pins
+        for p in pins { keep.formUnion(fs.descendants(of: p)) }
+        keep.insert(reading)
+        let candidates: [ItemID] = state.withLock { s in
+            s.items.all.compactMap { id, item -> (ItemID, UInt64)? in
+                guard let b = item.base, b.record.kind == .file, b.presentBytes > 0, !keep.contains(id) else { return nil }
+                return (id, item.cache.lastUse)
+            }.sorted { $0.1 != $1.1 ? $0.1 < $1.1 : $0.0 < $1.0 }.map(\.0)
+        }
+        var freed: Int64 = 0, evicted = 0
+        for id in candidates where store.freeBytes - store.keptForState < bytes {
+            if let n = try? evictOne(id, fs: fs) { freed += n; evicted += 1 }
+        }
+        if evicted > 0 { log("no room on the state disk for a download: evicted \(evicted) file(s), \(freed) bytes") }
+        return evicted > 0
+    }
+
+    /// Evicts what came of files whose download found no room, once nothing uses them; a file
+    /// whose whole content is here by then (a later read fit) is kept.
+    func dropPartialAfterNoRoom() {
+        let ids = state.withLock { $0.dropAfterNoRoom }
+        guard !ids.isEmpty, let fs = state.withLock({ $0.fs }) else { return }
+        for id in ids {
+            let partial = state.withLock { s in s.base(id).map { !$0.complete } ?? false }
+            if partial, !isPinned(id, fs: fs), (try? evictOne(id, fs: fs)) == nil { continue }
+            state.withLock { _ = $0.dropAfterNoRoom.remove(id) }
+        }
+    }
+
     // MARK: pause
 
     /// Takes the mount offline on purpose (no request to the server) or back online.
@@ -211,6 +246,7 @@ extension SyncEngine: SyncControl {
                 await loop.turn(.tick) {
                     startQuietUploads()
                     releasePaced()
+                    dropPartialAfterNoRoom()
                     enforceCacheLimit()
                     wakeForRetries()
                 }

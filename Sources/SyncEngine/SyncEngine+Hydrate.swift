@@ -2,6 +2,7 @@ import Crypto
 import Foundation
 import FuseIDs
 import Glibc
+import LocalStore
 import MountPorts
 import NimbusCore
 import NimbusProtocol
@@ -148,6 +149,16 @@ extension SyncEngine: ContentProvider {
             var truncated = false
             if let (fd, _, expected) = target {
                 defer { close(fd) }
+                // Downloaded content never takes the space the local state needs: a chunk that
+                // does not fit is refused before a byte of it is written (the reader gets ENOSPC).
+                let what = "chunk \(key.index) of \(key.item)"
+                // A program waiting for it may have other downloaded files evicted to make room.
+                let waited = state.withLock { s in s.downloads[key]?.isEmpty == false }
+                guard store.roomForDownload(expected, of: what)
+                        || (waited && makeRoom(for: expected, reading: key.item) && store.roomForDownload(expected, of: what)) else {
+                    throw NoRoomForDownload(message: store.lastError ?? "no room for \(what)")
+                }
+                defer { store.downloadEnded(expected) }
                 var hasher = SHA256()
                 // A server in trouble (5xx) before any byte came is asked again, twice, after
                 // 0.2 and 0.6 s: one busy answer does not fail the program's read.
@@ -160,10 +171,18 @@ extension SyncEngine: ContentProvider {
                             guard written + Int64(part.count) <= expected else {
                                 throw SyncError("chunk \(key.hash) arrived with more than its \(expected) bytes")
                             }
-                            try contentGate.withLock { (g: inout [ItemID: UInt64]) throws -> Void in
-                                // A program truncated the file since the fetch began: its bytes rule.
-                                guard (g[key.item] ?? 0) == truncations else { truncated = true; return }
-                                try Self.writeAll(fd, part, at: offset + written)
+                            do {
+                                try contentGate.withLock { (g: inout [ItemID: UInt64]) throws -> Void in
+                                    // A program truncated the file since the fetch began: its bytes rule.
+                                    guard (g[key.item] ?? 0) == truncations else { truncated = true; return }
+                                    try Self.writeAll(fd, part, at: offset + written)
+                                }
+                            } catch let e as WriteFailed where e.errno == ENOSPC {
+                                // The disk filled meanwhile (another program): what this chunk
+                                // wrote goes, and the reader is told ENOSPC.
+                                _ = punchFileHole(fd, offset: offset, length: expected)
+                                let free = store.freeBytes
+                                throw NoRoomForDownload(message: LocalStore.noRoomMessage(what, bytes: expected - written, free: free, kept: store.keptForState))
                             }
                             written += Int64(part.count)
                         }
@@ -208,6 +227,20 @@ extension SyncEngine: ContentProvider {
                 }
             }
             if replaced { failure = .EIO }  // never answer a read with bytes of another version
+        } catch let e as NoRoomForDownload {
+            failure = .ENOSPC
+            log("download of chunk \(key.index) of \(key.item) refused: \(e.message)")
+            store.downloadFoundNoRoom(e.message)
+            let now = options.clock.now, rules = pacingRules
+            state.withLock { s in
+                s.dropAfterNoRoom.insert(key.item)
+                // Prefetches of the item nobody waits for would only fill the disk to its floor.
+                for (k, waiters) in s.downloads where k.item == key.item && k != key && waiters.isEmpty && !s.fetchStarted.contains(k) {
+                    s.downloads.removeValue(forKey: k)
+                }
+                s.lastError = "download: \(e.message)"
+                s.items[key.item, default: SyncItem()].upload.on(.download(failed: "not downloaded: \(e.message)"), at: now, rules: rules)
+            }
         } catch {
             failure = .EIO
             log("download of chunk \(key.index) of \(key.item) failed: \(error)")
@@ -268,10 +301,22 @@ extension SyncEngine: ContentProvider {
         var done = 0
         while done < b.count {
             let n = pwrite(fd, b.baseAddress! + done, b.count - done, off_t(offset) + off_t(done))
-            if n < 0 { if errno == EINTR { continue }; throw SyncError("cannot write the cache file: \(String(cString: strerror(errno)))") }
+            if n < 0 { if errno == EINTR { continue }; throw WriteFailed(errno: errno) }
             done += n
         }
     }
+}
+
+/// A write into the cache file failed with `errno`.
+struct WriteFailed: Error, CustomStringConvertible {
+    let errno: Int32
+    var description: String { "cannot write the cache file: \(String(cString: strerror(errno)))" }
+}
+
+/// A download refused or stopped for lack of space on the state disk (the reader gets ENOSPC).
+struct NoRoomForDownload: Error, CustomStringConvertible {
+    let message: String
+    var description: String { message }
 }
 
 /// Counts a read's outstanding chunks; answers once: the first error, or success after the last.

@@ -133,6 +133,9 @@ public final class SyncEngine: Sendable {
         var useClock: UInt64 = 0
         var cacheUsed: Int64 = 0
         var evicted: Int = 0
+        /// Files whose download found no room on the state disk: what came of them is evicted
+        /// once they are closed (the tick loop), so a read that cannot fit leaves no partial cache.
+        var dropAfterNoRoom: Set<ItemID> = []
         /// `nimbus pause`: no network until `nimbus resume` (persisted in meta `sync.paused`).
         var paused = false
         /// The upload under way: bytes of new chunks sent of those to send.

@@ -184,4 +184,46 @@ struct FullStateDiskTests {
             #expect(try sh("cat \(q(b))/one.txt") == "one")
         }
     }
+
+    /// A placeholder bigger than the state disk: the read fails with ENOSPC (not EIO), the disk
+    /// keeps room for the local state (its space reserve is there and a write still saves),
+    /// `store-error` and the file's `user.nimbus.error` say what happened and what to do, and
+    /// the message goes once a download fits again.
+    @Test func aDownloadThatDoesNotFitFailsWithENOSPCAndLeavesTheStateRoom() async throws {
+        try await run("download-room", megabytes: 40) { _, disk, a, b in
+            try sh("dd if=/dev/urandom of=\(q(b))/big.bin bs=1M count=100 conv=fsync 2>&1")
+            try sh("printf small > \(q(b))/small.txt")
+            try await eventually("the files listed on A", seconds: 60, "test -f \(q(a))/big.bin && test -f \(q(a))/small.txt")
+            let (status, out) = shStatus("cat \(q(a))/big.bin > /dev/null")
+            #expect(status != 0 && out.contains("No space left on device"), "the reader is told ENOSPC: \(out)")
+            #expect(disk.available >= 8 << 20, "downloads leave the local state its room: \(disk.available) bytes free")
+            #expect(shStatus("test -f \(q(disk.path))/state/space-reserve").0 == 0, "the space reserve is there")
+            let storeError = statusLine(a, "store-error")
+            #expect(storeError.contains("no room") && storeError.contains("nimbus evict"), "store-error says so: \(storeError)")
+            let itemError = (try? sh("getfattr --only-values -n user.nimbus.error \(q(a))/big.bin 2>/dev/null")) ?? ""
+            #expect(itemError.contains("no room"), "user.nimbus.error says so: \(itemError)")
+            // The local state still saves.
+            try sh("printf after > \(q(a))/after.txt")
+            #expect(fsyncDir(a) == 0)
+            try await eventually("after.txt on B", seconds: 30, "test \"$(cat \(q(b))/after.txt)\" = after")
+            // What came of big.bin is dropped once it is closed, and a read that fits ends the
+            // message.
+            try await eventually("big.bin's partial content dropped", seconds: 20, "test $(df -B1 --output=avail \(q(disk.path)) | tail -1) -ge \(20 << 20)")
+            #expect(try sh("cat \(q(a))/small.txt") == "small")
+            #expect(statusLine(a, "store-error") == "none")
+        }
+    }
+
+    /// Downloaded files are a cache: a read that does not fit beside them has the least recently
+    /// read ones evicted (they stay placeholders, readable again).
+    @Test func aReadThatNeedsRoomEvictsOtherDownloadedFiles() async throws {
+        try await run("download-evicts", megabytes: 40) { _, _, a, b in
+            for name in ["x", "y"] { try sh("dd if=/dev/urandom of=\(q(b))/\(name).bin bs=1M count=16 conv=fsync 2>&1") }
+            try await eventually("the files listed on A", seconds: 60, "test -f \(q(a))/x.bin && test -f \(q(a))/y.bin")
+            #expect(try sh("cmp \(q(a))/x.bin \(q(b))/x.bin && echo same") == "same\n")
+            #expect(try sh("cmp \(q(a))/y.bin \(q(b))/y.bin && echo same") == "same\n", "y.bin fits once x.bin is evicted")
+            #expect(try sh("getfattr --only-values -n user.nimbus.status \(q(a))/x.bin 2>/dev/null") == "cloud")
+            #expect(try sh("cmp \(q(a))/x.bin \(q(b))/x.bin && echo same") == "same\n", "and x.bin is read again")
+        }
+    }
 }
