@@ -124,6 +124,27 @@ public final class CommitNotifier: Sendable {
         for c in all { c.resume() }
     }
 
+    /// Ends every wait now (without closing): a revocation, so every poll checks its token again.
+    public func wakeAll() {
+        let all: [CheckedContinuation<Void, Never>] = state.withLock { s in
+            var out: [CheckedContinuation<Void, Never>] = []
+            for (container, list) in s.waiters {
+                var kept = list
+                for (id, w) in list {
+                    guard case .waiting(let c) = w.slot else { continue }
+                    out.append(c)
+                    kept[id] = nil
+                }
+                s.waiters[container] = kept.isEmpty ? nil : kept
+            }
+            return out
+        }
+        for c in all { c.resume() }
+    }
+
+    /// Whether `close()` was called (the server is stopping).
+    public var isClosed: Bool { state.withLock { $0.closed } }
+
     /// The containers that long-polls are waiting on (what a catch-up needs to re-read).
     public var waitedContainers: [Int64] {
         state.withLock { s in s.waiters.compactMap { $0.value.values.contains { if case .waiting = $0.slot { true } else { false } } ? $0.key : nil } }

@@ -98,16 +98,18 @@ struct ErrorMiddleware: RouterMiddleware {
 }
 
 /// Authenticates `Authorization: Bearer TOKEN`. Tokens are looked up by their SHA-256. A known
-/// device is remembered for `recheck` and then looked up again, so a device revoked by
-/// `nimbus admin revoke-device` (on this instance or any other sharing the database) is refused
-/// within that time.
+/// device is remembered for `recheck`, or until a revocation is seen (`Revocations`), and then
+/// looked up again, so a device revoked by `nimbus admin revoke-device` or `nimbus device revoke`
+/// (on this instance or any other sharing the database) is refused within that time.
 struct Authenticator: Sendable {
     struct Known: Sendable {
         var device: DeviceRecord
         var checked: ContinuousClock.Instant
+        var epoch: UInt64
     }
     static let recheck: Duration = .seconds(1)
     let store: any ServerStore
+    let revocations: Revocations
     let cache = LockedDictionary<Known>()
 
     func device(for request: Request) async throws -> DeviceRecord {
@@ -116,10 +118,10 @@ struct Authenticator: Sendable {
         }
         let token = header.dropFirst("Bearer ".count).trimmingCharacters(in: .whitespaces)
         let hash = TokenHash.of(token)
-        let now = ContinuousClock.now
-        if let known = cache[hash], now - known.checked < Self.recheck { return known.device }
+        let now = ContinuousClock.now, epoch = revocations.epoch
+        if let known = cache[hash], now - known.checked < Self.recheck, known.epoch == epoch { return known.device }
         let device = try await store.device(tokenHash: hash)
-        cache[hash] = device.map { Known(device: $0, checked: now) }
+        cache[hash] = device.map { Known(device: $0, checked: now, epoch: epoch) }
         guard let device else {
             throw APIError(.unauthorized, "this device token is not known to the server or was revoked; enroll this device again: on an enrolled device run `nimbus device add NAME`, then here `nimbus login SERVER --code CODE --state DIR` with this device's state directory (its queued changes are kept)")
         }

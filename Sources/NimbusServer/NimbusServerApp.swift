@@ -13,6 +13,7 @@ public struct NimbusServerApp: Sendable {
     public let store: any ServerStore
     public let chunks: any ChunkStore
     public let notifier: CommitNotifier
+    public let revocations: Revocations
     public let metrics: ServerMetrics
     public var clock: @Sendable () -> Int64 = { Int64(Date().timeIntervalSince1970 * 1_000_000_000) }
     /// Addresses of reverse proxies whose `X-Forwarded-For` names the client (`--trusted-proxy`):
@@ -33,7 +34,9 @@ public struct NimbusServerApp: Sendable {
         let metrics = ServerMetrics()
         self.metrics = metrics
         self.bodies = BodyBudget(limits: ServerLimits())
-        self.notifier = CommitNotifier(onAnnounce: { metrics.announced($0) })
+        let notifier = CommitNotifier(onAnnounce: { metrics.announced($0) })
+        self.notifier = notifier
+        self.revocations = Revocations(notifier: notifier)
     }
 
     /// The embedded configuration: `DIR/metadata.sqlite` and `DIR/chunks`.
@@ -62,7 +65,7 @@ public struct NimbusServerApp: Sendable {
     public func router() -> Router<NimbusContext> {
         let router = Router(context: NimbusContext.self)
         router.add(middleware: ErrorMiddleware(metrics: metrics))
-        Routes(store: store, chunks: chunks, notifier: notifier, metrics: metrics, clock: clock, bodies: bodies,
+        Routes(store: store, chunks: chunks, notifier: notifier, revocations: revocations, metrics: metrics, clock: clock, bodies: bodies,
                trustedProxies: trustedProxies).register(on: router)
         return router
     }
@@ -84,7 +87,8 @@ public struct NimbusServerApp: Sendable {
         // On SIGTERM/SIGINT the services stop last to first: open long-polls are answered
         // before the HTTP server waits for the requests in flight, so a stop takes as long as
         // the slowest ordinary request, not a device's 25 s poll.
-        var services: [any Service] = [app, LongPollCloser(notifier: notifier)]
+        var services: [any Service] = [app, LongPollCloser(notifier: notifier),
+                                       RevocationWatch(revocations: revocations, store: store, logger: logger)]
         if let tls { services.append(CertificateReloader(tls: tls, logger: logger)) }
         if let gcInterval {
             services.append(ChunkCollectorService(collector: collector, interval: gcInterval, clock: clock, metrics: metrics, logger: logger))

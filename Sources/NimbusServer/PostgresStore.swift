@@ -350,6 +350,14 @@ public final class PostgresStore: ServerStore {
         return DeviceRecord(id: id, name: deviceName, accountID: accountID, accountName: account)
     }
 
+    public func revocationMark() async throws -> RevocationMark {
+        guard let row = try await read("SELECT count(revoked), coalesce(max(revoked), 0) FROM devices").first else {
+            return RevocationMark(count: 0, latest: 0)
+        }
+        let (count, latest) = try row.decode((Int64, Int64).self)
+        return RevocationMark(count: count, latest: latest)
+    }
+
     public func device(tokenHash: String) async throws -> DeviceRecord? {
         guard let row = try await read("""
             SELECT d.id, d.name, d.account_id, a.name FROM devices d JOIN accounts a ON a.id = d.account_id

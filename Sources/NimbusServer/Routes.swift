@@ -12,6 +12,7 @@ struct Routes: Sendable {
     let store: any ServerStore
     let chunks: any ChunkStore
     let notifier: CommitNotifier
+    let revocations: Revocations
     let metrics: ServerMetrics
     let clock: @Sendable () -> Int64
     let bodies: BodyBudget
@@ -60,7 +61,7 @@ struct Routes: Sendable {
             }
             return JSONResponse.make(PairResult(token: token, account: d.accountName, device: d.name, deviceID: d.id))
         }
-        let auth = Authenticator(store: store)
+        let auth = Authenticator(store: store, revocations: revocations)
         let v1 = DeviceRoutes(router: router, auth: auth)
         v1.post("devices/pairing") { req, ctx in
             let d = try ctx.requireDevice()
@@ -80,6 +81,7 @@ struct Routes: Sendable {
             let d = try ctx.requireDevice()
             let name = try ctx.parameters.require("device")
             let r = try await self.store.revokeDevice(account: d.accountName, device: name, now: self.clock() / 1_000_000_000)
+            try? await self.revocations.check(self.store)  // this instance's polls now; others within a second
             return JSONResponse.make(DeviceInfo(id: r.id, name: r.name, created: r.created, revoked: r.revoked))
         }
         v1.get("whoami") { _, ctx in
@@ -141,12 +143,19 @@ struct Routes: Sendable {
             var page = try await self.store.changes(in: c, since: since, limit: limit)
             if page.changes.isEmpty, wait > 0 {
                 self.metrics.longPolls.increment()
-                await self.notifier.wait(container: c.id, after: page.cursor, timeout: .seconds(wait))
-                self.metrics.longPolls.decrement()
-                // The token is checked again after the wait: a device revoked meanwhile gets 401,
-                // not what was committed after its revocation.
-                _ = try await auth.device(for: req)
-                page = try await self.store.changes(in: c, since: since, limit: limit)
+                defer { self.metrics.longPolls.decrement() }
+                let deadline = ContinuousClock.now + .seconds(wait)
+                while true {
+                    let epoch = self.revocations.epoch
+                    await self.notifier.wait(container: c.id, after: page.cursor, timeout: deadline - ContinuousClock.now)
+                    // The token is checked again after every wait: a device revoked meanwhile
+                    // gets 401, not what was committed after its revocation.
+                    _ = try await auth.device(for: req)
+                    page = try await self.store.changes(in: c, since: since, limit: limit)
+                    // Woken by a revocation (not this device's): nothing new, so wait on.
+                    guard page.changes.isEmpty, self.revocations.epoch != epoch, !self.notifier.isClosed,
+                          deadline - ContinuousClock.now > .milliseconds(50) else { break }
+                }
             }
             return JSONResponse.make(page)
         }

@@ -202,6 +202,13 @@ public final class SQLiteStore: ServerStore {
         }
     }
 
+    public func revocationMark() async throws -> RevocationMark {
+        try await pool.read { db in
+            let row = try Row.fetchOne(db.cachedStatement(sql: "SELECT count(revoked), coalesce(max(revoked), 0) FROM devices"))
+            return RevocationMark(count: row?[0] ?? 0, latest: row?[1] ?? 0)
+        }
+    }
+
     public func devices(account: String?) async throws -> [DeviceListing] {
         try await pool.read { db in try Self.devices(db, account: account) }
     }

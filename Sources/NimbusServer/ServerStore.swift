@@ -13,6 +13,8 @@ public protocol ServerStore: Sendable {
     func addDevice(account: String, deviceName: String, tokenHash: String) async throws -> DeviceRecord
     /// The device whose token hashes to `tokenHash`, if any and not revoked.
     func device(tokenHash: String) async throws -> DeviceRecord?
+    /// Changes whenever a device is revoked (read by every instance once a second: `Revocations`).
+    func revocationMark() async throws -> RevocationMark
     /// Every device of every account (or of `account`), by account then name.
     func devices(account: String?) async throws -> [DeviceListing]
     /// Revokes the device of `account` named `device` (or with that id): its token stops working.

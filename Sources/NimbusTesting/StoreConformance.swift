@@ -383,12 +383,16 @@ extension StoreConformance {
         try check(listed.map(\.name) == ["laptop", "phone", "phone"] && listed.allSatisfy { $0.revoked == nil && $0.account == "carol" },
                   "carol's devices are listed: \(listed)")
         try check(try await f.store.devices(account: nil).count >= 3 + 2, "all accounts' devices are listed")
+        let markBefore = try await f.store.revocationMark()
         let revoked = try await f.store.revokeDevice(account: "carol", device: "laptop", now: 1_000)
         try check(revoked.id == laptop.id && revoked.revoked == 1_000, "the laptop is revoked")
+        let markAfter = try await f.store.revocationMark()
+        try check(markAfter != markBefore, "a revocation moves the revocation mark: \(markBefore) then \(markAfter)")
         try check(try await f.store.device(tokenHash: TokenHash.of(tokenA)) == nil, "a revoked token finds no device")
         try check(try await f.store.device(tokenHash: TokenHash.of(tokenB)) != nil, "the other devices still work")
         let again = try await f.store.revokeDevice(account: "carol", device: laptop.id.description, now: 2_000)
         try check(again.revoked == 1_000, "revoking again keeps the first time")
+        try check(try await f.store.revocationMark() == markAfter, "nothing newly revoked: the mark stays")
         do {
             _ = try await f.store.revokeDevice(account: "carol", device: "phone", now: 3_000)
             throw ConformanceFailure("a name shared by two devices must be refused")

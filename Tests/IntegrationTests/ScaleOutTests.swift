@@ -237,4 +237,31 @@ struct ScaleOutTests {
             }
         }
     }
+
+    /// A device revoked through one instance has its long-poll on the other answered 401 within
+    /// the second the revocation takes to spread; a poll of a device still enrolled waits on.
+    @Test func aRevocationOnOneInstanceEndsTheDevicesLongPollOnTheOther() async throws {
+        try await Self.withCluster(3) { servers, tokens, _, _ in
+            let a = NimbusClient(baseURL: servers[0].url, token: tokens[0])
+            let b = NimbusClient(baseURL: servers[1].url, token: tokens[1])
+            let c = NimbusClient(baseURL: servers[1].url, token: tokens[2])
+            let start = try await a.createContainer(Self.container).cursor
+            let polled = Task { try await b.changes(Self.container, since: start, wait: 25) }
+            let other = Task { try await c.changes(Self.container, since: start, wait: 6) }
+            try await Task.sleep(for: .milliseconds(300))
+            let revoked = ContinuousClock.now
+            _ = try await a.revokeDevice("device-1")
+            do {
+                let page = try await polled.value
+                Issue.record("the revoked device's long-poll was answered with \(page.changes.count) changes")
+            } catch let e as RemoteError {
+                #expect(e.code == .unauthorized, "\(e)")
+            }
+            let answered = ContinuousClock.now - revoked
+            print("sync figures: a revocation on instance 1 ended the device's long-poll on instance 2 after \(answered)")
+            #expect(answered < .seconds(3), "answered \(answered) after the revocation")
+            #expect(try await other.value.changes.isEmpty)
+            #expect(ContinuousClock.now - revoked > .seconds(5), "the enrolled device's poll waited its whole time")
+        }
+    }
 }

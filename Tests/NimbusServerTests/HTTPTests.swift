@@ -210,6 +210,33 @@ import Testing
         }
     }
 
+    /// A revocation made outside the HTTP routes (`nimbus admin revoke-device` writes the
+    /// database) answers the revoked device's open long-poll with 401 within a second or so, while
+    /// another device's poll waits on.
+    @Test func aRevocationAnswersTheRevokedDevicesOpenLongPollAtOnce() async throws {
+        try await LiveServer.with { s in
+            let a = NimbusClient(baseURL: s.url, token: try await s.token(device: "a"))
+            let b = NimbusClient(baseURL: s.url, token: try await s.token(device: "b"))
+            let start = try await a.createContainer(Self.container).cursor
+            let other = Task { try await a.changes(Self.container, since: start, wait: 5) }
+            let polled = Task { try await b.changes(Self.container, since: start, wait: 25) }
+            try await Task.sleep(for: .milliseconds(300))
+            let revoked = ContinuousClock.now
+            _ = try await s.app.store.revokeDevice(account: "alice", device: "b", now: 1)
+            do {
+                let page = try await polled.value
+                Issue.record("the revoked device's long-poll was answered with \(page.changes.count) changes")
+            } catch let e as RemoteError {
+                #expect(e.code == .unauthorized, "\(e)")
+            }
+            let answered = ContinuousClock.now - revoked
+            #expect(answered < .seconds(3), "answered \(answered) after the revocation")
+            let page = try await other.value
+            #expect(page.changes.isEmpty)
+            #expect(ContinuousClock.now - revoked > .seconds(4), "the other device's poll waited its whole time")
+        }
+    }
+
     @Test func malformedRequestsGetStableCodesNever500() async throws {
         try await LiveServer.with { s in
             let c = NimbusClient(baseURL: s.url, token: try await s.token())
