@@ -34,6 +34,10 @@ public struct APIError: Error, Sendable, CustomStringConvertible {
         APIError(.quotaExceeded, "this account stores \(usage) bytes of its quota of \(quota) bytes, and this chunk of \(size) bytes would exceed it; nothing was stored — free space by deleting files (their bytes count until the server's history retention and garbage collection free them) or ask the server's admin to raise the quota (nimbus admin set-quota)",
                  quota: QuotaFigures(usage: usage, quota: quota))
     }
+    static func quotaExceededByCommit(usage: Int64, quota: Int64, size: Int64) -> APIError {
+        APIError(.quotaExceeded, "this account stores \(usage) bytes of its quota of \(quota) bytes (content, versions and their chunk lists), and this commit's \(size) bytes of metadata would exceed it; nothing was changed — free space by deleting files (their bytes count until the server's history retention and garbage collection free them) or ask the server's admin to raise the quota (nimbus admin set-quota)",
+                 quota: QuotaFigures(usage: usage, quota: quota))
+    }
     static func itemNotFound(_ id: ItemID) -> APIError {
         APIError(.itemNotFound, "no item \(id) in this container; pull changes and retry")
     }

@@ -30,7 +30,20 @@ struct CommitEngine<T: StoreTransaction> {
     mutating func commit(_ req: CommitRequest) throws -> CommitResponse {
         let response = try apply(req)
         try pruneHistory()
+        try tx.recordMetadata()
+        try checkQuota(deleting: req.state.deleted)
         return response
+    }
+
+    /// What an account stores in version rows and journal entries counts in its usage: a commit
+    /// that stores any and leaves the account over its quota is refused (and rolled back), so
+    /// chunk lists that reuse a chunk the account owns cannot grow the server past the quota.
+    /// Deletes always go through: they are how an account gets back under it.
+    private func checkQuota(deleting: Bool) throws {
+        let added = tx.metadataAdded
+        guard !deleting, added > 0, let quota = try tx.accountQuota() else { return }
+        let usage = try tx.accountUsage()
+        if usage > quota { throw APIError.quotaExceededByCommit(usage: usage - added, quota: quota, size: added) }
     }
 
     /// `req` has passed `CommitRequest.check()` at the protocol boundary.
@@ -203,6 +216,7 @@ struct CommitEngine<T: StoreTransaction> {
     mutating func resolve(_ req: ResolveRequest, item id: ItemID) throws -> CommitResponse {
         let response = try apply(req, item: id)
         try pruneHistory()
+        try tx.recordMetadata()
         return response
     }
 

@@ -139,6 +139,16 @@ enum PostgresSchema {
         // Until when a long-poll may wait on the container through some instance: a commit sends
         // its NOTIFY only before then (PostgresCommitFeed.swift, `watch`).
         (7, ["ALTER TABLE containers ADD COLUMN watched_until TIMESTAMPTZ"]),
+        // What an account stores in version rows and journal entries counts in its usage
+        // (Quotas.swift): per container, in bytes, counted from what is there now.
+        (8, [
+            "ALTER TABLE containers ADD COLUMN meta_bytes BIGINT NOT NULL DEFAULT 0",
+            """
+            UPDATE containers c SET meta_bytes =
+                (SELECT coalesce(sum(octet_length(v.state)), 0) FROM versions v WHERE v.container_id = c.id)
+              + (SELECT coalesce(sum(octet_length(j.record)), 0) FROM journal j WHERE j.container_id = c.id)
+            """,
+        ]),
     ]
 
     /// Arbitrary constant naming the advisory lock held while migrating ("nimbus" in ASCII).

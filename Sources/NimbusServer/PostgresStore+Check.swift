@@ -22,6 +22,17 @@ extension PostgresStore {
                 }
             }
             for row in try db.rows("""
+                SELECT c.id, c.meta_bytes,
+                  (SELECT coalesce(sum(octet_length(v.state)), 0) FROM versions v WHERE v.container_id = c.id)::bigint
+                  + (SELECT coalesce(sum(octet_length(j.record)), 0) FROM journal j WHERE j.container_id = c.id)::bigint
+                FROM containers c
+                """) {
+                let (id, counted, actual) = try row.decode((Int64, Int64, Int64).self)
+                if counted != actual {
+                    problems.append("container \(id): metadata counted as \(counted) bytes, but its versions and journal hold \(actual)")
+                }
+            }
+            for row in try db.rows("""
                 SELECT i.id, i.version, i.conflicts, i.state, i.deleted, i.parent_id, i.history_floor,
                   (SELECT state FROM versions v WHERE v.container_id = i.container_id AND v.item_id = i.id AND v.role = 'current'),
                   (SELECT seq FROM versions v WHERE v.container_id = i.container_id AND v.item_id = i.id AND v.role = 'current'),

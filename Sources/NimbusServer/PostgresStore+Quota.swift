@@ -9,6 +9,7 @@ extension PostgresStore {
     static func usage(_ db: PostgresSync, account: Int64) throws -> Int64 {
         try db.rows("""
             SELECT (SELECT coalesce(sum(size), 0) FROM account_chunks WHERE account_id = \(account))::bigint
+                 + (SELECT coalesce(sum(meta_bytes), 0) FROM containers WHERE account_id = \(account))::bigint
                  + (SELECT coalesce(sum(s), 0) FROM (
                        SELECT max(u.size) AS s FROM chunk_uploads u
                        WHERE u.account_id = \(account) AND u.size IS NOT NULL
@@ -19,11 +20,13 @@ extension PostgresStore {
 
     static func accountUsage(_ db: PostgresSync, account: String?) throws -> [AccountUsage] {
         try db.rows("""
-            SELECT a.id, a.name, a.quota, (SELECT count(*) FROM account_chunks c WHERE c.account_id = a.id)
+            SELECT a.id, a.name, a.quota, (SELECT count(*) FROM account_chunks c WHERE c.account_id = a.id),
+                   (SELECT coalesce(sum(meta_bytes), 0) FROM containers k WHERE k.account_id = a.id)::bigint
             FROM accounts a WHERE \(account)::text IS NULL OR a.name = \(account) ORDER BY a.name
             """).map { row in
-            let (id, name, quota, chunks) = try row.decode((Int64, String, Int64?, Int64).self)
-            return AccountUsage(account: name, figures: QuotaFigures(usage: try usage(db, account: id), quota: quota), chunks: chunks)
+            let (id, name, quota, chunks, metadata) = try row.decode((Int64, String, Int64?, Int64, Int64).self)
+            return AccountUsage(account: name, figures: QuotaFigures(usage: try usage(db, account: id), quota: quota), chunks: chunks,
+                                metadata: metadata)
         }
     }
 

@@ -124,7 +124,7 @@ public final class PostgresStore: ServerStore {
             var columns = try read()
             // Another commit went in while this one waited for the lock: read again under it.
             if columns.0 != columns.1 { columns = try read() }
-            let tx = PostgresTransaction(db: db, container: container, cursor: columns.0, prefetched: try prefetch(columns))
+            let tx = PostgresTransaction(db: db, container: container, cursor: columns.0, quota: .some(columns.18), prefetched: try prefetch(columns))
             let response = try body(tx)
             // Other instances' long-polls learn of it by NOTIFY, sent by PostgreSQL on COMMIT only.
             tx.finish(notify: Self.notification(container, response, watched: columns.17))
@@ -160,7 +160,7 @@ public final class PostgresStore: ServerStore {
                     // Another commit went in while this one waited for the lock: read again under it.
                     if columns.0 != columns.1 { columns = try await read() }
                     let db = PostgresSync(conn: conn, logger: logger, counters: counters, deferring: true, warm: warm)
-                    let tx = PostgresTransaction(db: db, container: container, cursor: columns.0, prefetched: try prefetch(columns))
+                    let tx = PostgresTransaction(db: db, container: container, cursor: columns.0, quota: .some(columns.18), prefetched: try prefetch(columns))
                     let response: CommitResponse
                     do {
                         response = try body(tx)
@@ -191,7 +191,7 @@ public final class PostgresStore: ServerStore {
     static func prefetch(_ columns: CommitPrefetch.Columns, item: ItemID, parent: ItemID?,
                          place: (parent: ItemID, name: String)?) throws -> PostgresPrefetch? {
         let (cursor, seen, iid, iversion, iconflicts, istate, seq, wasCurrent, seqs, roles, wereCurrent, retired,
-             pid, pversion, pconflicts, pstate, taken, _) = columns
+             pid, pversion, pconflicts, pstate, taken, _, _) = columns
         guard seen == cursor else { return nil }
         var p = PostgresPrefetch(cursor: cursor, item: item, row: try storedItem(iid, iversion, iconflicts, istate),
                                  current: seq.map { ($0, wasCurrent ?? true) })

@@ -257,7 +257,8 @@ struct CommitPrefetch: PostgresPreparedStatement {
                p.id, p.version, p.conflicts, p.state,
                EXISTS (SELECT 1 FROM items n WHERE n.container_id = c.id AND n.parent_id = $4 AND n.name = $5
                        AND NOT n.deleted AND n.id <> $2),
-               coalesce(c.watched_until > now(), false)
+               coalesce(c.watched_until > now(), false),
+               (SELECT quota FROM accounts a WHERE a.id = c.account_id)
         FROM containers c
         LEFT JOIN items i ON i.container_id = c.id AND i.id = $2
         LEFT JOIN versions v ON v.container_id = c.id AND v.item_id = $2 AND v.role = 'current'
@@ -273,9 +274,9 @@ struct CommitPrefetch: PostgresPreparedStatement {
     /// cursor, seen, the item (id, version, conflicts, state), its current version (seq,
     /// was_current), its earlier versions (seqs, roles, was_current, retired), the parent (id,
     /// version, conflicts, state), whether the name is taken, whether a long-poll may wait on the
-    /// container (`PostgresStore.watch`: the commit NOTIFYs only then).
+    /// container (`PostgresStore.watch`: the commit NOTIFYs only then), the account's quota.
     typealias Columns = (Int64, Int64, String?, Int64?, Int64?, String?, Int64?, Bool?, [Int64], [String], [Bool], [Int64],
-                         String?, Int64?, Int64?, String?, Bool, Bool)
+                         String?, Int64?, Int64?, String?, Bool, Bool, Int64?)
 
     var container: Int64
     var item: String
@@ -315,14 +316,15 @@ struct CommitWrites: PostgresPreparedStatement {
              w2 AS (INSERT INTO journal(container_id, seq, item_id, kind, device_id, record)
                     SELECT $1, j.seq, j.item, j.kind, j.device, j.record
                     FROM unnest($16::int8[], $17::text[], $18::text[], $19::text[], $20::text[]) AS j(seq, item, kind, device, record)),
-             w3 AS (UPDATE containers SET cursor = $21 WHERE id = $1 AND $21::int8 IS NOT NULL)
+             w3 AS (UPDATE containers SET cursor = coalesce($21::int8, cursor), meta_bytes = meta_bytes + $24
+                    WHERE id = $1 AND ($21::int8 IS NOT NULL OR $24::int8 <> 0))
         SELECT pg_notify($22, $23) WHERE $23::text IS NOT NULL
         """
     static let bindingDataTypes: [PostgresDataType] = [
         .int8, .textArray, .int8Array, .textArray, .boolArray, .textArray, .textArray,
         .text, .text, .text, .text, .bool, .int8, .int8, .text,
         .int8Array, .textArray, .textArray, .textArray, .textArray,
-        .int8, .text, .text,
+        .int8, .text, .text, .int8,
     ]
 
     struct Versions {
@@ -349,9 +351,11 @@ struct CommitWrites: PostgresPreparedStatement {
     var cursor: Int64?
     /// (channel, payload)
     var notify: (String, String)?
+    /// Bytes added to the container's metadata count.
+    var metadata: Int64 = 0
 
     func makeBindings() throws -> PostgresBindings {
-        var b = PostgresBindings(capacity: 23)
+        var b = PostgresBindings(capacity: 24)
         b.append(container)
         b.append(versions.item); b.append(versions.seq); b.append(versions.role)
         b.append(versions.wasCurrent); b.append(versions.device); b.append(versions.state)
@@ -360,6 +364,7 @@ struct CommitWrites: PostgresPreparedStatement {
         b.append(journal.seq); b.append(journal.item); b.append(journal.kind); b.append(journal.device); b.append(journal.record)
         b.append(cursor)
         b.append(notify?.0); b.append(notify?.1)
+        b.append(metadata)
         return b
     }
 
@@ -422,6 +427,12 @@ struct PostgresTransaction: StoreTransaction {
         var nameCheckFor: ItemID?
         var batch = Batch()
         var notify: String?
+        /// Metadata bytes stored by this transaction (`metadataAdded`), and those not yet added
+        /// to the container's count.
+        var metadataAdded: Int64 = 0
+        var metadataUnsent: Int64 = 0
+        /// The account's quota as the lock's statement read it (nil: not read).
+        var quota: Int64??
         init(cursor: Int64) { self.cursor = cursor }
     }
 
@@ -433,10 +444,11 @@ struct PostgresTransaction: StoreTransaction {
         var isEmpty: Bool { versions.item.isEmpty && item == nil && journal.seq.isEmpty }
     }
 
-    init(db: PostgresSync, container: ContainerRecord, cursor: Int64, prefetched: PostgresPrefetch?) {
+    init(db: PostgresSync, container: ContainerRecord, cursor: Int64, quota: Int64??, prefetched: PostgresPrefetch?) {
         self.db = db
         self.container = container
         known = Known(cursor: cursor)
+        known.quota = quota
         if let p = prefetched {
             known.items[p.item] = .some(p.row)
             known.currentSeqs[p.item] = .some(p.current?.seq)
@@ -460,9 +472,11 @@ struct PostgresTransaction: StoreTransaction {
         known.cursorMoved = false
         let notify = known.notify
         known.notify = nil
-        guard !b.isEmpty || cursor != nil || notify != nil else { return }
+        let metadata = known.metadataUnsent
+        known.metadataUnsent = 0
+        guard !b.isEmpty || cursor != nil || notify != nil || metadata != 0 else { return }
         db.send(prepared: CommitWrites(container: cid, versions: b.versions, item: b.item, journal: b.journal,
-                                       cursor: cursor, notify: notify.map { (PostgresStore.channel, $0) }))
+                                       cursor: cursor, notify: notify.map { (PostgresStore.channel, $0) }, metadata: metadata))
     }
 
     func finish(notify payload: String?) {
@@ -539,8 +553,10 @@ struct PostgresTransaction: StoreTransaction {
         if role == .current { known.currentSeqs[item] = .some(seq) }
         known.wasCurrent[item, default: [:]][seq] = wasCurrent
         if role.isEarlier { known.earlier[item] = nil }  // not made by the engine; read if asked
+        let text = try encode(state)
         known.batch.versions.append(item: item.description, seq: seq, role: role.rawValue, wasCurrent: wasCurrent,
-                                    device: state.modifiedBy.description, state: try encode(state))
+                                    device: state.modifiedBy.description, state: text)
+        known.metadataAdded += Int64(text.utf8.count)
     }
 
     func setRole(item: ItemID, seq: Int64, role: StoredRole, at time: Int64) throws {
@@ -602,8 +618,10 @@ struct PostgresTransaction: StoreTransaction {
         if !known.batch.isEmpty { flush() }
         // Only earlier rows, whatever the caller asks: the current and conflict versions stay.
         db.send("""
-            DELETE FROM versions WHERE container_id = \(cid) AND item_id = \(item.description)
-              AND role IN ('previous', 'discarded') AND seq = ANY(\(seqs))
+            WITH gone AS (DELETE FROM versions WHERE container_id = \(cid) AND item_id = \(item.description)
+                            AND role IN ('previous', 'discarded') AND seq = ANY(\(seqs))
+                          RETURNING octet_length(state) AS n)
+            UPDATE containers SET meta_bytes = meta_bytes - (SELECT coalesce(sum(n), 0) FROM gone) WHERE id = \(cid)
             """)
         if let historyFloor {
             db.send("""
@@ -614,8 +632,30 @@ struct PostgresTransaction: StoreTransaction {
     }
 
     func appendJournal(seq: Int64, kind: ChangeKind, item: StoredItem, device: DeviceID) throws {
+        let record = try Codec.encode(item.record)
         known.batch.journal.append(seq: seq, item: item.id.description, kind: kind.rawValue, device: device.description,
-                                   record: try Codec.encode(item.record))
+                                   record: record)
+        known.metadataAdded += Int64(record.utf8.count)
+    }
+
+    var metadataAdded: Int64 { known.metadataAdded }
+
+    /// Sent with the next batch (or the commit's last statement).
+    func recordMetadata() throws {
+        known.metadataUnsent += known.metadataAdded
+    }
+
+    func accountQuota() throws -> Int64? {
+        if let q = known.quota { return q }
+        let q = try rows("SELECT quota FROM accounts WHERE id = \(container.accountID)").first?.decode(Int64?.self) ?? nil
+        known.quota = .some(q)
+        return q
+    }
+
+    /// A read: the gathered writes (and the metadata count) go first.
+    func accountUsage() throws -> Int64 {
+        flush()
+        return try PostgresStore.usage(db, account: container.accountID)
     }
 
     /// Locks the rows it finds (FOR KEY SHARE) until the commit ends: the garbage collector

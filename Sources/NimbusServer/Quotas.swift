@@ -21,20 +21,27 @@ import NimbusProtocol
 // reclaimed by the collector as stale stops counting and its end answers `busy`; a server that
 // crashed mid-upload leaves its size counted until the collector reclaims it after the grace.)
 //
-// Commits are never refused for quota: every chunk a commit refers to must already be owned
-// (else `missing_chunks`), so it was counted when it was uploaded. Deletes, renames, moves and
-// commits of content the account already stores go through even over quota (after the admin
-// lowered it below the usage): only new bytes are refused.
+// Metadata counts too: the bytes of the account's version rows and journal entries (their JSON,
+// chunk lists included), kept per container in `containers.meta_bytes` by every commit, resolve
+// and history pruning (`StoreTransaction.recordMetadata`). Every chunk a commit refers to must
+// already be owned (else `missing_chunks`), so its content was counted when it was uploaded; what
+// the commit adds is its metadata, and a commit that leaves the account over its quota is refused
+// and rolled back (`CommitEngine.checkQuota`), so no chunk list that reuses an owned chunk grows
+// the server past the quota. Deletes always go through (even over quota, after the admin lowered
+// it below the usage): they are how an account gets back under it.
 public struct AccountUsage: Hashable, Sendable {
     public var account: String
     public var figures: QuotaFigures
     /// Chunks the account owns.
     public var chunks: Int64
+    /// Bytes of its version rows and journal entries (part of `figures.usage`).
+    public var metadata: Int64
 
-    public init(account: String, figures: QuotaFigures, chunks: Int64) {
+    public init(account: String, figures: QuotaFigures, chunks: Int64, metadata: Int64) {
         self.account = account
         self.figures = figures
         self.chunks = chunks
+        self.metadata = metadata
     }
 
     /// Bytes still free under the quota (0 when over it); nil without a quota.

@@ -21,6 +21,14 @@ extension SQLiteStore {
                 }
             }
             for row in try Row.fetchAll(db, sql: """
+                SELECT c.id, c.meta_bytes,
+                  (SELECT coalesce(sum(length(CAST(state AS BLOB))), 0) FROM versions v WHERE v.container_id = c.id)
+                  + (SELECT coalesce(sum(length(CAST(record AS BLOB))), 0) FROM journal j WHERE j.container_id = c.id) AS actual
+                FROM containers c
+                """) where (row["meta_bytes"] as Int64) != (row["actual"] as Int64) {
+                problems.append("container \(row["id"] as Int64): metadata counted as \(row["meta_bytes"] as Int64) bytes, but its versions and journal hold \(row["actual"] as Int64)")
+            }
+            for row in try Row.fetchAll(db, sql: """
                 SELECT i.container_id, i.id, i.version, i.conflicts, i.state, i.deleted, i.parent_id, i.kind, i.history_floor,
                   (SELECT state FROM versions v WHERE v.container_id = i.container_id AND v.item_id = i.id AND v.role = 'current') AS cur,
                   (SELECT seq FROM versions v WHERE v.container_id = i.container_id AND v.item_id = i.id AND v.role = 'current') AS cur_seq,

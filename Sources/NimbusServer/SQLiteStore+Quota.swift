@@ -5,10 +5,11 @@ import NimbusProtocol
 /// Quotas on SQLite (the rules are in Quotas.swift).
 extension SQLiteStore {
     /// Bytes the account owns plus those of its uploads under way of chunks it does not own yet
-    /// (each chunk once).
+    /// (each chunk once), plus its metadata.
     static func usage(_ db: Database, account: Int64) throws -> Int64 {
         try Int64.fetchOne(db, sql: """
             SELECT (SELECT coalesce(sum(size), 0) FROM account_chunks WHERE account_id = ?1)
+                 + (SELECT coalesce(sum(meta_bytes), 0) FROM containers WHERE account_id = ?1)
                  + (SELECT coalesce(sum(s), 0) FROM (
                        SELECT max(u.size) AS s FROM chunk_uploads u
                        WHERE u.account_id = ?1 AND u.size IS NOT NULL
@@ -22,8 +23,9 @@ extension SQLiteStore {
                          arguments: [account]).map { row in
             let id: Int64 = row["id"]
             let chunks = try Int64.fetchOne(db, sql: "SELECT count(*) FROM account_chunks WHERE account_id = ?", arguments: [id]) ?? 0
+            let metadata = try Int64.fetchOne(db, sql: "SELECT coalesce(sum(meta_bytes), 0) FROM containers WHERE account_id = ?", arguments: [id]) ?? 0
             return AccountUsage(account: row["name"], figures: QuotaFigures(usage: try usage(db, account: id), quota: row["quota"]),
-                                chunks: chunks)
+                                chunks: chunks, metadata: metadata)
         }
     }
 

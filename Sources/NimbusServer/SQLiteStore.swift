@@ -170,6 +170,16 @@ public final class SQLiteStore: ServerStore {
                 CREATE INDEX chunk_uploads_account ON chunk_uploads(account_id, hash);
                 """)
         }
+        // What an account stores in version rows and journal entries counts in its usage
+        // (Quotas.swift): per container, in bytes, counted from what is there now.
+        m.registerMigration("v7-metadata-usage") { db in
+            try db.execute(sql: """
+                ALTER TABLE containers ADD COLUMN meta_bytes INTEGER NOT NULL DEFAULT 0;
+                UPDATE containers SET meta_bytes =
+                    (SELECT coalesce(sum(length(CAST(state AS BLOB))), 0) FROM versions v WHERE v.container_id = containers.id)
+                  + (SELECT coalesce(sum(length(CAST(record AS BLOB))), 0) FROM journal j WHERE j.container_id = containers.id);
+                """)
+        }
         return m
     }
 

@@ -8,6 +8,7 @@ struct SQLiteTransaction: StoreTransaction {
     let container: ContainerRecord
     /// The last state encoded: a commit stores the same state in the item row and its version row.
     private let encoded = EncodedStateCache()
+    private let metadata = MetadataCount()
 
     private func encode(_ state: ItemState) throws -> String { try encoded.encode(state) }
 
@@ -68,9 +69,11 @@ struct SQLiteTransaction: StoreTransaction {
     }
 
     func insertVersion(item: ItemID, seq: Int64, role: StoredRole, wasCurrent: Bool, state: ItemState) throws {
+        let text = try encode(state)
         try cached("""
             INSERT INTO versions(container_id, item_id, seq, role, was_current, device_id, state) VALUES (?, ?, ?, ?, ?, ?, ?)
-            """).execute(arguments: [container.id, item.description, seq, role.rawValue, wasCurrent, state.modifiedBy.description, try encode(state)])
+            """).execute(arguments: [container.id, item.description, seq, role.rawValue, wasCurrent, state.modifiedBy.description, text])
+        metadata.bytes += Int64(text.utf8.count)
     }
 
     func setRole(item: ItemID, seq: Int64, role: StoredRole, at time: Int64) throws {
@@ -108,10 +111,15 @@ struct SQLiteTransaction: StoreTransaction {
             let part = seqs[start..<min(start + 500, seqs.count)]
             var args: [any DatabaseValueConvertible] = [container.id, item.description]
             args.append(contentsOf: Array(part))
-            try db.execute(sql: """
-                DELETE FROM versions WHERE container_id = ? AND item_id = ? AND role IN ('previous', 'discarded')
+            let rows = """
+                FROM versions WHERE container_id = ? AND item_id = ? AND role IN ('previous', 'discarded')
                   AND seq IN (\(part.map { _ in "?" }.joined(separator: ",")))
-                """, arguments: StatementArguments(args))
+                """
+            try db.execute(sql: """
+                UPDATE containers SET meta_bytes = meta_bytes - (SELECT coalesce(sum(length(CAST(state AS BLOB))), 0) \(rows))
+                WHERE id = ?
+                """, arguments: StatementArguments(args + [container.id]))
+            try db.execute(sql: "DELETE " + rows, arguments: StatementArguments(args))
         }
         if let historyFloor {
             try cached("UPDATE items SET history_floor = max(history_floor, ?) WHERE container_id = ? AND id = ?")
@@ -120,13 +128,29 @@ struct SQLiteTransaction: StoreTransaction {
     }
 
     func appendJournal(seq: Int64, kind: ChangeKind, item: StoredItem, device: DeviceID) throws {
+        let record = try Codec.encode(item.record)
         try cached("INSERT INTO journal(container_id, seq, item_id, kind, device_id, record) VALUES (?, ?, ?, ?, ?, ?)")
-            .execute(arguments: [container.id, seq, item.id.description, kind.rawValue, device.description,
-                                   try Codec.encode(item.record)])
+            .execute(arguments: [container.id, seq, item.id.description, kind.rawValue, device.description, record])
+        metadata.bytes += Int64(record.utf8.count)
     }
 
     func ownedChunks(_ hashes: [ContentHash]) throws -> [ContentHash: Int64] {
         try SQLiteStore.ownedChunks(db, account: container.accountID, hashes)
+    }
+
+    var metadataAdded: Int64 { metadata.bytes }
+
+    func recordMetadata() throws {
+        guard metadata.bytes != 0 else { return }
+        try cached("UPDATE containers SET meta_bytes = meta_bytes + ? WHERE id = ?").execute(arguments: [metadata.bytes, container.id])
+    }
+
+    func accountQuota() throws -> Int64? {
+        try Int64.fetchOne(cached("SELECT quota FROM accounts WHERE id = ?"), arguments: [container.accountID])
+    }
+
+    func accountUsage() throws -> Int64 {
+        try SQLiteStore.usage(db, account: container.accountID)
     }
 }
 

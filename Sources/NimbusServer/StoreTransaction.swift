@@ -52,4 +52,19 @@ protocol StoreTransaction {
     func deleteVersions(item: ItemID, seqs: [Int64], historyFloor: Int64?) throws
     func appendJournal(seq: Int64, kind: ChangeKind, item: StoredItem, device: DeviceID) throws
     func ownedChunks(_ hashes: [ContentHash]) throws -> [ContentHash: Int64]
+    /// Bytes this operation stored in version rows and journal entries (the account's metadata,
+    /// which counts in its usage: Quotas.swift). `deleteVersions` takes the bytes of the rows it
+    /// deletes off the container's count itself.
+    var metadataAdded: Int64 { get }
+    /// Adds `metadataAdded` to the container's count (once, at the end of the operation).
+    func recordMetadata() throws
+    /// The account's quota in bytes; nil when it has none.
+    func accountQuota() throws -> Int64?
+    /// The account's usage as this transaction sees it (its own writes included).
+    func accountUsage() throws -> Int64
+}
+
+/// Counts `StoreTransaction.metadataAdded` (a transaction is a value; the count is shared).
+final class MetadataCount {
+    var bytes: Int64 = 0
 }

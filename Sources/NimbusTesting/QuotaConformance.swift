@@ -12,7 +12,8 @@ public enum QuotaConformance: String, CaseIterable, Sendable {
     case ownedChunksCountOnce
     case concurrentUploadsStayWithinIt
     case raisingTheQuotaLetsItIn
-    case deletesAndCommitsAreNeverRefused
+    case overQuotaOnlyDeletesGoThrough
+    case metadataCountsAndBoundsCommits
     case freedChunksStopCounting
 
     public var retention: HistoryRetention {
@@ -26,7 +27,8 @@ public enum QuotaConformance: String, CaseIterable, Sendable {
         case .ownedChunksCountOnce: try await Self.ownedChunksCountOnce(q)
         case .concurrentUploadsStayWithinIt: try await Self.concurrentUploadsStayWithinIt(q)
         case .raisingTheQuotaLetsItIn: try await Self.raisingTheQuotaLetsItIn(q)
-        case .deletesAndCommitsAreNeverRefused: try await Self.deletesAndCommitsAreNeverRefused(q)
+        case .overQuotaOnlyDeletesGoThrough: try await Self.overQuotaOnlyDeletesGoThrough(q)
+        case .metadataCountsAndBoundsCommits: try await Self.metadataCountsAndBoundsCommits(q)
         case .freedChunksStopCounting: try await Self.freedChunksStopCounting(q)
         }
         try await q.g.checkConsistent("after \(rawValue)")
@@ -57,11 +59,11 @@ public enum QuotaConformance: String, CaseIterable, Sendable {
     /// them itself (it never learns they exist), and its quota is its own.
     static func ownedChunksCountOnce(_ q: QuotaFixture) async throws {
         let a = try await q.upload("a", 100)
-        try await q.setQuota(100)
-        try await q.upload("a", 100)  // owned: at the quota, and still fine
         _ = try await q.g.f.create(.file, "one.bin", chunks: [a])
         _ = try await q.g.f.create(.file, "two.bin", chunks: [a, a])
         try await q.expectUsage(100, chunks: 1)
+        try await q.setQuota(try await q.usage().figures.usage)
+        try await q.upload("a", 100)  // owned: at the quota, and still fine
 
         let bob = try await StoreFixture.make(q.g.f.store, account: "bob")
         let bobs = try await q.g.f.store.setQuota(account: "bob", bytes: 150)
@@ -69,7 +71,7 @@ public enum QuotaConformance: String, CaseIterable, Sendable {
         try await q.upload("a", 100, by: bob.a)
         _ = try await q.refusedUpload("b", 100, by: bob.a)
         let usage = try await q.g.f.store.accountUsage(account: nil)
-        try check(usage.map(\.account) == ["alice", "bob"] && usage.map(\.figures.usage) == [100, 100],
+        try check(usage.map(\.account) == ["alice", "bob"] && usage.map { $0.figures.usage - $0.metadata } == [100, 100],
                   "each account counts the shared chunk once for itself, got \(usage)")
     }
 
@@ -134,22 +136,58 @@ public enum QuotaConformance: String, CaseIterable, Sendable {
         try check(try await q.g.f.store.accountUsage(account: "nobody").isEmpty, "no usage for an unknown account")
     }
 
-    /// A quota lowered below the usage refuses only new bytes: commits of content the account
-    /// stores (a copy, an edit back to it), renames and deletes all go through.
-    static func deletesAndCommitsAreNeverRefused(_ q: QuotaFixture) async throws {
+    /// Over its quota (the admin lowered it below the usage) an account can still delete: every
+    /// commit that stores metadata is refused with the figures and changes nothing — an edit to
+    /// content it owns, a rename, a copy — and so is every new byte.
+    static func overQuotaOnlyDeletesGoThrough(_ q: QuotaFixture) async throws {
         let a = try await q.upload("a", 100), b = try await q.upload("b", 100)
         let (file, v1) = try await q.g.f.create(.file, "f.bin", chunks: [a])
         try await q.setQuota(50)
-        let edited = try await q.g.f.commit(file, base: v1, q.g.f.draft(.file, "f.bin", chunks: [a, b], t: 2_000))
-        try check(edited.outcome == .applied, "an edit to owned content is applied, got \(edited.outcome)")
-        let renamed = try await q.g.f.commit(file, base: edited.item.version, q.g.f.draft(.file, "g.bin", chunks: [a, b], t: 3_000))
-        try check(renamed.outcome == .applied && renamed.item.name.value == "g.bin", "a rename is applied, got \(renamed.outcome)")
-        let (copy, _) = try await q.g.f.create(.file, "copy.bin", chunks: [b])
-        let deleted = try await q.g.f.commit(file, base: renamed.item.version, q.g.f.draft(.file, "g.bin", chunks: [a, b], t: 4_000, deleted: true))
+        let before = try await q.usage()
+        for (what, draft) in [("an edit to owned content", q.g.f.draft(.file, "f.bin", chunks: [a, b], t: 2_000)),
+                              ("a rename", q.g.f.draft(.file, "g.bin", chunks: [a], t: 3_000))] {
+            let e = try await q.refusedCommit(file, base: v1, draft)
+            try check(e.quota == QuotaFigures(usage: before.figures.usage, quota: 50) && e.message.contains("set-quota"),
+                      "\(what) is refused with the figures and what to do: \(e.message)")
+        }
+        _ = try await q.refusedCommit(ItemID(UUID()), base: nil, q.g.f.draft(.file, "copy.bin", chunks: [b], t: 2_000))
+        try check(try await q.usage() == before, "refused commits change nothing")
+        try check(try await q.g.f.item(file).name.value == "f.bin", "the file is as it was")
+        let deleted = try await q.g.f.commit(file, base: v1, q.g.f.draft(.file, "f.bin", chunks: [a], t: 4_000, deleted: true))
         try check(deleted.outcome == .applied && deleted.item.deleted, "a delete is applied, got \(deleted.outcome)")
-        try check(try await q.g.f.item(copy).chunks == [b], "the copy is there")
         _ = try await q.refusedUpload("c", 10)
         try await q.expectUsage(200, chunks: 2)
+    }
+
+    /// What an account stores in version rows and journal entries counts: commits whose chunk
+    /// lists all refer to one owned chunk of 10 bytes (the attack that grew a server by 180 MB
+    /// under a 1 MiB quota) fill the quota with metadata and are then refused; the usage never
+    /// passes the quota, and what the store counts is what its rows hold (checked after every
+    /// case). History pruning gives the bytes of the versions it drops back.
+    static func metadataCountsAndBoundsCommits(_ q: QuotaFixture) async throws {
+        let tiny = try await q.upload("tiny", 10)
+        let list = [ChunkRef](repeating: tiny, count: 2_000)
+        try await q.setQuota(1 << 20)
+        let (file, v1) = try await q.g.f.create(.file, "big-list.bin", chunks: list)
+        let one = try await q.usage()
+        try check(one.metadata > Int64(list.count) * 64, "a version's chunk list counts: \(one)")
+        var base = v1, commits = 1, refused: APIError?
+        for t in 2...200 where refused == nil {
+            do {
+                let r = try await q.g.f.commit(file, base: base, q.g.f.draft(.file, "big-list.bin", chunks: list, t: Int64(t) * 1_000))
+                base = r.item.version
+                commits += 1
+            } catch let e as APIError where e.code == .quotaExceeded {
+                refused = e
+            }
+        }
+        let usage = try await q.usage()
+        try check(refused != nil && commits < 200, "commits stop at the quota: \(commits) went in, usage \(usage)")
+        try check(usage.figures.usage <= 1 << 20, "the usage never passes the quota: \(usage)")
+        try check(refused?.quota == QuotaFigures(usage: usage.figures.usage, quota: 1 << 20), "the refusal says the figures: \(String(describing: refused))")
+        // A delete still goes; the next commit after history pruning would fit again.
+        let deleted = try await q.g.f.commit(file, base: base, q.g.f.draft(.file, "big-list.bin", chunks: list, t: 300_000, deleted: true))
+        try check(deleted.outcome == .applied, "a delete goes through at the quota, got \(deleted.outcome)")
     }
 
     /// Content stops counting when the garbage collector frees it: here a file's content
@@ -158,17 +196,19 @@ public enum QuotaConformance: String, CaseIterable, Sendable {
     /// deleting alone frees nothing: docs/deploy.md "Quotas".)
     static func freedChunksStopCounting(_ q: QuotaFixture) async throws {
         let s: Int64 = 1_000_000_000
-        let a = try await q.upload("a", 100), small = try await q.upload("small", 10)
+        let a = try await q.upload("a", 100_000), small = try await q.upload("small", 10_000)
         let (file, v1) = try await q.g.f.create(.file, "f.bin", chunks: [a])
-        try await q.setQuota(150)
-        _ = try await q.refusedUpload("b", 100)
+        try await q.setQuota(150_000)
+        _ = try await q.refusedUpload("b", 100_000)
+        let metadata = try await q.usage().metadata
         _ = try await q.g.f.commit(file, base: v1, q.g.f.draft(.file, "f.bin", chunks: [small], t: 2_000), now: s)
-        try await q.expectUsage(110, chunks: 2)  // counted until collected
+        try await q.expectUsage(110_000, chunks: 2)  // counted until collected
+        try check(try await q.usage().metadata < metadata * 2, "the pruned version's metadata went with it")
         let report = try await q.g.collect(now: 7_200 * s, grace: 3_600)
-        try check(report.chunks == 1 && report.bytes == 100, "the replaced content is freed, got \(report)")
-        try await q.expectUsage(10, chunks: 1)
-        try await q.upload("b", 100, now: 7_200 * s)
-        try await q.expectUsage(110, chunks: 2)
+        try check(report.chunks == 1 && report.bytes == 100_000, "the replaced content is freed, got \(report)")
+        try await q.expectUsage(10_000, chunks: 1)
+        try await q.upload("b", 100_000, now: 7_200 * s)
+        try await q.expectUsage(110_000, chunks: 2)
     }
 }
 
@@ -210,9 +250,25 @@ public struct QuotaFixture: Sendable {
         throw FixtureError("the upload of \(tag) (\(size) bytes) passed the quota")
     }
 
+    /// `usage` bytes of content (its metadata comes on top) in `chunks` chunks.
     func expectUsage(_ usage: Int64, chunks: Int64) async throws {
         let u = try await g.f.store.accountUsage(account: g.f.a.accountName)
-        try check(u.count == 1 && u[0].figures.usage == usage && u[0].chunks == chunks,
-                  "alice uses \(usage) bytes in \(chunks) chunks, got \(u)")
+        try check(u.count == 1 && u[0].figures.usage - u[0].metadata == usage && u[0].chunks == chunks && u[0].metadata >= 0,
+                  "alice uses \(usage) bytes of content in \(chunks) chunks, got \(u)")
+    }
+
+    func usage() async throws -> AccountUsage {
+        guard let u = try await g.f.store.accountUsage(account: g.f.a.accountName).first else { throw FixtureError("alice has no usage") }
+        return u
+    }
+
+    /// The commit is refused as `quota_exceeded`; returns the error.
+    func refusedCommit(_ item: ItemID, base: Int64?, _ draft: ItemDraft) async throws -> APIError {
+        do {
+            let r = try await g.f.commit(item, base: base, draft)
+            throw FixtureError("the commit of \(draft.name.value) passed the quota: \(r.outcome)")
+        } catch let e as APIError where e.code == .quotaExceeded {
+            return e
+        }
     }
 }

@@ -191,6 +191,12 @@ final class SimServer: @unchecked Sendable {
             for h in hashes { if let c = server.chunks[h] { out[h] = Int64(c.count) } }
             return out
         }
+
+        // The simulated account has no quota: its metadata is not counted.
+        var metadataAdded: Int64 { 0 }
+        func recordMetadata() throws {}
+        func accountQuota() throws -> Int64? { nil }
+        func accountUsage() throws -> Int64 { 0 }
     }
 }
 

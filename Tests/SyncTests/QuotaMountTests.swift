@@ -16,7 +16,11 @@ struct QuotaMountTests {
             try await eventually("small file on B", "test \"$(cat \(q(b))/small.txt)\" = small")
 
             let set = try await w.admin("set-quota", ["--account", "alice", "100K"])
-            #expect(set.hasPrefix("alice\tused 5 (5 B)\tquota 102400 (100.0 KiB)\tfree 102395"), "set-quota prints the usage: \(set)")
+            let fields = set.split(separator: "\t").map(String.init)
+            let usedNow = fields.first { $0.hasPrefix("used ") }.flatMap { Int64($0.dropFirst(5).split(separator: " ")[0]) } ?? -1
+            let metadata = fields.first { $0.hasPrefix("metadata ") }.flatMap { Int64($0.dropFirst(9).trimmingCharacters(in: .whitespacesAndNewlines)) } ?? -1
+            #expect(fields.count == 6 && fields[0] == "alice" && fields[2] == "quota 102400 (100.0 KiB)" && fields[3] == "free \(102_400 - usedNow)"
+                    && fields[4] == "chunks 1" && usedNow == 5 + metadata && metadata > 0, "set-quota prints the usage, 5 bytes of content and the metadata: \(set)")
 
             // 3 MiB of random bytes: over the quota whatever the chunk boundaries.
             let source = w.base + "/big.src"
