@@ -68,11 +68,15 @@ struct DeviceLogin: Codable {
     }
 }
 
-/// How a command reaches the server as this device: `--state DIR` (after `nimbus login`), or
-/// `--server URL --token-file FILE` (a token from `nimbus admin add-device`).
+/// How a command reaches the server as this device: `--state DIR` (after `nimbus login`),
+/// `--server URL --token-file FILE` (a token from `nimbus admin add-device`), or as the device of
+/// a mount: `--mount PATH`, or none of these when run inside a mount.
 struct DeviceOptions: ParsableArguments {
     @Option(help: "The device's state directory (after `nimbus login`).")
     var state: String?
+
+    @Option(help: "Act as the device of the Nimbus mount this path is in (the default inside a mount).")
+    var mount: String?
 
     @Option(help: "The server (https://host[:port]); with --token-file, instead of --state.")
     var server: String?
@@ -94,7 +98,11 @@ struct DeviceOptions: ParsableArguments {
             let token = try DeviceToken.read(tokenFile: tokenFile)
             return NimbusClient(baseURL: url, token: token, http: try http(caFile))
         }
-        guard let state else { throw CLIFailure(.usage, "say which device: --state DIR (after `nimbus login`) or --server URL --token-file FILE") }
+        if state == nil, mount != nil || (try? MountSurface.root(of: FileManager.default.currentDirectoryPath)) != nil {
+            let d = try MountIdentity.device(mountedAt: mount ?? FileManager.default.currentDirectoryPath)
+            return NimbusClient(baseURL: d.server, token: d.token, http: try http(caFile ?? d.caFile))
+        }
+        guard let state else { throw CLIFailure(.usage, "say which device: run it inside a Nimbus mount, or give --mount PATH, --state DIR (after `nimbus login`) or --server URL --token-file FILE") }
         guard let (login, token) = try DeviceLogin.load(state: state) else {
             throw CLIFailure(.usage, "\(state) has no login; run `nimbus login URL --code CODE --state \(state)` first, or give --server and --token-file")
         }

@@ -101,6 +101,12 @@ struct MountDaemon {
         defer { services.presenters.stop() }
         fs.setKernel(SessionKernelCache(session))
         engine?.start()
+        if let remote {
+            // What `nimbus device …` run inside this mount needs to act as its device (no token).
+            do { try MountIdentity(server: remote.server, caFile: remote.caFile, insecure: remote.insecure, tokenFile: remote.tokenFile).save(state: state) } catch {
+                log("device commands inside this mount will need --server and --token-file: \(error)")
+            }
+        }
         log("mounted \(mountpoint) (state \(state), pid \(getpid())\(remote.map { ", syncing \($0.container) on \($0.server)" } ?? ""))")
         let rc = session.run()
         fs.saveEventSequence()

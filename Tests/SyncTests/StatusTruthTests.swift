@@ -97,4 +97,27 @@ struct StatusTruthTests {
             #expect(ps == 0, "\(pout)")
         }
     }
+
+    /// `nimbus device add|list|revoke` run inside a mount act as that mount's device, with no
+    /// --state or --server typed again (a machine set up with `nimbus mount --server …` can pair a
+    /// laptop); `--mount PATH` does the same from anywhere. A folder that only looks like a mount
+    /// (a `.nimbus/status` of someone's making) is refused before any token is read or sent.
+    @Test func deviceCommandsInsideAMountUseItsDevice() async throws {
+        try await SyncWorld.run("device-in-mount") { w in
+            let a = try await w.mount("a")
+            try sh("mkdir -p \(q(a))/sub")
+            let nimbus = q(NimbusBinary.path)
+            let added = try sh("cd \(q(a))/sub && \(nimbus) device add laptop 2>&1")
+            #expect(added.contains("laptop"), "a pairing code from inside the mount: \(added)")
+            let listed = try sh("\(nimbus) device list --mount \(q(a)) 2>&1")
+            #expect(listed.contains("\"a\" added"), "the account's devices, this mount's among them: \(listed)")
+            // A look-alike: a plain folder with a .nimbus/status naming a state directory.
+            let fake = w.base + "/fake"
+            try sh("mkdir -p \(q(fake))/.nimbus && printf 'state-dir: \(w.base)/a-state\\n' > \(q(fake))/.nimbus/status")
+            let (s, out) = shStatus("cd \(q(fake)) && \(nimbus) device list")
+            #expect(s != 0 && out.contains("is not a Nimbus mount"), "a look-alike is refused: \(s) \(out)")
+            let (s2, out2) = shStatus("\(nimbus) device list --mount \(q(w.base))")
+            #expect(s2 != 0 && out2.contains("not inside a Nimbus mount"), "\(s2) \(out2)")
+        }
+    }
 }
