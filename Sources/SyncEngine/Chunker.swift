@@ -87,8 +87,39 @@ public struct Chunker: Sendable {
         return out
     }
 
+    /// The chunk a run of zeros at least `maxSize` long starts with, when it is a whole `maxSize`
+    /// chunk (the rolling hash of zeros never cuts): then every such run is cut into these, and
+    /// their hash is computed once. Nil for parameters under which zeros do cut.
+    public var zeroChunk: ChunkRef? {
+        let zeros = UnsafeMutableRawBufferPointer.allocate(byteCount: maxSize, alignment: 16)
+        defer { zeros.deallocate() }
+        zeros.initializeMemory(as: UInt8.self, repeating: 0)
+        guard cut(UnsafeRawBufferPointer(zeros)) == maxSize else { return nil }
+        return ChunkRef(hash: ContentHash(digest: SHA256.hash(data: UnsafeRawBufferPointer(zeros))), size: Int64(maxSize))
+    }
+
+    /// `standard.zeroChunk`, computed once.
+    static let standardZero = Chunker.standard.zeroChunk
+
+    /// Whether every byte is zero (stops at the first that is not: ordinary data costs nothing).
+    static func allZero(_ b: UnsafeRawBufferPointer) -> Bool {
+        var i = 0
+        let n = b.count
+        while i + 8 <= n {
+            if b.loadUnaligned(fromByteOffset: i, as: UInt64.self) != 0 { return false }
+            i += 8
+        }
+        while i < n {
+            if b[i] != 0 { return false }
+            i += 1
+        }
+        return true
+    }
+
     /// The chunks of the file open at `fd`, read front to back through a window of 2 × maxSize
-    /// (each byte is read once). Throws the errno of a failed read.
+    /// (each byte is read once). Holes (`SEEK_DATA`) of at least a whole chunk are not read: they
+    /// cut as zeros do, into `zeroChunk`s, so a sparse file of gigabytes chunks at once; a chunk
+    /// of data that is all zeros takes that hash without hashing. Throws the errno of a failed read.
     public func chunks(fd: Int32) throws(ChunkReadError) -> [ChunkSpan] {
         var out: [ChunkSpan] = []
         // Not zeroed: only the pages a read fills are touched (a small file costs a small file).
@@ -97,7 +128,32 @@ public struct Chunker: Sendable {
         var filled = 0, start = 0
         var fileOffset: Int64 = 0, consumed: Int64 = 0
         var eof = false
+        let standard = Self.standard
+        let zero = (minSize, avgSize, maxSize) == (standard.minSize, standard.avgSize, standard.maxSize) ? Self.standardZero : zeroChunk
+        var st = stat()
+        let size: Int64 = fstat(fd, &st) == 0 ? Int64(st.st_size) : Int64.max
+        // Where the data after `consumed` starts, as last asked (a hole runs up to it).
+        var nextData: Int64 = -1
         while true {
+            // At a chunk's start with nothing of it read yet, inside a hole that holds a whole
+            // chunk or more: those chunks are zeros, known without reading.
+            if let zero, start == filled, consumed < size {
+                if nextData < consumed {
+                    let d = lseek(fd, off_t(consumed), 3 /* SEEK_DATA */)
+                    nextData = d >= 0 ? Int64(d) : (errno == ENXIO ? size : consumed)
+                }
+                let holeEnd = min(nextData, size)
+                if holeEnd - consumed >= zero.size {
+                    let whole = (holeEnd - consumed) / zero.size
+                    for _ in 0..<whole {
+                        out.append(ChunkSpan(offset: consumed, ref: zero))
+                        consumed += zero.size
+                    }
+                    fileOffset = consumed
+                    (start, filled) = (0, 0)
+                    continue
+                }
+            }
             // Refill: keep at least maxSize bytes ahead of `start` unless at the end of the file.
             if !eof && filled - start < maxSize {
                 if start > 0 {
@@ -116,8 +172,14 @@ public struct Chunker: Sendable {
             if start == filled { break }
             let rest = UnsafeRawBufferPointer(rebasing: buf[start..<filled])
             let len = cut(rest)
-            let digest = SHA256.hash(data: UnsafeRawBufferPointer(rebasing: rest[..<len]))
-            let span = ChunkSpan(offset: consumed, ref: ChunkRef(hash: ContentHash(digest: digest), size: Int64(len)))
+            let bytes = UnsafeRawBufferPointer(rebasing: rest[..<len])
+            let ref: ChunkRef
+            if let zero, Int64(len) == zero.size, Self.allZero(bytes) {
+                ref = zero
+            } else {
+                ref = ChunkRef(hash: ContentHash(digest: SHA256.hash(data: bytes)), size: Int64(len))
+            }
+            let span = ChunkSpan(offset: consumed, ref: ref)
             out.append(span)
             start += Int(span.ref.size)
             consumed += span.ref.size

@@ -63,4 +63,39 @@ func noise(_ count: Int, seed: UInt64) -> [UInt8] {
         defer { close(fd) }
         #expect(try c.chunks(fd: fd) == c.chunks(of: data))
     }
+
+    /// A sparse file chunks as its bytes do (holes are zeros), without reading its holes: data,
+    /// a hole of several chunks, data that is zeros, data again, and a hole up to the end. A file
+    /// of 64 GiB that is one hole gives 16,384 chunks of one zero chunk's hash.
+    @Test func aSparseFileChunksAsItsBytesWithoutReadingItsHoles() throws {
+        let std = Chunker.standard
+        let zero = try #require(std.zeroChunk, "zeros never cut under the standard parameters")
+        #expect(zero.size == Int64(std.maxSize))
+        let path = NSTemporaryDirectory() + "/nimbus-sparse-\(UUID().uuidString)"
+        defer { unlink(path) }
+        let fd = open(path, O_RDWR | O_CREAT | O_TRUNC, 0o600)
+        try #require(fd >= 0)
+        defer { close(fd) }
+        var whole = [UInt8]()
+        func put(_ bytes: [UInt8], at offset: Int) {
+            _ = bytes.withUnsafeBytes { pwrite(fd, $0.baseAddress, $0.count, off_t(offset)) }
+            if whole.count < offset { whole += [UInt8](repeating: 0, count: offset - whole.count) }
+            whole.replaceSubrange(offset..<min(whole.count, offset + bytes.count), with: bytes)
+        }
+        put(noise(3 << 20 + 777, seed: 5), at: 0)
+        put([UInt8](repeating: 0, count: 9 << 20), at: 23 << 20)          // written zeros
+        put(noise(5 << 20 + 3, seed: 6), at: 40 << 20)                    // after a hole
+        let size = 70 << 20 + 11                                          // a hole up to the end
+        ftruncate(fd, off_t(size))
+        whole += [UInt8](repeating: 0, count: size - whole.count)
+        let spans = try std.chunks(fd: fd)
+        #expect(spans == std.chunks(of: whole), "the same chunks as reading every byte")
+        #expect(spans.filter { $0.ref == zero }.count >= 8, "holes and zeros come as the zero chunk")
+
+        ftruncate(fd, 0)
+        ftruncate(fd, off_t(64) << 30)
+        let huge = try std.chunks(fd: fd)
+        #expect(huge.count == 16_384 && huge.allSatisfy { $0.ref == zero })
+        #expect(huge.last.map { $0.offset + $0.ref.size } == Int64(64) << 30)
+    }
 }
