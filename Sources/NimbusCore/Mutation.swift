@@ -56,6 +56,13 @@ public enum Mutation: String, CaseIterable, Sendable {
     /// disk): its content files are exchanged on disk, its rows only in the queue.
     case transferIdentityWhileUnsaved = "transfer-identity-while-unsaved"
 
+    /// A big file's content is chunked and uploaded in the queue, holding back every item after it.
+    case bigContentInQueue = "big-content-in-queue"
+
+    /// After an unclean stop, a placeholder written here (its size is not its version's) stays a
+    /// placeholder.
+    case placeholderSizeAfterCrash = "placeholder-size-after-crash"
+
     /// This mutation is the one the run breaks.
     public var isOn: Bool {
         #if DEBUG

@@ -4,7 +4,10 @@ import NimbusProtocol
 
 /// Seeded requests over every route of protocol v1: valid requests, the same with one field
 /// replaced by a hostile value (extreme numbers, deep nesting, odd names, wrong types), byte-level
-/// mutations, and HTTP-level abuse (a short body, a lying Content-Length, garbage). Request `i` of
+/// mutations, and HTTP-level abuse (a short body, a lying Content-Length, garbage). Among the valid
+/// ones, the biggest legal objects: commits of the most chunk references a version may hold (one
+/// owned chunk 50,000 times, about 4 MB of JSON) and names of the longest legal length, into the
+/// world's deep folders and items with many versions. Request `i` of
 /// seed `s` depends on nothing else, so any request of a run is replayed from `(s, i)` alone.
 public struct RequestFuzzer: Sendable {
     /// What the fuzzer knows of its account, so valid requests reach past the first checks.
@@ -152,7 +155,11 @@ public struct RequestFuzzer: Sendable {
     private func commitBody(_ rng: inout SplitMix64) -> Tree {
         let kind = pick(["file", "folder", "symlink"], &rng)
         var chunks: [Tree] = []
-        if kind == "file" {
+        if kind == "file", rng.chance(0.03), let c = element(world.chunks, &rng) {
+            // The most references a version may hold: legal, and the heaviest record there is.
+            let ref = Tree.object([("hash", .string(c.hash.hex)), ("size", .raw(String(c.size)))])
+            chunks = Array(repeating: ref, count: ProtocolLimits.maxChunksPerItem)
+        } else if kind == "file" {
             for _ in 0..<Int(rng.next() % 3) {
                 if let c = element(world.chunks, &rng) {
                     chunks.append(.object([("hash", .string(c.hash.hex)), ("size", .raw(String(c.size)))]))
@@ -161,7 +168,8 @@ public struct RequestFuzzer: Sendable {
         }
         var state: [(String, Tree)] = [
             ("kind", .string(kind)), ("parent", .string(rng.chance(0.8) ? ItemID.root.description : (element(world.items, &rng)?.description ?? ""))),
-            ("name", .string(rng.chance(0.8) ? "f\(rng.next() % 20).txt" : pick(Self.hostileNames, &rng))),
+            ("name", .string(rng.chance(0.8) ? "f\(rng.next() % 20).txt"
+                             : rng.chance(0.3) ? "L\(rng.next() % 10)" + String(repeating: "n", count: 253) : pick(Self.hostileNames, &rng))),
             ("chunks", .array(chunks)), ("mode", .raw(rng.chance(0.8) ? "420" : number(&rng))),
             ("modified", .raw(rng.chance(0.7) ? String(1_700_000_000_000_000_000 + Int64(rng.next() % 1_000_000)) : number(&rng))),
             ("deleted", .raw(rng.chance(0.85) ? "false" : "true")),

@@ -102,6 +102,9 @@ public struct SimPlan: Sendable {
     public let seed: UInt64
     public let devices: Int
     public let steps: [SimStep]
+    /// Device a sends the content of every file of more than 16 bytes apart from the upload
+    /// queue, as big files go (`SyncEngine.Options.contentApartBytes`).
+    public var contentApart = false
 
     public init(seed: UInt64, rounds: Int, devices: Int = 3) {
         self.seed = seed

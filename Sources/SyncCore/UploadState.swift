@@ -12,7 +12,8 @@ import NimbusProtocol
 ///
 ///     wait:    none ──askAgain / paced──▶ until(t) / paced(t) ──committing / waitLook (queue)──▶ none
 ///               │  ──failed─────▶ failed(retrying | refused | overQuota) ──pushEnded──▶ none
-///               └──lockHeld─────▶ lock ──lockReleased (requeue)──▶ none
+///               ├──lockHeld─────▶ lock ──lockReleased (requeue)──▶ none
+///               └──contentApart─▶ content ──contentDone──▶ none
 ///     writer:  idle ──wrote──▶ writing ──quiet(gen)──▶ writing(snapshot due)
 ///                                  ▲ └─committing(snapshot)─▶ writing(sent gen) ──writersGone──▶ idle
 ///                                  └──────────── wrote ─────────┘
@@ -53,6 +54,9 @@ public struct UploadState<Instant: InstantProtocol>: Sendable, Equatable where I
         case paced(Instant)
         /// A program holds the file exclusively (mid-save): its unlock queues it again.
         case lock
+        /// A big file's content is being chunked and uploaded apart from the queue, keeping its
+        /// place: the other items go meanwhile, and its commit when the content is up.
+        case content
     }
 
     /// The programs writing the file.
@@ -118,6 +122,10 @@ public struct UploadState<Instant: InstantProtocol>: Sendable, Equatable where I
         case committing(snapshot: Bool)
         /// A snapshot at write generation `generation` was committed.
         case snapshotSent(UInt64)
+        /// Its content goes up apart from the queue (a big file).
+        case contentApart
+        /// The content sent apart is up, or its upload ended without it.
+        case contentDone
         /// Its upload found the file locked exclusively.
         case lockHeld
         /// The last lock on the file went.
@@ -205,6 +213,10 @@ public struct UploadState<Instant: InstantProtocol>: Sendable, Equatable where I
             if snapshot, case .writing(_, let sent) = writer { writer = .writing(snapshotDue: false, sent: sent) }
         case .snapshotSent(let generation):
             if case .writing = writer { writer = .writing(snapshotDue: false, sent: generation) }
+        case .contentApart:
+            wait = .content
+        case .contentDone:
+            if wait == .content { wait = nil }
         case .lockHeld:
             wait = .lock
         case .lockReleased:
@@ -260,7 +272,7 @@ public struct UploadState<Instant: InstantProtocol>: Sendable, Equatable where I
         case .failed(.refused)?, .failed(.overQuota)?:
             wait = nil
             error = nil
-        case .until?, .paced?, .lock?, nil:
+        case .until?, .paced?, .lock?, .content?, nil:
             wait = nil
         }
     }
@@ -297,7 +309,7 @@ public struct UploadState<Instant: InstantProtocol>: Sendable, Equatable where I
     public var notBefore: Instant? {
         switch wait {
         case .until(let t)?, .paced(let t)?: t
-        case .failed?, .lock?, nil: nil
+        case .failed?, .lock?, .content?, nil: nil
         }
     }
 
@@ -323,6 +335,7 @@ public struct UploadState<Instant: InstantProtocol>: Sendable, Equatable where I
         switch wait {
         case .failed(let f)?: f.at <= now
         case .until(let t)?, .paced(let t)?: t <= now
+        case .content?: false
         case .lock?, nil: true
         }
     }

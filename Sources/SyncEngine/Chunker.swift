@@ -119,8 +119,10 @@ public struct Chunker: Sendable {
     /// The chunks of the file open at `fd`, read front to back through a window of 2 × maxSize
     /// (each byte is read once). Holes (`SEEK_DATA`) of at least a whole chunk are not read: they
     /// cut as zeros do, into `zeroChunk`s, so a sparse file of gigabytes chunks at once; a chunk
-    /// of data that is all zeros takes that hash without hashing. Throws the errno of a failed read.
-    public func chunks(fd: Int32) throws(ChunkReadError) -> [ChunkSpan] {
+    /// of data that is all zeros takes that hash without hashing. With `length`, only the file's
+    /// first `length` bytes are chunked (bytes past a file's size are not its content). Throws the
+    /// errno of a failed read.
+    public func chunks(fd: Int32, length: Int64? = nil) throws(ChunkReadError) -> [ChunkSpan] {
         var out: [ChunkSpan] = []
         // Not zeroed: only the pages a read fills are touched (a small file costs a small file).
         let buf = UnsafeMutableRawBufferPointer.allocate(byteCount: 2 * maxSize, alignment: 16)
@@ -131,7 +133,7 @@ public struct Chunker: Sendable {
         let standard = Self.standard
         let zero = (minSize, avgSize, maxSize) == (standard.minSize, standard.avgSize, standard.maxSize) ? Self.standardZero : zeroChunk
         var st = stat()
-        let size: Int64 = fstat(fd, &st) == 0 ? Int64(st.st_size) : Int64.max
+        let size: Int64 = min(fstat(fd, &st) == 0 ? Int64(st.st_size) : Int64.max, length ?? Int64.max)
         // Where the data after `consumed` starts, as last asked (a hole runs up to it).
         var nextData: Int64 = -1
         while true {
@@ -162,7 +164,9 @@ public struct Chunker: Sendable {
                     start = 0
                 }
                 while filled < buf.count {
-                    let r = pread(fd, buf.baseAddress! + filled, buf.count - filled, off_t(fileOffset))
+                    let want = Int(min(Int64(buf.count - filled), max(0, (length ?? Int64.max) - fileOffset)))
+                    if want == 0 { eof = true; break }
+                    let r = pread(fd, buf.baseAddress! + filled, want, off_t(fileOffset))
                     if r < 0 { if errno == EINTR { continue }; throw ChunkReadError(errno: errno) }
                     if r == 0 { eof = true; break }
                     filled += r

@@ -20,6 +20,8 @@ final class EngineLoop: Sendable {
         case pushDue
         case pushStep(ItemID)
         case contentSent(ItemID)
+        case contentApart(ItemID)
+        case contentReady(ItemID)
         case commitAnswered(ItemID)
         case pushEnded(ItemID)
         case pushFailed(ItemID)
@@ -36,6 +38,8 @@ final class EngineLoop: Sendable {
             case .pushDue: "push due"
             case .pushStep(let id): "push step \(id)"
             case .contentSent(let id): "content sent \(id)"
+            case .contentApart(let id): "content apart \(id)"
+            case .contentReady(let id): "content ready \(id)"
             case .commitAnswered(let id): "commit answered \(id)"
             case .pushEnded(let id): "push ended \(id)"
             case .pushFailed(let id): "push failed \(id)"

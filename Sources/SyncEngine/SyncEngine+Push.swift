@@ -144,7 +144,7 @@ extension SyncEngine: ChangeObserver {
     /// A push failed (in a turn): the item's record takes the failure, and the engine carries out
     /// what it answers (`UploadState.Action`). Returns the back-off in seconds and whether the
     /// item is to be put back where the server has it.
-    func pushFailed(_ id: ItemID, _ error: any Error, _ failure: UploadFailure) -> (Int, Bool) {
+    func pushFailed(_ id: ItemID, _ error: any Error, _ failure: UploadFailure, inFlight: Bool = true) -> (Int, Bool) {
         let now = options.clock.now, rules = pacingRules
         // What the item's error says, and the engine's last error.
         let (message, why): (String, String)
@@ -156,8 +156,10 @@ extension SyncEngine: ChangeObserver {
         let event = UploadState<ContinuousClock.Instant>.Event.failed(
             failure, message: message, missingChunks: (error as? RemoteError)?.code == .missingChunks)
         let (delay, putBack): (Int, Bool) = state.withLock { s in
-            s.inFlight = nil
-            s.upload = nil
+            if inFlight {
+                s.inFlight = nil
+                s.upload = nil
+            }
             s.lastError = "upload of \(id): \(why)"
             var delay = 0, putBack = false
             for action in s.items[id, default: SyncItem()].upload.on(event, at: now, rules: rules) {
@@ -281,7 +283,10 @@ extension SyncEngine: ChangeObserver {
         /// The write generation the content is read at: a commit answer that replaces it is not
         /// shown over a write made after (settle).
         var generation: UInt64?
+        /// The file's size when decided.
+        var size: Int64 = 0
     }
+
 
     /// Commits the item's whole current state against its base: decided in a turn, the content
     /// and the commit sent between turns, the answer settled in a turn.
@@ -304,14 +309,67 @@ extension SyncEngine: ChangeObserver {
             try store.removeSyncOps(id, upTo: upTo)
         case .commit(var c):
             if c.needsContent {
-                // nil: a write started while chunking; its close queues the item again.
-                guard let fs = state.withLock({ $0.fs }),
-                      let chunks = try await uploadContent(id, known: c.base?.record.chunks, fs: fs, snapshot: c.snapshot) else { return }
-                c.draft.chunks = chunks
+                guard let fs = state.withLock({ $0.fs }) else { return }
+                if let up = await loop.turn(.contentSent(id), { takeContentUp(id, c, fs: fs) }) {
+                    c.draft.chunks = up
+                } else if c.snapshot == nil, c.size >= options.contentApartBytes, !Mutation.bigContentInQueue.isOn {
+                    await loop.turn(.contentApart(id)) { sendContentApart(id, c, upTo: upTo, fs: fs) }
+                    return
+                } else {
+                    // nil: a write started while chunking; its close queues the item again.
+                    guard let chunks = try await uploadContent(id, known: c.base?.record.chunks, fs: fs, snapshot: c.snapshot) else { return }
+                    c.draft.chunks = chunks
+                }
             }
             guard let request = try await loop.turn(.contentSent(id), { try commitRequest(id, c, upTo: upTo) }) else { return }
             let r = try await client.commit(container, request)
             try await loop.turn(.commitAnswered(id)) { try commitAnswered(id, c, r, upTo: upTo) }
+        }
+    }
+
+    /// The chunks uploaded apart for this commit, when they are of the file as it is now (in a
+    /// turn); they are used once.
+    private func takeContentUp(_ id: ItemID, _ c: CommitWork, fs: any MountedTree) -> [ChunkRef]? {
+        guard let up = state.withLock({ $0.contentUp.removeValue(forKey: id) }) else { return nil }
+        return up.generation == c.generation && fs.writeState(id)?.generation == c.generation ? up.chunks : nil
+    }
+
+    /// A big file's content goes up apart from the queue (in a turn): the item keeps its place
+    /// (every rule that looks for local work sees it) but waits, and the push loop takes the
+    /// next item. When the content is up, the item is pushed again and commits those chunks.
+    private func sendContentApart(_ id: ItemID, _ c: CommitWork, upTo: Int64, fs: any MountedTree) {
+        let now = options.clock.now, rules = pacingRules
+        state.withLock { s in
+            s.items[id, default: SyncItem()].upload.on(.contentApart, at: now, rules: rules)
+            s.queue.prepend(id)
+        }
+        trace("push \(id): \(c.size) bytes of content go up apart from the queue")
+        jobs.spawn {
+            let outcome: Result<[ChunkRef]?, any Error>
+            do { outcome = .success(try await self.uploadContent(id, known: c.base?.record.chunks, fs: fs, snapshot: nil)) } catch {
+                outcome = .failure(error)
+            }
+            if Task.isCancelled { return }  // stopping: the item stays queued for the next start
+            // The item stays queued whatever came of it: pushed again, its decision is made on
+            // the facts of then (a writer, a lock, a delete made meanwhile), and the chunks are
+            // used only for the write generation they were read at.
+            let failed: (Int, UploadFailure, any Error)? = await self.loop.turn(.contentReady(id)) {
+                let now = self.options.clock.now, rules = self.pacingRules
+                let apart = self.state.withLock { s -> Bool in
+                    guard s.items[id]?.upload.wait == .content else { return false }  // deleted here since
+                    s.items[id]?.upload.on(.contentDone, at: now, rules: rules)
+                    if case .success(let chunks?) = outcome { s.contentUp[id] = (c.generation, chunks) }
+                    return true
+                }
+                guard apart, case .failure(let error) = outcome else { return nil }
+                let failure = Self.classify(error)
+                return (self.pushFailed(id, error, failure, inFlight: false).0, failure, error)
+            }
+            if let (delay, failure, error) = failed {
+                self.log("upload of the content of \(id) failed: \(error); retrying in \(delay) s")
+                if failure == .transient, Self.isTransport(error) { self.setConnection(.offline(retryIn: nil), error: "\(error)") }
+            }
+            self.wake.yield()
         }
     }
 
@@ -397,7 +455,7 @@ extension SyncEngine: ChangeObserver {
             }
         }
         return .commit(CommitWork(base: base, cursor: cursor, draft: draft, needsContent: needsContent, snapshot: snapshot,
-                                  generation: tree.write?.generation))
+                                  generation: tree.write?.generation, size: local.size))
     }
 
     /// The push of `id` is looked at again at `until`: kept at the head of the queue meanwhile
@@ -703,10 +761,13 @@ extension SyncEngine: ChangeObserver {
             state.withLock { _ = $0.items[id, default: SyncItem()].upload.on(.lockHeld, at: now, rules: rules) }
             return nil
         }
-        let before = fs.writeState(id)
+        // The write generation and the size at one instant: the content is the file's first
+        // `size` bytes (the cache file may hold bytes past them that are not its content).
+        let at = fs.snapshot(id)
+        let before = at.write
         let written = before?.written ?? 0
         let spans: [ChunkSpan]
-        do { spans = try chunker.chunks(fd: fd) } catch { claim.release(); throw error }
+        do { spans = try chunker.chunks(fd: fd, length: at.local?.size) } catch { claim.release(); throw error }
         claim.release()
         if spans.count > ProtocolLimits.maxChunksPerItem {
             throw TooLargeToSync(size: spans.last.map { $0.offset + $0.ref.size } ?? 0, chunks: spans.count)

@@ -40,6 +40,9 @@ public final class SyncEngine: Sendable {
         public var quietPeriod: Duration = .seconds(10)
         /// Chunk downloads at once (reads first, then pins and downloads asked for, then prefetch).
         public var parallelDownloads = 8
+        /// Files at least this big have their content chunked and uploaded apart from the queue,
+        /// so they never hold back the other items' uploads (the pull runs beside the push anyway).
+        public var contentApartBytes: Int64 = 64 << 20
         /// Added to every log line (several engines in one process: EngineSimTests).
         public var logLabel = ""
         /// Where log lines go (nil: stderr). The deterministic simulation keeps them with its run.
@@ -97,6 +100,9 @@ public final class SyncEngine: Sendable {
         /// Items waiting to be pushed, in order, without repeats.
         var queue = UploadQueue<ItemID>()
         var inFlight: ItemID?
+        /// Content uploaded apart from the queue (big files): the chunks of the file at a write
+        /// generation, for its commit when it comes up again.
+        var contentUp: [ItemID: (generation: UInt64?, chunks: [ChunkRef])] = [:]
         /// Chunk downloads under way: their waiters.
         var downloads: [ChunkKey: [@Sendable (Errno?) -> Void]] = [:]
         var cursor: Int64 = 0
@@ -231,7 +237,7 @@ public final class SyncEngine: Sendable {
         for op in try recoverQueue() where !ids.contains(op) { ids.append(op) }
         for id in try store.unsyncedItems() where !ids.contains(id) { ids.append(id) }
         if store.startedUnclean {
-            for id in recheckAfterUncleanStop(exists: { fs.localState($0) != nil }) where !ids.contains(id) { ids.append(id) }
+            for id in try recheckAfterUncleanStop(size: { fs.localState($0)?.size }) where !ids.contains(id) { ids.append(id) }
         }
         state.withLock { s in
             s.fs = fs
@@ -258,12 +264,31 @@ public final class SyncEngine: Sendable {
 
     /// After an unclean stop, bytes may have reached a file whose change was never recorded (a
     /// kill -9, or a full disk, before the change's note was saved): every whole file shown here
-    /// is pushed once; an unchanged one has nothing to send. Each is queued on disk too, so a
-    /// stop before its push (the next start is a clean one) does not forget it.
-    func recheckAfterUncleanStop(exists: (ItemID) -> Bool) -> [ItemID] {
-        let whole: [ItemID] = state.withLock { s in
-            s.items.bases.compactMap { id, b in b.complete && b.record.kind == .file && !b.record.deleted ? id : nil }.sorted()
-        }.filter(exists)
+    /// is pushed once; an unchanged one has nothing to send. A placeholder whose size here is
+    /// not its version's was written here (a program writes a placeholder only after downloading
+    /// it whole, or after truncating it): its bytes are the program's, so it is whole and pushed
+    /// too — shown as a placeholder of the other size, its reads would mix its version's bytes
+    /// with zeros for good. Each is queued on disk too, so a stop before its push (the next start
+    /// is a clean one) does not forget it.
+    func recheckAfterUncleanStop(size: (ItemID) -> Int64?) throws -> [ItemID] {
+        let files: [(ItemID, Base)] = state.withLock { s in
+            s.items.bases.compactMap { id, b in b.record.kind == .file && !b.record.deleted ? (id, b) : nil }
+        }
+        var whole: [ItemID] = [], written: [ItemID: Base] = [:]
+        for (id, b) in files {
+            guard let here = size(id) else { continue }
+            if b.complete {
+                whole.append(id)
+            } else if here != b.record.size, !Mutation.placeholderSizeAfterCrash.isOn, let w = b.wholeAfterLocalContent() {
+                written[id] = w
+                whole.append(id)
+            }
+        }
+        whole.sort()
+        if !written.isEmpty {
+            state.withLock { s in for (id, b) in written { s.setBase(id, b) } }
+            try persistBases(written.mapValues { Optional($0) })
+        }
         if !Mutation.recheckInMemoryOnly.isOn {
             for id in whole { store.enqueue(.syncOp(id, kind: .content)) }
         }

@@ -26,8 +26,25 @@ import Testing
     }
 
     @Test func seedsConvergeAndKeepEveryLastWrite() async throws {
+        await Self.runSeeds(budget: Double(ProcessInfo.processInfo.environment["NIMBUS_SIM_SECONDS"] ?? "") ?? 180, apart: false)
+    }
+
+    /// The same with device a sending every file's content apart from its upload queue, as big
+    /// files go (`NIMBUS_SIM_APART_SECONDS`, default 30; replay with `NIMBUS_SIM_APART=1`).
+    @Test func seedsWithContentApartConvergeAndKeepEveryLastWrite() async throws {
         let env = ProcessInfo.processInfo.environment
-        let budget = Double(env["NIMBUS_SIM_SECONDS"] ?? "") ?? 180
+        if Self.explicitSeeds != nil, env["NIMBUS_SIM_APART"] == nil { return }
+        await Self.runSeeds(budget: Double(env["NIMBUS_SIM_APART_SECONDS"] ?? "") ?? 30, apart: true)
+    }
+
+    static func plan(_ seed: UInt64, apart: Bool) -> SimPlan {
+        var p = SimPlan(seed: seed, rounds: rounds)
+        p.contentApart = apart
+        return p
+    }
+
+    static func runSeeds(budget: Double, apart: Bool) async {
+        let env = ProcessInfo.processInfo.environment
         let maxFailures = Int(env["NIMBUS_SIM_MAX_FAILURES"] ?? "") ?? 3
         let started = ContinuousClock.now
         let explicit = Self.explicitSeeds
@@ -50,24 +67,24 @@ import Testing
         await withTaskGroup(of: (UInt64, SimWorld.Report).self) { group in
             for _ in 0..<lanes {
                 guard let s = nextSeed() else { break }
-                group.addTask { (s, await SimWorld.run(SimPlan(seed: s, rounds: Self.rounds))) }
+                group.addTask { (s, await SimWorld.run(plan(s, apart: apart))) }
             }
             while let (seed, report) = await group.next() {
                 ran += 1
                 if let failure = report.failure {
                     failures += 1
-                    Issue.record("simulation seed \(seed) (replay: SWIFT_DETERMINISTIC_HASHING=1 NIMBUS_SIM_SEEDS=\(seed) NIMBUS_SIM_ROUNDS=\(Self.rounds) swift test --filter DeterministicSimulationTests): \(failure)")
+                    Issue.record("simulation seed \(seed) (replay: SWIFT_DETERMINISTIC_HASHING=1 NIMBUS_SIM_SEEDS=\(seed)\(apart ? " NIMBUS_SIM_APART=1" : "") NIMBUS_SIM_ROUNDS=\(Self.rounds) swift test --filter DeterministicSimulationTests): \(failure)")
                 } else if let explicit, explicit.count <= 20 {
                     print("simulation seed \(seed): \(report.figures)")
                 }
                 if let s = nextSeed() {
-                    group.addTask { (s, await SimWorld.run(SimPlan(seed: s, rounds: Self.rounds))) }
+                    group.addTask { (s, await SimWorld.run(plan(s, apart: apart))) }
                 }
             }
         }
         let took = ContinuousClock.now - started
         let secs = Double(took.components.seconds) + Double(took.components.attoseconds) / 1e18
-        print("simulation: \(ran) seeds × \(Self.rounds) steps in \(EngineSim.seconds(took)) (\(String(format: "%.1f", Double(ran) / max(secs, 0.001))) seeds/s, \(lanes) at once), \(failures) failed")
+        print("simulation\(apart ? " (content apart)" : ""): \(ran) seeds × \(Self.rounds) steps in \(EngineSim.seconds(took)) (\(String(format: "%.1f", Double(ran) / max(secs, 0.001))) seeds/s, \(lanes) at once), \(failures) failed")
     }
 
     /// The same seed twice gives the same trace: every decision, every journal entry, in order.
@@ -82,9 +99,9 @@ import Testing
     /// Seeds that found a loss or a stall, kept as regression tests of the rule that fixed it
     /// (docs/sync.md "Mutations"). Replayed with the test run's `SWIFT_DETERMINISTIC_HASHING=1`
     /// (scripts/test); without it Set orders differ and a seed may take another path.
-    @Test(arguments: [UInt64(82), 737, 791, 1107])
-    func seedsThatFoundBugs(_ seed: UInt64) async throws {
-        let r = await SimWorld.run(SimPlan(seed: seed, rounds: Self.rounds))
-        #expect(r.failure == nil, "simulation seed \(seed): \(r.failure ?? "")")
+    @Test(arguments: [(UInt64(82), false), (737, false), (791, false), (1107, false), (82, true)])
+    func seedsThatFoundBugs(_ seed: UInt64, _ apart: Bool) async throws {
+        let r = await SimWorld.run(Self.plan(seed, apart: apart))
+        #expect(r.failure == nil, "simulation seed \(seed)\(apart ? " (content apart)" : ""): \(r.failure ?? "")")
     }
 }

@@ -36,6 +36,7 @@ final class SimDevice: @unchecked Sendable {
     let container: String
     /// The read deadline (`SyncEngine.Options.hydrationSeconds`).
     let hydrationSeconds: Int64
+    let contentApartBytes: Int64?
     private(set) var store: LocalStore
     private(set) var fs: ContainerFS
     private(set) var engine: SyncEngine
@@ -68,18 +69,21 @@ final class SimDevice: @unchecked Sendable {
         }
     }
 
-    init(index: Int, dir: URL, network: SimNetwork, token: String, container: String, hydrationSeconds: Int64 = 5) throws {
+    init(index: Int, dir: URL, network: SimNetwork, token: String, container: String, hydrationSeconds: Int64 = 5,
+         contentApartBytes: Int64? = nil) throws {
         self.hydrationSeconds = hydrationSeconds
+        self.contentApartBytes = contentApartBytes
         self.index = index
         self.dir = dir
         self.network = network
         self.token = token
         self.container = container
-        (store, fs, engine, notices) = try Self.open(dir: dir, network: network, token: token, container: container, hydrationSeconds: hydrationSeconds)
+        (store, fs, engine, notices) = try Self.open(dir: dir, network: network, token: token, container: container, hydrationSeconds: hydrationSeconds,
+                                                     contentApartBytes: contentApartBytes)
     }
 
     private static func open(dir: URL, network: SimNetwork, token: String, container: String,
-                             hydrationSeconds: Int64) throws -> (LocalStore, ContainerFS, SyncEngine, NoticeLine?) {
+                             hydrationSeconds: Int64, contentApartBytes: Int64? = nil) throws -> (LocalStore, ContainerFS, SyncEngine, NoticeLine?) {
         var o = SyncEngine.Options()
         o.hydrationSeconds = hydrationSeconds
         o.longPoll = 10
@@ -95,6 +99,7 @@ final class SimDevice: @unchecked Sendable {
         case .link(_, let world):
             store = try LocalStore(directory: dir, writer: .caller)
             o.clock = .driven(by: world.clock)
+            if let contentApartBytes { o.contentApartBytes = contentApartBytes }
             o.cacheLimit = world.cacheLimits[dir.lastPathComponent] ?? nil
             o.logSink = { [name = dir.lastPathComponent] line in world.log(name, line) }
             o.executor = world.executor
@@ -187,7 +192,7 @@ final class SimDevice: @unchecked Sendable {
         await stop(crash: crash)
         retired.append(store)
         (store, fs, engine, notices) = try Self.open(dir: dir, network: network, token: token, container: container,
-                                                     hydrationSeconds: hydrationSeconds)
+                                                     hydrationSeconds: hydrationSeconds, contentApartBytes: contentApartBytes)
         start()
     }
 

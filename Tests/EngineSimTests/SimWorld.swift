@@ -126,7 +126,7 @@ final class SimWorld: @unchecked Sendable {
                 link.unavailable = rng.below(2) == 0 ? 0 : 25
                 link.dropAnswers = rng.below(2) == 0 ? 0 : 12
                 devices.append(try SimDevice(index: i, dir: base.appendingPathComponent(name), network: .link(link, self),
-                                             token: "", container: container))
+                                             token: "", container: container, contentApartBytes: plan.contentApart && i == 0 ? 16 : nil))
             }
             for d in devices { d.start() }
             for f in SimPlan.initialFolders {

@@ -58,6 +58,25 @@ import Testing
             _ = try await fc.commit(container, CommitRequest(item: id, baseVersion: nil, state: draft))
             items.append(id)
         }
+        // Big legal objects for requests to reach: folders 64 deep, and a file with 60 versions,
+        // the last 4 of them with the most chunk references a version may hold.
+        var parent = ItemID.root
+        for depth in 0..<64 {
+            let id = ItemID(UUID())
+            _ = try await fc.commit(container, CommitRequest(item: id, baseVersion: nil, state: ItemDraft(
+                kind: .folder, parent: parent, name: ItemName(trusted: "deep\(depth)"), mode: 0o755, modified: 1_700_000_000_000_000_000)))
+            parent = id
+        }
+        items.append(parent)
+        let versioned = ItemID(UUID())
+        var base: Int64? = nil
+        for v in 0..<60 {
+            let refs = v >= 56 ? [ChunkRef](repeating: chunks[0], count: ProtocolLimits.maxChunksPerItem) : [chunks[v % 3]]
+            base = try await fc.commit(container, CommitRequest(item: versioned, baseVersion: base, state: ItemDraft(
+                kind: .file, parent: parent, name: ItemName(trusted: "many-versions.bin"), chunks: refs, mode: 0o644,
+                modified: 1_700_000_000_000_000_000 + Int64(v)))).item.version
+        }
+        items.append(versioned)
         let fuzzer = RequestFuzzer(seed: seed, world: .init(token: fuzzToken, container: container, items: items, chunks: chunks, chunkBytes: chunkBytes))
 
         // The innocent device of another account, timing each of its requests.
@@ -84,6 +103,17 @@ import Testing
             }
             return (latencies, nil)
         }
+
+        // The server's memory, sampled all along: the heaviest legal requests stay under a bound.
+        let peakRSS = Atomic<Int>(0)
+        let sampler = Thread {
+            while !stop.load(ordering: .relaxed) {
+                let rss = Self.residentBytes(pid: server.pid)
+                if rss > peakRSS.load(ordering: .relaxed) { peakRSS.store(rss, ordering: .relaxed) }
+                Thread.sleep(forTimeInterval: 0.1)
+            }
+        }
+        sampler.start()
 
         // The fuzz workers block on sockets: plain threads, so the task pool stays free.
         let next = Atomic<Int>(0)
@@ -117,12 +147,22 @@ import Testing
         // The innocent device is never held up by what the fuzzer makes the server do.
         let sorted = latencies.sorted()
         let worst = sorted.last ?? .zero
-        print("fuzz: seed \(seed), \(next.load(ordering: .relaxed)) requests tried, \(found.count) findings; innocent device: \(latencies.count) rounds, p50 \(sorted.isEmpty ? .zero : sorted[sorted.count / 2]), max \(worst)")
+        let peak = peakRSS.load(ordering: .relaxed)
+        print("fuzz: seed \(seed), \(next.load(ordering: .relaxed)) requests tried, \(found.count) findings; innocent device: \(latencies.count) rounds, p50 \(sorted.isEmpty ? .zero : sorted[sorted.count / 2]), max \(worst); server peak RSS \(peak >> 20) MiB")
+        #expect(peak > 0 && peak < 512 << 20, "nimbus serve peaked at \(peak >> 20) MiB (bound 512 MiB; seed \(seed))")
         #expect(!latencies.isEmpty)
         #expect(worst < .seconds(2), "the innocent device waited \(worst) for one round while the fuzzer ran (seed \(seed))")
         // And the server still does its job.
         let check = try await NimbusBinary.run(["admin", "check", "--data", dir])
         #expect(check.status == 0, "admin check after fuzzing: \(check.stdout) \(check.stderr)")
+    }
+
+    /// The process's resident memory in bytes (0 when it cannot be read).
+    static func residentBytes(pid: Int32) -> Int {
+        guard let status = try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8),
+              let line = status.split(separator: "\n").first(where: { $0.hasPrefix("VmRSS:") }),
+              let kb = Int(line.split(separator: " ", omittingEmptySubsequences: true).dropFirst().first ?? "") else { return 0 }
+        return kb << 10
     }
 
     /// Sends one request on its own connection; returns what is wrong with the answer, if anything.

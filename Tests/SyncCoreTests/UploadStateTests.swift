@@ -55,6 +55,7 @@ import Testing
         (.until(.s(10)), 10, true),
         (.paced(.s(10)), 9, false),
         (.lock, 0, true),
+        (.content, 1_000, false),
     ] as [(S.Wait?, Int, Bool)])
     func ready(_ wait: S.Wait?, _ now: Int, _ ready: Bool) {
         var u = S()
@@ -65,6 +66,7 @@ import Testing
         case .until(let t)?: u.on(.askAgain(until: t), at: .s(0), rules: rules)
         case .paced(let t)?: u.on(.paced(until: t), at: .s(0), rules: rules)
         case .lock?: u.on(.lockHeld, at: .s(0), rules: rules)
+        case .content?: u.on(.contentApart, at: .s(0), rules: rules)
         case nil: break
         }
         #expect(u.wait == wait)

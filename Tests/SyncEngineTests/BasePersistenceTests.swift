@@ -126,9 +126,26 @@ import Testing
             let e = try engine(store)
             let item = record(version: 5, sizes: [100])
             try e.saveBase(item.id, Base(record: item, present: nil))
-            #expect(e.recheckAfterUncleanStop(exists: { _ in true }) == [item.id])
+            #expect(try e.recheckAfterUncleanStop(size: { _ in 100 }) == [item.id])
             #expect(try store.syncOps().map(\.item) == [item.id])
-            #expect(e.recheckAfterUncleanStop(exists: { _ in false }).isEmpty, "files not in the tree are left alone")
+            #expect(try e.recheckAfterUncleanStop(size: { _ in nil }).isEmpty, "files not in the tree are left alone")
+        }
+    }
+
+    /// A placeholder whose size here is not its version's was written here before an unclean
+    /// stop (its change's notes lost with a full disk): it is whole and pushed, not left a
+    /// placeholder of the wrong size whose reads mix the version's bytes with zeros. A placeholder
+    /// of its version's size stays one.
+    @Test func aPlaceholderWrittenBeforeAnUncleanStopIsWholeAndPushed() throws {
+        try withEngine { store, _ in
+            let e = try engine(store)
+            let written = record(version: 5, sizes: [26]), untouched = record(version: 6, sizes: [40])
+            try e.saveBase(written.id, Base.placeholder(written))
+            try e.saveBase(untouched.id, Base.placeholder(untouched))
+            let queued = try e.recheckAfterUncleanStop(size: { $0 == written.id ? 27 : 40 })
+            #expect(queued == [written.id])
+            #expect(try engine(store).state.withLock { ($0.base(written.id)?.complete, $0.base(untouched.id)?.complete) } == (true, false),
+                    "whole on disk; the other still a placeholder")
         }
     }
 }

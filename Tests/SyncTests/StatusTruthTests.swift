@@ -64,6 +64,28 @@ struct StatusTruthTests {
         }
     }
 
+    /// A big file's content is chunked and uploaded apart from the upload queue: a small file
+    /// saved right after it reaches the other device before the big one is up, and the big one
+    /// arrives whole. (With the content in the queue, the small file waits for all of it.)
+    @Test func aBigFileNeverHoldsBackTheOthers() async throws {
+        try await SyncWorld.run("big-apart") { w in
+            let a = try await w.mount("a"), b = try await w.mount("b")
+            let source = w.base + "/big.src"
+            try sh("head -c 402653184 /dev/urandom > \(q(source))")
+            try sh("cp \(q(source)) \(q(a))/big.bin && printf small > \(q(a))/small.txt")
+            // Which comes first: the small file on B, or the big one uploaded from A.
+            var first = ""
+            for _ in 0..<3_000 where first.isEmpty {
+                // The big one is looked at first: the small one counts only while it is not up.
+                if shStatus("getfattr --only-values -n user.nimbus.status \(q(a))/big.bin 2>/dev/null | grep -qx current").0 == 0 { first = "big" }
+                else if shStatus("test \"$(cat \(q(b))/small.txt 2>/dev/null)\" = small").0 == 0 { first = "small" }
+                else { try await Task.sleep(for: .milliseconds(20)) }
+            }
+            #expect(first == "small", "the small file went first, not after the big one: \(first)")
+            try await eventually("big.bin on B byte for byte", seconds: 120, "cmp \(q(source)) \(q(b))/big.bin")
+        }
+    }
+
     @Test func cliCommandsDoNotFollowALinkOutOfTheMount() async throws {
         try await SyncWorld.run("links") { w in
             let a = try await w.mount("a")
