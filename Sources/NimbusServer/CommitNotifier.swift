@@ -1,4 +1,5 @@
 import Foundation
+import NIOCore
 import Synchronization
 
 /// Wakes long-polls when a container's journal advances.
@@ -54,7 +55,8 @@ public final class CommitNotifier: Sendable {
     ///
     /// A waiting poll costs one continuation and one timer, no task of its own: thousands of idle
     /// devices hold a poll each (scripts/bench-server measures 10,000).
-    public func wait(container: Int64, after: Int64, timeout: Duration) async {
+    /// `closed`: the client's connection; when it closes the wait ends (nobody is left to answer).
+    public func wait(container: Int64, after: Int64, timeout: Duration, closed: EventLoopFuture<Void>? = nil) async {
         let id = UUID()
         await withTaskCancellationHandler {
             await withCheckedContinuation { (c: CheckedContinuation<Void, Never>) in
@@ -75,6 +77,7 @@ public final class CommitNotifier: Sendable {
                 DispatchQueue.global().asyncAfter(deadline: .now() + .nanoseconds(nanos)) { [self] in
                     release(container: container, id: id, markIfAbsent: false)
                 }
+                closed?.whenComplete { [self] _ in release(container: container, id: id, markIfAbsent: false) }
             }
         } onCancel: {
             release(container: container, id: id, markIfAbsent: true)

@@ -1,4 +1,5 @@
 import Hummingbird
+import NIOCore
 import NimbusProtocol
 
 /// The request context: Hummingbird's core storage plus the device authenticated by `Authenticator`.
@@ -7,11 +8,14 @@ public struct NimbusContext: RequestContext {
     public var device: DeviceRecord?
     /// The client's address without its port (what pairing rate limits count by).
     public var clientAddress: String
+    /// Completes when the client's connection closes (a long-poll of a client gone ends then).
+    public var connectionClosed: EventLoopFuture<Void>
 
     public init(source: ApplicationRequestContextSource) {
         coreContext = .init(source: source)
         device = nil
         clientAddress = source.channel.remoteAddress?.ipAddress ?? "unknown"
+        connectionClosed = source.channel.closeFuture
     }
 
     public var maxUploadSize: Int { ProtocolLimits.maxJSONBody }

@@ -147,7 +147,8 @@ struct Routes: Sendable {
                 let deadline = ContinuousClock.now + .seconds(wait)
                 while true {
                     let epoch = self.revocations.epoch
-                    await self.notifier.wait(container: c.id, after: page.cursor, timeout: deadline - ContinuousClock.now)
+                    await self.notifier.wait(container: c.id, after: page.cursor, timeout: deadline - ContinuousClock.now,
+                                             closed: ctx.connectionClosed)
                     // The token is checked again after every wait: a device revoked meanwhile
                     // gets 401, not what was committed after its revocation.
                     _ = try await auth.device(for: req)

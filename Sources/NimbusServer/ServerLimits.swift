@@ -103,4 +103,15 @@ final class RequestReadDeadline: ChannelInboundHandler, RemovableChannelHandler 
         timer?.cancel()
         timer = nil
     }
+
+    /// The client closed its side: it has gone (HTTP clients do not half-close and wait), so the
+    /// connection is closed now, and a long-poll waiting on it ends with it instead of holding its
+    /// wait for up to a minute after the client left.
+    func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
+        if let e = event as? ChannelEvent, e == .inputClosed {
+            context.close(promise: nil)
+            return
+        }
+        context.fireUserInboundEventTriggered(event)
+    }
 }

@@ -83,6 +83,7 @@ import Testing
                 case 0: poll.cancel()
                 case 1: n.notify(container: container, seq: Int64.random(in: 0...50, using: &rng))
                 case 2: Task { try? await Task.sleep(for: .microseconds(Int.random(in: 0...2_000))); poll.cancel() }
+                case 3 where k % 50 == 0: n.wakeAll()
                 default: break
                 }
             }

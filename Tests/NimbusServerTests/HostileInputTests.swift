@@ -185,6 +185,69 @@ import Glibc
         }
     }
 
+    /// The flood that once killed the server: thousands of long-polls opened over real sockets
+    /// and dropped at random moments, half-sent requests beside them, while commits wake the
+    /// polls, revocations wake them all and the garbage collector runs every second. The server
+    /// answers throughout, and once the connections are gone no poll is left registered.
+    @Test func aFloodOfDroppedLongPollsLeavesNothingBehind() async throws {
+        try await LiveServer.with(configure: { $0.gcInterval = .seconds(1); $0.gcGraceSeconds = 0 }) { s in
+            let token = try await s.token(device: "flood")
+            let c = NimbusClient(baseURL: s.url, token: token)
+            let cursor = try await c.createContainer(Self.container).cursor
+            let committer = Task {
+                var n: Int64 = 0
+                while !Task.isCancelled {
+                    n += 1
+                    _ = try? await c.commit(Self.container, CommitRequest(item: ItemID(UUID()), baseVersion: nil, state: ItemDraft(
+                        kind: .file, parent: .root, name: ItemName(trusted: "f\(n).txt"), mode: 0o644, modified: n)))
+                    if n % 40 == 0 { _ = try? await s.app.store.revokeDevice(account: "alice", device: "gone-\(n)", now: n) }
+                    if n % 40 == 1 { _ = try? await s.token(device: "gone-\(n + 39)") }
+                    try? await Task.sleep(for: .milliseconds(5))
+                }
+            }
+            var rng = SystemRandomNumberGenerator()
+            for wave in 0..<8 {
+                var open: [RawConnection] = []
+                for k in 0..<250 {
+                    guard let conn = try? RawConnection(s.url) else { continue }
+                    if k % 5 == 0 {
+                        _ = conn.send("GET /v1/containers/\(Self.container)/changes?since=\(cursor)&wait=25 HTTP/1.1\r\nHost: x\r\nAuthor")
+                    } else {
+                        _ = conn.send("GET /v1/containers/\(Self.container)/changes?since=\(Int.random(in: 0...(Int(cursor) + 50), using: &rng))&wait=25 HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer \(token)\r\n\r\n")
+                    }
+                    open.append(conn)
+                }
+                try await Task.sleep(for: .milliseconds(Int.random(in: 0...200, using: &rng)))
+                for conn in open.shuffled() { conn.close() }
+                // The server still answers between the waves.
+                _ = try await c.changes(Self.container, since: 0, limit: 1)
+                if wave % 2 == 1 { try await Task.sleep(for: .milliseconds(300)) }
+            }
+            committer.cancel()
+            _ = await committer.value
+            let health = try await c.whoami()
+            #expect(health.deviceName == "flood")
+            // Polls with nothing to wake them, dropped: their waits end with their connections,
+            // not at their 25 s timeout.
+            let now = try await c.createContainer(Self.container).cursor
+            var last: [RawConnection] = []
+            for _ in 0..<200 {
+                guard let conn = try? RawConnection(s.url) else { continue }
+                _ = conn.send("GET /v1/containers/\(Self.container)/changes?since=\(now)&wait=25 HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer \(token)\r\n\r\n")
+                last.append(conn)
+            }
+            for _ in 0..<50 where s.app.notifier.waitingCount < last.count { try await Task.sleep(for: .milliseconds(100)) }
+            #expect(s.app.notifier.waitingCount >= last.count, "the polls are waiting: \(s.app.notifier.waitingCount)")
+            for conn in last { conn.close() }
+            var left = s.app.notifier.registeredCount
+            for _ in 0..<100 where left > 0 {
+                try await Task.sleep(for: .milliseconds(100))
+                left = s.app.notifier.registeredCount
+            }
+            #expect(left == 0, "\(left) long-poll entries left after every connection went")
+        }
+    }
+
     @Test func halfSentHeadsAndTrickledBodiesAreCut() async throws {
         var limits = ServerLimits()
         limits.idleTimeout = .seconds(1)
