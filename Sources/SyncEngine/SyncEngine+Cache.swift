@@ -142,10 +142,8 @@ extension SyncEngine: SyncControl {
     /// Bytes of content held here (present chunks of synced files).
     func measureCache() -> Int64 {
         state.withLock { s in
-            var used: Int64 = 0
-            for (_, b) in s.items.bases where b.record.kind == .file { used += b.presentBytes }
-            s.cacheUsed = used
-            return used
+            s.cacheUsed = s.items.contentBytes
+            return s.cacheUsed
         }
     }
 
@@ -159,14 +157,9 @@ extension SyncEngine: SyncControl {
         let pins = state.withLock { $0.pinned }
         var keep = pins
         for p in pins { keep.formUnion(fs.descendants(of: p)) }
-        let candidates: [(ItemID, UInt64)] = state.withLock { s in
-            s.items.all.compactMap { id, item in
-                guard let b = item.base, b.record.kind == .file, b.presentBytes > 0, !keep.contains(id) else { return nil }
-                return (id, item.cache.lastUse)
-            }.sorted { $0.1 != $1.1 ? $0.1 < $1.1 : $0.0 < $1.0 }
-        }
+        let candidates = state.withLock { $0.items.evictionOrder(keep: keep) }
         var evicted = 0
-        for (id, _) in candidates where used > target {
+        for id in candidates where used > target {
             if let freed = try? evictOne(id, fs: fs) { used -= freed; evicted += 1 }
         }
         log("cache above its limit (\(limit) bytes): evicted \(evicted) file(s), \(used) bytes held now")
@@ -181,12 +174,7 @@ extension SyncEngine: SyncControl {
         var keep = pins
         for p in pins { keep.formUnion(fs.descendants(of: p)) }
         keep.insert(reading)
-        let candidates: [ItemID] = state.withLock { s in
-            s.items.all.compactMap { id, item -> (ItemID, UInt64)? in
-                guard let b = item.base, b.record.kind == .file, b.presentBytes > 0, !keep.contains(id) else { return nil }
-                return (id, item.cache.lastUse)
-            }.sorted { $0.1 != $1.1 ? $0.1 < $1.1 : $0.0 < $1.0 }.map(\.0)
-        }
+        let candidates = state.withLock { $0.items.evictionOrder(keep: keep) }
         var freed: Int64 = 0, evicted = 0
         for id in candidates where store.freeBytes - store.keptForState < bytes {
             if let n = try? evictOne(id, fs: fs) { freed += n; evicted += 1 }

@@ -23,21 +23,12 @@ extension SyncEngine: ContentProvider {
             s.items.withCache(item) { $0.lastUse = clock }
             guard let b = s.base(item) else { return (true, false) }
             guard b.present != nil else { return (true, false) }
-            // Sequential reading: a read starting where the last one ended extends the run.
-            let run = s.items.withCache(item) { c in
-                c.readRun = c.readEnd == range.lowerBound ? c.readRun + (range.upperBound - range.lowerBound) : 0
-                c.readEnd = range.upperBound
-                return (end: c.readEnd, run: c.readRun)
-            } ?? (end: range.upperBound, run: Int64(0))
+            // Sequential reading extends the run; a window of chunks ahead of it is fetched.
+            let run = s.items.withCache(item) { $0.read(range) } ?? 0
             var queued = false
-            if run.run >= Self.prefetchAfter, !s.paused, !isOffline(s) {
-                // A window that grows with the run: 2 chunks after 4 MiB read in a row, up to 16.
-                let window = Int(min(16, max(2, run.run / (2 << 20))))
-                let from = b.chunks(covering: range).upperBound
-                for i in from..<min(from + window, b.record.chunks.count) where !(b.present![i]) {
-                    queued = want(&s, ChunkKey(item: item, index: i, hash: b.record.chunks[i].hash), at: b.offsets[i],
-                                  priority: 2, waiter: nil) || queued
-                }
+            for i in s.paused || isOffline(s) ? [] : b.readAhead(after: range, run: run) {
+                queued = want(&s, ChunkKey(item: item, index: i, hash: b.record.chunks[i].hash), at: b.offsets[i],
+                              priority: 2, waiter: nil) || queued
             }
             return (b.missing(in: range).isEmpty, queued)
         }
@@ -53,9 +44,6 @@ extension SyncEngine: ContentProvider {
             contentGate.withLock { $0[item, default: 0] &+= 1 }
         }
     }
-
-    /// Bytes read in a row before prefetch starts (a random read of one range never prefetches).
-    static let prefetchAfter: Int64 = 4 << 20
 
     func isOffline(_ s: State) -> Bool {
         if let until = s.offlineUntil, options.clock.now < until { return true }
@@ -207,8 +195,8 @@ extension SyncEngine: ContentProvider {
                 s.bytesDownloaded += written
                 // Still the same content? (a remote change may have replaced it meanwhile: the
                 // waiting reads were for the old version, whose file only stale handles see)
-                guard s.items[key.item]?.cache.generation == gen, var b = s.base(key.item), key.index < b.record.chunks.count,
-                      b.record.chunks[key.index].hash == key.hash, b.offsets[key.index] == offset else { return (nil, true) }
+                guard s.items[key.item]?.cache.generation == gen, var b = s.base(key.item),
+                      b.holds(chunk: key.index, hash: key.hash, at: offset) else { return (nil, true) }
                 guard var p = b.present else { return (nil, false) }
                 p[key.index] = true
                 b = Base(record: b.record, present: p)
@@ -281,8 +269,7 @@ extension SyncEngine: ContentProvider {
     /// its end became its size at the next start, old bytes could overwrite new ones.)
     private func openForDownload(_ key: ChunkKey, at offset: Int64) throws -> (fd: Int32, generation: UInt64, size: Int64)? {
         let current: (UInt64, Int64)? = state.withLock { s in
-            guard let b = s.base(key.item), key.index < b.record.chunks.count, b.record.chunks[key.index].hash == key.hash,
-                  b.offsets[key.index] == offset else { return nil }
+            guard let b = s.base(key.item), b.holds(chunk: key.index, hash: key.hash, at: offset) else { return nil }
             return (s.items[key.item]?.cache.generation ?? 0, b.record.chunks[key.index].size)
         }
         guard let (gen, size) = current else { return nil }

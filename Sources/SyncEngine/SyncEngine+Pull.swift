@@ -342,11 +342,7 @@ extension SyncEngine {
                 rs.oldPresent = { frozen.missing(in: $0).isEmpty }
             }
             states.append(rs)
-            if item.deleted {
-                newBases[item.id] = .some(nil)
-            } else {
-                newBases[item.id] = old == nil || contentDiffers ? Base.placeholder(item) : Base(record: item, present: old?.present)
-            }
+            newBases[item.id] = .some(Base.afterShowing(item, over: old))
         }
         guard !states.isEmpty else { return }
         // Presence switches with the tree, under the filesystem lock (`applied`): a read that

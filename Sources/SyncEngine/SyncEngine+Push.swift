@@ -677,9 +677,8 @@ extension SyncEngine: ChangeObserver {
             // A file written since is whole here (a write downloads first or truncates): its
             // base says so, or reads would fetch the server's content over the write and the
             // next push would find nothing to send.
-            var kept = previous ?? base
-            if item.kind == .file, completeNow || fs.writeState(id)?.generation != generation { kept.present = nil }
-            try saveBase(id, kept)
+            try saveBase(id, Base.keptWhenNotShown(previous: previous, answer: base, isFile: item.kind == .file,
+                                                   wholeHere: completeNow || fs.writeState(id)?.generation != generation))
             state.withLock { $0.items[id, default: SyncItem()].remote.skip(item) }
             markRelist()
             // The commit moved the item and the tree has put it back since (an editor's save:

@@ -152,7 +152,7 @@ public final class SyncEngine: Sendable {
         /// The base of an item: the server state shown here (nil: not committed yet).
         func base(_ id: ItemID) -> Base? { items[id]?.base }
         mutating func setBase(_ id: ItemID, _ base: Base?) {
-            if let base { items[id, default: ItemTable.Item()].base = base } else { items[id]?.base = nil }
+            if let base { items[id, default: SyncItem()].base = base } else { items[id]?.base = nil }
         }
 
         /// Written since its last close or fsync (the upload waits for the writer).

@@ -1,7 +1,6 @@
 import Foundation
 import NimbusCore
 import NimbusProtocol
-@testable import SyncEngine
 import SyncCore
 import Testing
 

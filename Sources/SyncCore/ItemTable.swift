@@ -1,25 +1,29 @@
 import NimbusCore
-import SyncCore
 
 /// The engine's one record per item (SyncCore `SyncItem`): every item it shows has one, as does
 /// every item with work under way or a server state held back. A record with neither is removed.
 /// The table also knows which records are busy, so the checks after each push and pull look at
 /// those only, not at every item of the container.
-struct ItemTable {
-    typealias Item = SyncItem<ContinuousClock.Instant>
+/// On the engine's clock (`ContinuousClock`): not generic, so the engine's calls into it, on
+/// the read path among others, are direct.
+public struct ItemTable: Sendable {
+    public typealias Instant = ContinuousClock.Instant
+    public typealias Item = SyncItem<Instant>
 
-    private(set) var all: [ItemID: Item] = [:]
+    public init() {}
+
+    public private(set) var all: [ItemID: Item] = [:]
     /// The ids of the records with an upload or remote phase (`SyncItem.busy`).
-    private(set) var busy: Set<ItemID> = []
+    public private(set) var busy: Set<ItemID> = []
     /// Shown items whose content is not all here, and live items with unresolved conflict
     /// versions (`.nimbus/status` reads these counts at every `cat`).
-    private(set) var placeholders = 0
-    private(set) var conflicted = 0
+    public private(set) var placeholders = 0
+    public private(set) var conflicted = 0
     /// Generations handed out so far (`CacheUse.generation`): never reused, so a download that
     /// started on a record that has since been removed and created again does not count either.
     private var generations: UInt64 = 0
 
-    subscript(id: ItemID) -> Item? {
+    public subscript(id: ItemID) -> Item? {
         get { all[id] }
         set {
             let old = all[id]
@@ -41,7 +45,7 @@ struct ItemTable {
         }
     }
 
-    subscript(id: ItemID, default item: @autoclosure () -> Item) -> Item {
+    public subscript(id: ItemID, default item: @autoclosure () -> Item) -> Item {
         get { all[id] ?? item() }
         set { self[id] = newValue }
     }
@@ -53,7 +57,7 @@ struct ItemTable {
     }
 
     /// The item's cache file was reset or swapped: downloads started before count for nothing.
-    mutating func newGeneration(_ id: ItemID) {
+    public mutating func newGeneration(_ id: ItemID) {
         guard all[id] != nil else { return }
         generations &+= 1
         all[id]?.cache.generation = generations
@@ -61,32 +65,32 @@ struct ItemTable {
 
     /// Changes how the item's cache file is used, in place (the read path calls it).
     @discardableResult
-    mutating func withCache<R>(_ id: ItemID, _ body: (inout CacheUse) -> R) -> R? {
+    public mutating func withCache<R>(_ id: ItemID, _ body: (inout CacheUse) -> R) -> R? {
         guard all[id] != nil else { return nil }
         return body(&all[id]!.cache)
     }
 
     /// The busy records, in id order (a set's order differs from run to run: what is decided
     /// from this list must not).
-    var busyItems: [(id: ItemID, item: Item)] { busy.sorted().compactMap { id in all[id].map { (id, $0) } } }
+    public var busyItems: [(id: ItemID, item: Item)] { busy.sorted().compactMap { id in all[id].map { (id, $0) } } }
 
     /// The ids of the busy records that satisfy `test`, in id order (only those are sorted).
-    func busyIDs(where test: (Item) -> Bool) -> [ItemID] {
+    public func busyIDs(where test: (Item) -> Bool) -> [ItemID] {
         busy.filter { all[$0].map(test) ?? false }.sorted()
     }
 
     /// Whether a busy record satisfies `test` (no order needed, so none is made).
-    func anyBusy(_ test: (Item) -> Bool) -> Bool { busy.contains { all[$0].map(test) ?? false } }
+    public func anyBusy(_ test: (Item) -> Bool) -> Bool { busy.contains { all[$0].map(test) ?? false } }
 
     /// The shown items and their bases.
-    var bases: some Sequence<(key: ItemID, value: Base)> {
+    public var bases: some Sequence<(key: ItemID, value: Base)> {
         all.lazy.compactMap { id, item in item.base.map { (id, $0) } }
     }
 
-    var count: Int { all.count }
+    public var count: Int { all.count }
 
     /// Forgets the upload and remote phases that have become idle.
-    mutating func settle(at now: ContinuousClock.Instant, rules: UploadPacing<ContinuousClock.Instant>.Rules) {
+    public mutating func settle(at now: Instant, rules: UploadPacing<Instant>.Rules) {
         for id in busy {
             guard var item = all[id], item.busy else { continue }
             item.settle(at: now, rules: rules)
@@ -94,5 +98,22 @@ struct ItemTable {
         }
     }
 
-    mutating func reserveCapacity(_ n: Int) { all.reserveCapacity(n) }
+    public mutating func reserveCapacity(_ n: Int) { all.reserveCapacity(n) }
+
+    // MARK: the cache keeper's plans
+
+    /// Files whose downloaded content may be evicted, least recently read first (ties by id):
+    /// shown files with content here, except those in `keep` (pinned, or being read). Whether
+    /// each may go now (open, unsent, downloading) is `SyncItem.evictable`'s decision, at the time.
+    public func evictionOrder(keep: Set<ItemID>) -> [ItemID] {
+        all.compactMap { id, item -> (ItemID, UInt64)? in
+            guard let b = item.base, b.record.kind == .file, b.presentBytes > 0, !keep.contains(id) else { return nil }
+            return (id, item.cache.lastUse)
+        }.sorted { $0.1 != $1.1 ? $0.1 < $1.1 : $0.0 < $1.0 }.map(\.0)
+    }
+
+    /// Bytes of content held here (present chunks of shown files).
+    public var contentBytes: Int64 {
+        bases.reduce(Int64(0)) { $0 + ($1.value.record.kind == .file ? $1.value.presentBytes : 0) }
+    }
 }

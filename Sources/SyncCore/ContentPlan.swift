@@ -1,0 +1,57 @@
+import NimbusCore
+import NimbusProtocol
+
+// The rules of an item's content here: which chunks to fetch ahead of a reader, what a shown
+// server state leaves of the content here, whether a downloaded chunk still belongs, and what
+// base a commit's answer that cannot be shown leaves. Pure.
+
+extension CacheUse {
+    /// A read of `range`: one that starts where the last ended extends the sequential run.
+    /// Returns the bytes read in a row so far.
+    public mutating func read(_ range: Range<Int64>) -> Int64 {
+        readRun = readEnd == range.lowerBound ? readRun + (range.upperBound - range.lowerBound) : 0
+        readEnd = range.upperBound
+        return readRun
+    }
+}
+
+extension Base {
+    /// Bytes read in a row before prefetch starts (a random read of one range never prefetches).
+    public static var prefetchAfter: Int64 { 4 << 20 }
+
+    /// The missing chunks to fetch ahead of a reader that read `run` bytes in a row ending with
+    /// `range`: none before `prefetchAfter`, then a window that grows with the run, 2 chunks
+    /// after 4 MiB up to 16.
+    public func readAhead(after range: Range<Int64>, run: Int64) -> [Int] {
+        guard run >= Self.prefetchAfter, let present else { return [] }
+        let window = Int(min(16, max(2, run / (2 << 20))))
+        let from = chunks(covering: range).upperBound
+        return (from..<min(from + window, record.chunks.count)).filter { !present[$0] }
+    }
+
+    /// The base once server state `item` is shown over `old` (nil: none here): its presence
+    /// stays when the content is the same, else nothing of it is here yet. A delete has none.
+    public static func afterShowing(_ item: ServerItem, over old: Base?) -> Base? {
+        if item.deleted { return nil }
+        guard let old, old.record.chunks == item.chunks else { return .placeholder(item) }
+        return Base(record: item, present: old.present)
+    }
+
+    /// Whether chunk `index` with `hash` at `offset` is still part of this content (a newer
+    /// version may have replaced it while it was being fetched).
+    public func holds(chunk index: Int, hash: ContentHash, at offset: Int64) -> Bool {
+        index < record.chunks.count && record.chunks[index].hash == hash && offsets[index] == offset
+    }
+
+    /// The base a commit's answer leaves when it cannot be shown here (its place taken, or the
+    /// file written since the content was read): the previous one (`answer` for a first
+    /// commit), so the answer still counts as news and a write goes on the base it was made on.
+    /// A file whose bytes are all here — written since, or whole when the push began — is
+    /// marked whole, or reads would fetch the server's content over the write and the next push
+    /// would find nothing to send.
+    public static func keptWhenNotShown(previous: Base?, answer: Base, isFile: Bool, wholeHere: Bool) -> Base {
+        var kept = previous ?? answer
+        if isFile, wholeHere { kept.present = nil }
+        return kept
+    }
+}

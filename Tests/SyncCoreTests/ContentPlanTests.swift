@@ -1,0 +1,75 @@
+import Foundation
+import NimbusCore
+import NimbusProtocol
+import SyncCore
+import Testing
+
+/// The rules of an item's content here (ContentPlan.swift), as tables.
+@Suite struct ContentPlanTests {
+    static let mib: Int64 = 1 << 20
+
+    static func file(_ sizes: [Int64], version: Int64 = 1, deleted: Bool = false, id: ItemID = ItemID(UUID())) -> ServerItem {
+        let chunks = sizes.enumerated().map { ChunkRef(hash: ContentHash(digest: Array(repeating: UInt8($0.offset), count: 32)), size: $0.element) }
+        let state = ItemState(kind: .file, location: ItemLocation(parent: .root, name: ItemName(trusted: "f")),
+                              content: ItemContent(chunks: chunks), mode: 0o644, modified: 1, modifiedBy: DeviceID(UUID()), deleted: deleted)
+        return ServerItem(id: id, version: version, state: state, conflicts: 0)
+    }
+
+    /// Reads in a row make a run; a jump starts over.
+    @Test func readsInARowMakeARun() {
+        var c = CacheUse()
+        #expect(c.read(0..<100) == 0)
+        #expect(c.read(100..<300) == 200)
+        #expect(c.read(300..<400) == 300)
+        #expect(c.read(1_000..<1_100) == 0, "a jump")
+    }
+
+    /// (run, chunks present, expected chunks fetched ahead of a read of chunk 0).
+    @Test(arguments: [
+        (Int64(0), [false, false, false, false], [Int]()),          // a random read: nothing ahead
+        (4 * mib - 1, [false, false, false, false], []),            // not yet 4 MiB in a row
+        (4 * mib, [false, false, false, false], [1, 2]),            // two chunks
+        (40 * mib, [false, false, false, false], [1, 2, 3]),        // a wide window, up to the end
+        (8 * mib, [true, true, false, true], [2]),                  // only what is missing
+    ] as [(Int64, [Bool], [Int])])
+    func aWindowAheadOfASequentialReader(_ run: Int64, _ present: [Bool], _ expected: [Int]) {
+        let b = Base(record: Self.file([Self.mib, Self.mib, Self.mib, Self.mib]), present: present)
+        #expect(b.readAhead(after: 0..<Self.mib, run: run) == expected)
+        #expect(Base(record: Self.file([Self.mib, Self.mib]), present: nil).readAhead(after: 0..<Self.mib, run: 40 * Self.mib).isEmpty,
+                "a whole file fetches nothing")
+    }
+
+    /// A shown state keeps what is here of the same content, nothing of other content; a delete
+    /// leaves no base.
+    @Test func theBaseAfterAStateIsShown() {
+        let id = ItemID(UUID())
+        let v1 = Self.file([10, 20], version: 1, id: id)
+        let old = Base(record: v1, present: [true, false])
+        var renamed = v1
+        renamed.version = 2
+        #expect(Base.afterShowing(renamed, over: old)?.present == [true, false], "same content: its presence stays")
+        let v3 = Self.file([10, 21], version: 3, id: id)
+        #expect(Base.afterShowing(v3, over: old)?.present == [false, false], "other content: a placeholder")
+        #expect(Base.afterShowing(v3, over: nil)?.present == [false, false], "new here: a placeholder")
+        #expect(Base.afterShowing(Self.file([10], version: 4, deleted: true, id: id), over: old) == nil, "a delete: no base")
+    }
+
+    @Test func aChunkBelongsOnlyToTheContentItWasAskedFor() {
+        let r = Self.file([10, 20])
+        let b = Base.placeholder(r)
+        #expect(b.holds(chunk: 1, hash: r.chunks[1].hash, at: 10))
+        #expect(!b.holds(chunk: 1, hash: r.chunks[0].hash, at: 10), "another hash")
+        #expect(!b.holds(chunk: 1, hash: r.chunks[1].hash, at: 0), "another offset")
+        #expect(!b.holds(chunk: 2, hash: r.chunks[1].hash, at: 30), "past the end")
+    }
+
+    /// An answer not shown leaves the previous base; a file whole here stays whole.
+    @Test func theBaseAnAnswerNotShownLeaves() {
+        let v1 = Self.file([10, 20], version: 1)
+        let previous = Base(record: v1, present: [true, false])
+        let answer = Base.placeholder(Self.file([11], version: 2, id: v1.id))
+        #expect(Base.keptWhenNotShown(previous: previous, answer: answer, isFile: true, wholeHere: false) == previous)
+        #expect(Base.keptWhenNotShown(previous: previous, answer: answer, isFile: true, wholeHere: true).complete)
+        #expect(Base.keptWhenNotShown(previous: nil, answer: answer, isFile: true, wholeHere: false) == answer, "a first commit")
+    }
+}
