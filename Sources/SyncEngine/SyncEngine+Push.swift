@@ -147,12 +147,7 @@ extension SyncEngine: ChangeObserver {
     func pushFailed(_ id: ItemID, _ error: any Error, _ failure: UploadFailure, inFlight: Bool = true) -> (Int, Bool) {
         let now = options.clock.now, rules = pacingRules
         // What the item's error says, and the engine's last error.
-        let (message, why): (String, String)
-        if case .overQuota(let figures) = failure {
-            (message, why) = (Self.overQuotaMessage(figures), Self.overQuotaMessage(figures))
-        } else {
-            (message, why) = ("upload failed: \(error)", "\(error)")
-        }
+        let (message, why) = (failure.message("\(error)"), failure.why("\(error)"))
         let event = UploadState<ContinuousClock.Instant>.Event.failed(
             failure, message: message, missingChunks: (error as? RemoteError)?.code == .missingChunks)
         let (delay, putBack): (Int, Bool) = state.withLock { s in
@@ -238,12 +233,6 @@ extension SyncEngine: ChangeObserver {
         case .unexpected(let status, _): return .of(status: status)
         case .server(let status, _, _, _, let quota): return .of(status: status, code: r.code, quota: quota)
         }
-    }
-
-    /// What `user.nimbus.error` and `sync-error` say of an item refused for the quota.
-    static func overQuotaMessage(_ f: QuotaFigures?) -> String {
-        let numbers = f.map { f in "it stores \(f.usage) bytes" + (f.quota.map { " of its quota of \($0) bytes" } ?? "") } ?? "the server gave no figures"
-        return "not uploaded: the account is over its quota on the server (\(numbers)); the change is kept here and uploads by itself once there is room — free space on the server or ask its admin to raise the quota"
     }
 
     /// The server answered, but in trouble (5xx): worth asking again soon.
@@ -447,12 +436,10 @@ extension SyncEngine: ChangeObserver {
         var draft = ItemDraft(kind: local.kind, parent: parent, name: name, symlinkTarget: local.target,
                               mode: local.mode & ItemLimits.syncedPermissions, modified: WireRange.clampTime(local.mtime), extra: base?.record.extra)
         var needsContent = false
-        if local.kind == .file {
-            if let base, !base.complete {
-                draft.chunks = base.record.chunks  // not downloaded, so not changed here
-            } else {
-                needsContent = true
-            }
+        switch CommitPlan.contentSource(isFile: local.kind == .file, base: base) {
+        case .none: break
+        case .base(let chunks): draft.chunks = chunks
+        case .read: needsContent = true
         }
         return .commit(CommitWork(base: base, cursor: cursor, draft: draft, needsContent: needsContent, snapshot: snapshot,
                                   generation: tree.write?.generation, size: local.size))
@@ -529,15 +516,18 @@ extension SyncEngine: ChangeObserver {
     }
 
     private func pushDelete(_ id: ItemID, base: Base?, cursor: Int64) async throws {
-        if let base, base.record.deleted { return }
         let record: ServerItem, baseVersion: Int64
-        if let base {
-            (record, baseVersion) = (base.record, base.version)
-        } else if let created = try await createdWithoutAnswer(id) {
-            (record, baseVersion) = created
-        } else {
-            trace("delete \(id): never uploaded, nothing to send")
+        switch CommitPlan.deleteBase(base) {
+        case .alreadyDeleted:
             return
+        case .base(let r, let version):
+            (record, baseVersion) = (r, version)
+        case .askServer:
+            guard let created = try await createdWithoutAnswer(id) else {
+                trace("delete \(id): never uploaded, nothing to send")
+                return
+            }
+            (record, baseVersion) = created
         }
         var d = ItemDraft(record)
         d.deleted = true
@@ -739,6 +729,11 @@ extension SyncEngine: ChangeObserver {
         if due { wake.yield() }
     }
 
+    /// The tree's write state as the upload's rule reads it.
+    static func moment(_ w: WriteState) -> WriteMoment {
+        WriteMoment(generation: w.generation, changing: w.changing, unsynced: w.unsynced)
+    }
+
     /// Chunks the cache file and uploads the chunks the server lacks. Every uploaded chunk is
     /// re-hashed as read, so a file changing underneath never uploads bytes under a wrong hash
     /// (the change queues the item again and the next push sends the new content).
@@ -780,15 +775,12 @@ extension SyncEngine: ChangeObserver {
         // the check in push()) waits for its close or fsync too. A snapshot of a file kept open
         // is good when it is the generation the quiet period saw.
         let after = fs.writeState(id)
-        let torn = after == nil || after!.changing || before?.changing != false || after!.generation != before!.generation
-        if let snapshot {
-            if torn || after?.generation != snapshot { return nil }
-        } else if torn || after!.unsynced {
+        guard CommitPlan.isOneState(before: before.map(Self.moment), after: after.map(Self.moment), snapshot: snapshot) else {
             trace("upload \(id): written while chunked or mid-save; sent after the change")
             return nil
         }
-        // The base's chunks are on the server (it sent them), unless it said they are gone since.
-        if refs == known, state.withLock({ $0.items[id]?.upload.chunksMissing != true }) { return refs }
+        let chunksMissing = state.withLock { $0.items[id]?.upload.chunksMissing == true }
+        guard CommitPlan.mustAskForMissing(chunks: refs, known: known, chunksMissing: chunksMissing) else { return refs }
         let missing = Set(try await client.missingChunks(Set(refs.map(\.hash)).sorted()))
         var sent = Set<ContentHash>()
         let total = spans.filter { missing.contains($0.ref.hash) }.reduce(Int64(0)) { $0 + $1.ref.size }

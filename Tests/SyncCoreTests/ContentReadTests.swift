@@ -1,0 +1,60 @@
+import Foundation
+import NimbusCore
+import NimbusProtocol
+import SyncCore
+import Testing
+
+/// The upload's rules around reading a file's content (ContentRead.swift), as tables.
+@Suite struct ContentReadTests {
+    static func m(_ g: UInt64, changing: Bool = false, unsynced: Bool = false) -> WriteMoment {
+        WriteMoment(generation: g, changing: changing, unsynced: unsynced)
+    }
+
+    /// (before, after, snapshot, one state).
+    @Test(arguments: [
+        (m(3), m(3), UInt64?.none, true),
+        (m(3), m(4), nil, false),                               // a write ended while it was read
+        (m(3, changing: true), m(3), nil, false),               // one was under way when it began
+        (m(3), m(3, changing: true), nil, false),               // one is under way now
+        (m(3), m(3, unsynced: true), nil, false),               // a writer mid-save: its close sends it
+        (m(3, unsynced: true), m(3, unsynced: true), 3, true),  // a snapshot at its quiet generation
+        (m(3, unsynced: true), m(3, unsynced: true), 2, false), // a snapshot of another generation
+        (nil, m(3), nil, false),
+        (m(3), nil, nil, false),
+    ] as [(WriteMoment?, WriteMoment?, UInt64?, Bool)])
+    func whatWasChunkedIsOneStateOfTheFile(_ before: WriteMoment?, _ after: WriteMoment?, _ snapshot: UInt64?, _ one: Bool) {
+        #expect(CommitPlan.isOneState(before: before, after: after, snapshot: snapshot) == one)
+    }
+
+    @Test func whereACommitsContentComesFrom() {
+        let r = ContentPlanTests.file([10, 20])
+        #expect(CommitPlan.contentSource(isFile: false, base: nil) == .none)
+        #expect(CommitPlan.contentSource(isFile: true, base: nil) == .read, "new here: read")
+        #expect(CommitPlan.contentSource(isFile: true, base: Base(record: r, present: nil)) == .read, "whole here: read")
+        #expect(CommitPlan.contentSource(isFile: true, base: Base(record: r, present: [true, false])) == .base(r.chunks),
+                "not all downloaded: not changed here")
+    }
+
+    @Test func theServerIsAskedForMissingChunksUnlessTheyAreTheBases() {
+        let r = ContentPlanTests.file([10, 20])
+        #expect(!CommitPlan.mustAskForMissing(chunks: r.chunks, known: r.chunks, chunksMissing: false))
+        #expect(CommitPlan.mustAskForMissing(chunks: r.chunks, known: r.chunks, chunksMissing: true), "the server said chunks are gone")
+        #expect(CommitPlan.mustAskForMissing(chunks: r.chunks, known: nil, chunksMissing: false))
+    }
+
+    @Test func whatADeleteIsSentOn() {
+        let live = ContentPlanTests.file([10])
+        let gone = ContentPlanTests.file([10], version: 2, deleted: true)
+        #expect(CommitPlan.deleteBase(nil) == .askServer)
+        #expect(CommitPlan.deleteBase(Base(record: live, present: nil)) == .base(live, version: 1))
+        #expect(CommitPlan.deleteBase(Base(record: gone, present: nil)) == .alreadyDeleted)
+    }
+
+    @Test func whatAFailureSays() {
+        #expect(UploadFailure.transient.message("boom") == "upload failed: boom")
+        #expect(UploadFailure.transient.why("boom") == "boom")
+        let q = UploadFailure.overQuota(QuotaFigures(usage: 5, quota: 4))
+        #expect(q.message("x").contains("it stores 5 bytes of its quota of 4 bytes") && q.why("x") == q.message("x"))
+        #expect(UploadFailure.overQuota(nil).message("x").contains("the server gave no figures"))
+    }
+}
