@@ -38,6 +38,13 @@ public struct RemoteHolds: Sendable, Equatable {
         return forWriter
     }
 
+    /// After the item's push, or its writer's close: the version held for them goes in now unless
+    /// a program still writes the file (`writing`: open for writing, or written and not yet
+    /// flushed) or another push of it is queued (`queued`), which it waits for in turn.
+    public mutating func releaseAfterPush(writing: Bool, queued: Bool) -> ServerItem? {
+        writing || queued ? nil : takeForWriter()
+    }
+
     /// `item` waits for the program's lock on the file to go; true when nothing waited for one
     /// yet (the first hold says so in the log and marks a relist).
     public mutating func holdForLock(_ item: ServerItem) -> Bool {

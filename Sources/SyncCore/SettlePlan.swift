@@ -1,3 +1,6 @@
+import NimbusCore
+import NimbusProtocol
+
 /// What the device knows when the answer to its own commit of an item (not a delete) arrives:
 /// one snapshot, read just before `SyncItem.planSettle`.
 public struct SettleFacts: Sendable, Equatable {
@@ -53,5 +56,35 @@ extension SyncItem {
         if f.sameContent && f.samePlace { return .record }
         if !f.existsHere { return .deletedHere(onAnswer: f.sameContent || !f.hadBase) }
         return .show(resetContent: isFile && !f.sameContent)
+    }
+}
+
+extension Base {
+    /// The base the answer to a commit of `sent` content becomes: with the same content, what of
+    /// it is here is the previous base's presence when that content was what it had (else all
+    /// of it: the content was read here), or all of it when the file is whole here now (written
+    /// while the commit was on its way); other content (a conflict kept ours apart) is not here.
+    public static func fromAnswer(_ answer: ServerItem, sent: [ChunkRef], previous: Base?, wholeNow: Bool) -> Base {
+        guard answer.chunks == sent else { return .placeholder(answer) }
+        let present = wholeNow ? nil : previous.flatMap { $0.record.chunks == sent ? $0.present : nil }
+        return Base(record: answer, present: present)
+    }
+
+    /// The base kept when the answer is a delete made elsewhere: the previous one, with what was
+    /// downloaded or written here since (the base now, when it is still of the previous record):
+    /// a placeholder overwritten while the commit was on its way is whole, and its next push
+    /// must send those bytes.
+    public static func keptOverDeleteElsewhere(now: Base?, previous: Base?) -> Base? {
+        guard let now, now.record == previous?.record, !Mutation.forgetPresenceOnKeep.isOn else { return previous }
+        return now
+    }
+}
+
+extension SettleFacts {
+    /// After an answer shown with the place here kept (`relocate`): the place here differs from
+    /// the answer's, so the item is pushed again from there.
+    public static func placeHereNewer(relocate: Bool, here: (parent: ItemID?, name: String)?, answer: ServerItem) -> Bool {
+        guard relocate, let here else { return false }
+        return here.parent != answer.parent || !ItemName.same(here.name, answer.name.value)
     }
 }

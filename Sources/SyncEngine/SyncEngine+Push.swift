@@ -122,11 +122,10 @@ extension SyncEngine: ChangeObserver {
         // also clears this).
         let ws = state.withLock { $0.fs }?.writeState(id)
         let closed = ws.map { $0.writers == 0 } ?? true
-        let idle = ws.map { $0.writers == 0 && !$0.dirty } ?? true
+        let writing = ws.map { $0.writers > 0 || $0.dirty } ?? false
         let now = options.clock.now, rules = pacingRules
         let (retry, held): ([ServerItem], ServerItem?) = state.withLock { s in
-            var held: ServerItem?
-            if idle, !s.queue.contains(id) { held = s.items[id]?.remote.takeForWriter() }
+            let held = s.items[id]?.remote.releaseAfterPush(writing: writing, queued: s.queue.contains(id))
             s.inFlight = nil; s.upload = nil
             s.items[id]?.upload.on(.pushEnded(closed: closed), at: now, rules: rules)
             if !s.queue.items.contains(where: { s.items[$0]?.upload.failure != nil }) { s.lastError = nil }
@@ -483,9 +482,9 @@ extension SyncEngine: ChangeObserver {
     /// A newer version that waited for this file's push or writer goes in now, when no program
     /// is writing it (in a turn).
     private func applyHeldForWriter(_ id: ItemID) throws {
-        guard let fs = state.withLock({ $0.fs }), let ws = fs.writeState(id), ws.writers == 0, !ws.dirty else { return }
+        guard let fs = state.withLock({ $0.fs }), let ws = fs.writeState(id) else { return }
         let held: ServerItem? = state.withLock { s in
-            guard let held = s.items[id]?.remote.takeForWriter() else { return nil }
+            guard let held = s.items[id]?.remote.releaseAfterPush(writing: ws.writers > 0 || ws.dirty, queued: false) else { return nil }
             if s.inFlight == id { s.inFlight = nil }
             return held
         }
@@ -616,8 +615,7 @@ extension SyncEngine: ChangeObserver {
         // was a placeholder when the push began: it must not be marked "not downloaded" again, or
         // the next push sends the old chunks ("nothing to send") and the write never leaves.
         let completeNow = state.withLock { s in s.base(id).map(\.complete) ?? false }
-        let present: [Bool]? = sameContent && !completeNow ? (previous.flatMap { $0.record.chunks == sent.chunks ? $0.present : nil }) : nil
-        let base = sameContent ? Base(record: item, present: present) : Base.placeholder(item)
+        let base = Base.fromAnswer(item, sent: sent.chunks, previous: previous, wholeNow: completeNow)
         let resetContent: Bool
         switch record.planSettle(facts, isFile: item.kind == .file) {
         case .deletedElsewhere(let keptForWrite):
@@ -625,8 +623,7 @@ extension SyncEngine: ChangeObserver {
             // the journal's delete would be old news and the item would stay for good. What was
             // downloaded or written here since stays marked: a placeholder overwritten while the
             // commit was on its way is whole now, and its next push must send those bytes.
-            let now = state.withLock { $0.base(id) }
-            try saveBase(id, now != nil && now?.record == previous?.record && !Mutation.forgetPresenceOnKeep.isOn ? now : previous)
+            try saveBase(id, Base.keptOverDeleteElsewhere(now: state.withLock { $0.base(id) }, previous: previous))
             if keptForWrite {
                 trace("settle \(id) v\(item.version): deleted elsewhere, but written here since; kept")
                 return
@@ -684,7 +681,7 @@ extension SyncEngine: ChangeObserver {
         } else {
             store.commitQueued()
             try persistBases([id: base])
-            if relocate, let here = fs.localState(id), here.parent != item.parent || !ItemName.same(here.name, item.name.value) {
+            if SettleFacts.placeHereNewer(relocate: relocate, here: fs.localState(id).map { ($0.parent, $0.name) }, answer: item) {
                 // The place here is newer than the server's (see above): pushed again.
                 trace("settle \(id) v\(item.version): the place here is newer; pushed again")
                 localChange(.moved(id))

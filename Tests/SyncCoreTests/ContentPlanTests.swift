@@ -73,3 +73,48 @@ import Testing
         #expect(Base.keptWhenNotShown(previous: nil, answer: answer, isFile: true, wholeHere: false) == answer, "a first commit")
     }
 }
+
+/// What a commit's answer leaves (SettlePlan.swift) and when a held state goes in after a push.
+@Suite struct AnswerPlanTests {
+    @Test func theBaseAnAnswerBecomes() {
+        let id = ItemID(UUID())
+        let sent = ContentPlanTests.file([10, 20], version: 1, id: id)
+        var answer = sent
+        answer.version = 2
+        let partial = Base(record: sent, present: [true, false])
+        #expect(Base.fromAnswer(answer, sent: sent.chunks, previous: partial, wholeNow: false).present == [true, false],
+                "the same content keeps what of it is here")
+        #expect(Base.fromAnswer(answer, sent: sent.chunks, previous: partial, wholeNow: true).complete, "written since: whole")
+        #expect(Base.fromAnswer(answer, sent: sent.chunks, previous: nil, wholeNow: false).complete, "read here to be sent: whole")
+        let other = ContentPlanTests.file([11], version: 3, id: id)
+        #expect(Base.fromAnswer(other, sent: sent.chunks, previous: partial, wholeNow: true).present == [false], "ours kept apart: not here")
+    }
+
+    @Test func theBaseKeptOverADeleteElsewhere() {
+        let r = ContentPlanTests.file([10, 20])
+        let previous = Base(record: r, present: [false, false])
+        let now = Base(record: r, present: nil)
+        #expect(Base.keptOverDeleteElsewhere(now: now, previous: previous) == now, "what came here since stays")
+        let other = Base(record: ContentPlanTests.file([5]), present: nil)
+        #expect(Base.keptOverDeleteElsewhere(now: other, previous: previous) == previous)
+        #expect(Base.keptOverDeleteElsewhere(now: nil, previous: previous) == previous)
+    }
+
+    @Test func thePlaceHereIsPushedAgainOnlyWhenKeptAndDifferent() {
+        let r = ContentPlanTests.file([10])
+        #expect(!SettleFacts.placeHereNewer(relocate: false, here: (ItemID(UUID()), "x"), answer: r))
+        #expect(!SettleFacts.placeHereNewer(relocate: true, here: (r.parent, r.name.value), answer: r))
+        #expect(SettleFacts.placeHereNewer(relocate: true, here: (r.parent, "other"), answer: r))
+        #expect(!SettleFacts.placeHereNewer(relocate: true, here: nil, answer: r))
+    }
+
+    @Test func aHeldStateGoesInAfterThePushUnlessWrittenOrQueued() {
+        let r = ContentPlanTests.file([10], version: 5)
+        for (writing, queued, goes) in [(false, false, true), (true, false, false), (false, true, false)] {
+            var h = RemoteHolds()
+            h.holdForWriter(r)
+            #expect((h.releaseAfterPush(writing: writing, queued: queued) != nil) == goes, "writing \(writing), queued \(queued)")
+            #expect((h.forWriter == nil) == goes, "kept while it waits")
+        }
+    }
+}
