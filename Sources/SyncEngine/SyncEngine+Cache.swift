@@ -19,12 +19,7 @@ import SyncCore
 extension SyncEngine: SyncControl {
     /// `user.nimbus.pinned|evict|download|paused` (SyncControl).
     public func setItemAttribute(_ name: NimbusXattr, value: String, item: ItemID, isFolder: Bool) throws(Errno) {
-        let on: Bool
-        switch value.lowercased() {
-        case "1", "yes", "true", "on": on = true
-        case "0", "no", "false", "off": on = false
-        default: throw .EINVAL
-        }
+        guard let on = ControlPlan.flag(value) else { throw .EINVAL }
         switch name {
         case .pinned: try setPinned(item, on, isFolder: isFolder)
         case .evict: if on { try evict(item, isFolder: isFolder, explicit: true) }

@@ -6,6 +6,7 @@ import NimbusCore
 import NimbusProtocol
 import NimbusRemote
 import Synchronization
+import SyncCore
 
 // Conflicts and versions through the mount (docs/sync.md "Conflicts and versions"): the
 // conflict count of each item comes with its server record; the version list, a version's
@@ -62,18 +63,10 @@ extension SyncEngine: VersionSource {
     /// drop). The server's answer is shown at once; the journal tells the other devices.
     public func resolve(_ name: NimbusXattr, value: String, item: ItemID, done: @escaping @Sendable (Errno?) -> Void) {
         let request: ResolveRequest
-        switch (name, value) {
-        case (.resolve, "current"): request = ResolveRequest(action: .keepCurrent)
-        case (.resolve, _):
-            guard let v = Int64(value) else { return done(.EINVAL) }
-            request = ResolveRequest(action: .keepVersion, version: v)
-        case (.restore, _):
-            guard let v = Int64(value) else { return done(.EINVAL) }
-            request = ResolveRequest(action: .restore, version: v)
-        case (.discard, _):
-            guard let v = Int64(value) else { return done(.EINVAL) }
-            request = ResolveRequest(action: .discard, versions: [v])
-        default: return done(.EPERM)
+        switch ControlPlan.resolve(name, value: value) {
+        case .request(let r): request = r
+        case .invalid: return done(.EINVAL)
+        case .notAllowed: return done(.EPERM)
         }
         guard state.withLock({ $0.base(item) }) != nil else { return done(.ENOENT) }
         serverCall(done: { (r: Result<Void, Errno>) in

@@ -58,3 +58,25 @@ import Testing
         #expect(UploadFailure.overQuota(nil).message("x").contains("the server gave no figures"))
     }
 }
+
+/// What a program asks through the control xattrs (ControlPlan.swift).
+@Suite struct ControlPlanTests {
+    @Test(arguments: [
+        (NimbusXattr.resolve, "current", ControlPlan.Resolve.request(ResolveRequest(action: .keepCurrent))),
+        (.resolve, "7", .request(ResolveRequest(action: .keepVersion, version: 7))),
+        (.restore, "3", .request(ResolveRequest(action: .restore, version: 3))),
+        (.discard, "9", .request(ResolveRequest(action: .discard, versions: [9]))),
+        (.restore, "current", .invalid),
+        (.discard, "x", .invalid),
+        (.pinned, "1", .notAllowed),
+    ])
+    func resolvingXattrs(_ name: NimbusXattr, _ value: String, _ expected: ControlPlan.Resolve) {
+        #expect(ControlPlan.resolve(name, value: value) == expected)
+    }
+
+    @Test func flags() {
+        for on in ["1", "YES", "true", "On"] { #expect(ControlPlan.flag(on) == true) }
+        for off in ["0", "no", "FALSE", "off"] { #expect(ControlPlan.flag(off) == false) }
+        for bad in ["", "2", "maybe"] { #expect(ControlPlan.flag(bad) == nil) }
+    }
+}
