@@ -112,6 +112,20 @@ public struct ItemTable: Sendable {
         }.sorted { $0.1 != $1.1 ? $0.1 < $1.1 : $0.0 < $1.0 }.map(\.0)
     }
 
+    /// Evicts the item's downloaded content when `SyncItem.evictable` allows it (`unsent`: a
+    /// push of it is queued or on its way; `downloading`: a chunk of it is): it becomes a
+    /// placeholder, least recently used. Returns the bytes freed and the new base.
+    public mutating func evict(_ id: ItemID, unsent: Bool, downloading: Bool) -> (freed: Int64, base: Base)? {
+        guard let record = all[id], record.evictable(unsent: unsent, downloading: downloading), let b = record.base else { return nil }
+        let placeholder = Base.placeholder(b.record)
+        self[id]?.base = placeholder
+        withCache(id) { c in
+            c.lastUse = 0
+            (c.readEnd, c.readRun) = (-1, 0)
+        }
+        return (b.presentBytes, placeholder)
+    }
+
     /// Bytes of content held here (present chunks of shown files).
     public var contentBytes: Int64 {
         bases.reduce(Int64(0)) { $0 + ($1.value.record.kind == .file ? $1.value.presentBytes : 0) }

@@ -116,17 +116,10 @@ extension SyncEngine: SyncControl {
             state.withLock { s in
                 let unsent = s.queue.contains(id) || s.inFlight == id
                 let downloading = s.downloads.keys.contains(where: { $0.item == id })
-                guard let record = s.items[id], record.evictable(unsent: unsent, downloading: downloading), let b = record.base else { return false }
-                freed = b.presentBytes
-                let nb = Base.placeholder(b.record)
-                s.setBase(id, nb)
-                s.cacheUsed -= freed
+                guard let (n, placeholder) = s.items.evict(id, unsent: unsent, downloading: downloading) else { return false }
+                (freed, newBase) = (n, placeholder)
+                s.cacheUsed -= n
                 s.evicted += 1
-                s.items.withCache(id) { c in
-                    c.lastUse = 0
-                    (c.readEnd, c.readRun) = (-1, 0)
-                }
-                newBase = nb
                 return true
             }
         }

@@ -81,3 +81,22 @@ import Testing
         #expect(t.bases.map(\.key) == [shown])
     }
 }
+
+/// The cache keeper's plans on the item table.
+@Suite struct EvictionTests {
+    @Test func leastRecentlyReadFirstAndOnlyWhatMayGo() {
+        var t = ItemTable()
+        let ids = (0..<3).map { _ in ItemID(UUID()) }
+        for (k, id) in ids.enumerated() {
+            t[id, default: ItemTable.Item()].base = Base(record: ContentPlanTests.file([10], id: id), present: nil)
+            t.withCache(id) { $0.lastUse = UInt64(10 - k) }
+        }
+        #expect(t.evictionOrder(keep: []) == [ids[2], ids[1], ids[0]])
+        #expect(t.evictionOrder(keep: [ids[2]]) == [ids[1], ids[0]], "kept ones are left out")
+        #expect(t.evict(ids[1], unsent: true, downloading: false) == nil, "changes not uploaded yet")
+        #expect(t.evict(ids[1], unsent: false, downloading: true) == nil, "a download under way")
+        let evicted = t.evict(ids[1], unsent: false, downloading: false)
+        #expect(evicted?.base.present == [false] && t[ids[1]]?.cache.lastUse == 0)
+        #expect(t.evictionOrder(keep: []) == [ids[2], ids[0]], "nothing of it is here any more")
+    }
+}
