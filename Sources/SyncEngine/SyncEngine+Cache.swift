@@ -115,7 +115,7 @@ extension SyncEngine: SyncControl {
         try fs.evictContent(id) {
             state.withLock { s in
                 let unsent = s.queue.contains(id) || s.inFlight == id
-                let downloading = s.downloads.keys.contains(where: { $0.item == id })
+                let downloading = s.fetches.contains(where: { $0.item == id })
                 guard let (n, placeholder) = s.items.evict(id, unsent: unsent, downloading: downloading) else { return false }
                 (freed, newBase) = (n, placeholder)
                 s.cacheUsed -= n

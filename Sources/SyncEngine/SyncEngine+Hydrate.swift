@@ -40,7 +40,7 @@ extension SyncEngine: ContentProvider {
         // Counted only while downloads of the item are asked for or under way (the state lock
         // orders this with `want`, which reads the count): the table stays small.
         state.withLock { s in
-            guard s.downloads.keys.contains(where: { $0.item == item }) else { return }
+            guard s.fetches.contains(where: { $0.item == item }) else { return }
             contentGate.withLock { $0[item, default: 0] &+= 1 }
         }
     }
@@ -75,53 +75,24 @@ extension SyncEngine: ContentProvider {
     /// high. True when something was queued (call `pump()` after the lock).
     @discardableResult
     func want(_ s: inout State, _ key: ChunkKey, at offset: Int64, priority: Int, waiter: (@Sendable (Errno?) -> Void)?) -> Bool {
-        let known = s.downloads[key] != nil
-        if let waiter { s.downloads[key, default: []].append(waiter) } else if !known { s.downloads[key] = [] }
-        if s.fetchStarted.contains(key) { return false }
-        if known && priority == 2 { return false }
-        // Queued again at a higher priority: the stale entry is skipped when it comes up.
-        let truncations = contentGate.withLock { $0[key.item] ?? 0 }  // (lock order: state, then gate)
-        s.fetchQueues[priority].append(ChunkFetch(key: key, offset: offset, truncations: truncations))
-        return true
+        s.fetches.want(key, priority: priority, waiter: waiter) {
+            // The item's truncations when asked (lock order: state, then gate).
+            ChunkFetch(key: key, offset: offset, truncations: contentGate.withLock { $0[key.item] ?? 0 })
+        }
     }
 
     /// Starts queued fetches while slots are free, highest priority first. When the server is
     /// unreachable or the mount paused, queued fetches fail at once instead.
     func pump() {
-        var failed: [[@Sendable (Errno?) -> Void]] = []
-        let starts: [ChunkFetch] = state.withLock { s in
-            var out: [ChunkFetch] = []
-            let refuse = s.paused || isOffline(s)
-            for p in 0..<3 {
-                var q = s.fetchQueues[p]
-                var i = 0
-                while i < q.count, refuse || s.activeFetches < options.parallelDownloads {
-                    let f = q[i]
-                    i += 1
-                    guard s.downloads[f.key] != nil, !s.fetchStarted.contains(f.key) else { continue }
-                    if refuse {
-                        failed.append(s.downloads.removeValue(forKey: f.key) ?? [])
-                        continue
-                    }
-                    s.fetchStarted.insert(f.key)
-                    s.activeFetches += 1
-                    out.append(f)
-                }
-                q.removeFirst(i)
-                s.fetchQueues[p] = q
-            }
-            return out
+        let (starts, failed) = state.withLock { s in
+            let next = s.fetches.next(limit: options.parallelDownloads, refuse: s.paused || isOffline(s))
+            return (next.start.map(\.fetch), next.fail)
         }
         for ws in failed { for w in ws { w(.EIO) } }
         // Each fetch ends by its own deadline (hydrationSeconds), or sooner when stop() cancels it.
         for f in starts where !jobs.spawn({ await self.download(f.key, at: f.offset, truncations: f.truncations) }) {
             // Stopping: the fetch does not start, and its readers get EIO now.
-            let waiters = state.withLock { s in
-                s.activeFetches -= 1
-                s.fetchStarted.remove(f.key)
-                return s.downloads.removeValue(forKey: f.key) ?? []
-            }
-            for w in waiters { w(.EIO) }
+            for w in state.withLock({ $0.fetches.ended(f.key) }) { w(.EIO) }
         }
     }
 
@@ -141,7 +112,7 @@ extension SyncEngine: ContentProvider {
                 // does not fit is refused before a byte of it is written (the reader gets ENOSPC).
                 let what = "chunk \(key.index) of \(key.item)"
                 // A program waiting for it may have other downloaded files evicted to make room.
-                let waited = state.withLock { s in s.downloads[key]?.isEmpty == false }
+                let waited = state.withLock { $0.fetches.hasWaiters(key) }
                 guard store.roomForDownload(expected, of: what)
                         || (waited && makeRoom(for: expected, reading: key.item) && store.roomForDownload(expected, of: what)) else {
                     throw NoRoomForDownload(message: store.lastError ?? "no room for \(what)")
@@ -223,9 +194,7 @@ extension SyncEngine: ContentProvider {
             state.withLock { s in
                 s.dropAfterNoRoom.insert(key.item)
                 // Prefetches of the item nobody waits for would only fill the disk to its floor.
-                for (k, waiters) in s.downloads where k.item == key.item && k != key && waiters.isEmpty && !s.fetchStarted.contains(k) {
-                    s.downloads.removeValue(forKey: k)
-                }
+                s.fetches.dropUnwaited { $0.item == key.item && $0 != key }
                 s.lastError = "download: \(e.message)"
                 s.items[key.item, default: SyncItem()].upload.on(.download(failed: "not downloaded: \(e.message)"), at: now, rules: rules)
             }
@@ -244,12 +213,7 @@ extension SyncEngine: ContentProvider {
             // and the pull's next answer says online again.
             if unreachable { setConnection(.offline(retryIn: nil), error: "download: \(error)") }
         }
-        let waiters = state.withLock { s in
-            s.activeFetches -= 1
-            s.fetchStarted.remove(key)
-            return s.downloads.removeValue(forKey: key) ?? []
-        }
-        for w in waiters { w(failure) }
+        for w in state.withLock({ $0.fetches.ended(key) }) { w(failure) }
         pump()
         if options.cacheLimit != nil { cacheWake.yield() }
     }

@@ -103,8 +103,9 @@ public final class SyncEngine: Sendable {
         /// Content uploaded apart from the queue (big files): the chunks of the file at a write
         /// generation, for its commit when it comes up again.
         var contentUp: [ItemID: (generation: UInt64?, chunks: [ChunkRef])] = [:]
-        /// Chunk downloads under way: their waiters.
-        var downloads: [ChunkKey: [@Sendable (Errno?) -> Void]] = [:]
+        /// The download scheduler (SyncEngine+Hydrate.swift; SyncCore `FetchQueue`): the chunks
+        /// asked for and their readers, at most `parallelDownloads` fetched at once.
+        var fetches = FetchQueue<ChunkKey, ChunkFetch, @Sendable (Errno?) -> Void>()
         var cursor: Int64 = 0
         /// The lowest version among remote items skipped here (not shown yet). A folder delete
         /// must not claim to have seen them: its `seenCursor` stays below this.
@@ -128,11 +129,6 @@ public final class SyncEngine: Sendable {
         /// After a download could not reach the server, reads fail at once until then (so a
         /// read answers EIO within one deadline, not one per kernel retry or read-ahead).
         var offlineUntil: ContinuousClock.Instant?
-        /// The download scheduler (SyncEngine+Hydrate.swift): chunk fetches waiting for one of
-        /// `parallelDownloads` slots, one FIFO per priority (read, wanted, prefetch).
-        var fetchQueues: [[ChunkFetch]] = [[], [], []]
-        var fetchStarted: Set<ChunkKey> = []
-        var activeFetches = 0
         /// Cache (SyncEngine+Cache.swift): explicit pins, and the logical clock of
         /// `CacheUse.lastUse`.
         var pinned: Set<ItemID> = []
@@ -364,7 +360,7 @@ public final class SyncEngine: Sendable {
         state.withLock { s in
             var lines = [("connection", s.connection.description), ("server", client.baseURL), ("container", container),
                          ("cursor", "\(s.cursor)"), ("upload-queue", "\(s.queue.count + (s.inFlight == nil ? 0 : 1))"),
-                         ("download-queue", "\(s.downloads.count)"), ("downloads-active", "\(s.activeFetches)"),
+                         ("download-queue", "\(s.fetches.count)"), ("downloads-active", "\(s.fetches.active)"),
                          ("placeholders", "\(s.items.placeholders)"), ("conflicts", "\(s.items.conflicted)")]
             if let u = s.upload { lines.append(("uploading", "\(u.item) \(u.sent)/\(u.total)")) }
             lines += [("bytes-downloaded", "\(s.bytesDownloaded)"), ("bytes-uploaded", "\(s.bytesUploaded)"),
@@ -480,7 +476,7 @@ extension SyncEngine: SyncStatusSource {
                                  anyPresent: b.present?.contains(true) ?? true)
             }
             let facts = StatusFacts(base: base, isRoot: item.isRoot, queued: s.inFlight == item || s.queue.contains(item),
-                                    downloading: base?.complete == false && s.downloads.keys.contains(where: { $0.item == item }),
+                                    downloading: base?.complete == false && s.fetches.contains(where: { $0.item == item }),
                                     unauthorized: s.unauthorized != nil)
             return (s.items[item] ?? SyncItem()).status(facts)
         }
