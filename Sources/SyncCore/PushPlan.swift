@@ -118,3 +118,39 @@ extension SyncItem {
         return .commit(snapshot: snapshot)
     }
 }
+
+/// What a change made here is, to the item's record.
+public enum LocalChangeKind: Sendable, Equatable {
+    /// The first write since the last close or fsync (a durable note, not an upload trigger).
+    case writing
+    /// The content changed (the writer closed or fsynced).
+    case content
+    case deleted
+    /// Created, moved, attributes changed.
+    case other
+}
+
+extension SyncItem {
+    /// A change made here is noticed. Returns whether the item goes into the upload queue (a
+    /// write in progress does not: its close or fsync does) and, for a content change, the base
+    /// it makes whole (nil: nothing changes): content is written only into whole files, so the
+    /// file is whole here from now on, and kept so on disk at once — after a kill -9 the push
+    /// must not find "nothing to send".
+    public mutating func noticed(_ change: LocalChangeKind, at now: Instant, rules: UploadPacing<Instant>.Rules) -> (queue: Bool, whole: Base?) {
+        switch change {
+        case .writing:
+            upload.on(.wrote, at: now, rules: rules)
+            return (false, nil)
+        case .content:
+            upload.on(.changed(content: true), at: now, rules: rules)
+            let whole = base?.wholeAfterLocalContent()
+            if let whole { base = whole }
+            return (true, whole)
+        case .deleted:
+            upload.on(.deletedHere, at: now, rules: rules)
+            return (true, nil)
+        case .other:
+            return (true, nil)
+        }
+    }
+}

@@ -20,23 +20,22 @@ extension SyncEngine: ChangeObserver {
         trace("local \(id) \(kind)")
         let now = options.clock.now
         let rules = pacingRules
-        if case .writing = change {
-            // Durable note only (the close or fsync uploads); starts the quiet-period clock.
-            state.withLock { s in _ = s.items[id, default: SyncItem()].upload.on(.wrote, at: now, rules: rules) }
-            return
+        let what: LocalChangeKind = switch change {
+        case .writing: .writing
+        case .contentChanged: .content
+        case .deleted: .deleted
+        case .created, .moved, .attributesChanged: .other
         }
-        let nowComplete: Base? = state.withLock { s in
-            s.queue.append(id)
-            if case .contentChanged = change { s.items[id, default: SyncItem()].upload.on(.changed(content: true), at: now, rules: rules) }
-            if case .deleted = change, s.items[id] != nil { s.items[id]?.upload.on(.deletedHere, at: now, rules: rules) }
-            guard case .contentChanged = change, let b = s.base(id)?.wholeAfterLocalContent() else { return nil }
-            s.setBase(id, b)
-            return b
+        let (queued, whole) = state.withLock { s in
+            var record = s.items[id] ?? SyncItem()
+            let out = record.noticed(what, at: now, rules: rules)
+            s.items[id] = record
+            if out.queue { s.queue.append(id) }
+            return out
         }
-        // Kept on disk at once: after a kill -9 the restarted push must see the file as whole
-        // here, or it finds nothing to send and the edit never leaves (SimulationTests).
-        if let nowComplete { try? saveBase(id, nowComplete) }
-        wake.yield()
+        // Kept on disk at once (SimulationTests: a kill -9 before the push).
+        if let whole { try? saveBase(id, whole) }
+        if queued { wake.yield() }
     }
 
     func pushLoop() async {

@@ -118,3 +118,25 @@ import Testing
         }
     }
 }
+
+/// A change made here, as the item's record takes it (PushPlan.swift `noticed`).
+@Suite struct NoticedChangeTests {
+    typealias T = ContinuousClock.Instant
+    let rules = UploadPacing<T>.Rules(quietPeriod: .seconds(10))
+
+    @Test func aWriteInProgressIsANoteAndAContentChangeMakesAPlaceholderWhole() {
+        let now = ContinuousClock.now
+        var item = SyncItem<T>()
+        item.base = Base(record: ContentPlanTests.file([10, 20]), present: [true, false])
+        let w = item.noticed(.writing, at: now, rules: rules)
+        #expect(!w.queue && w.whole == nil && item.upload.writing, "the close or fsync uploads")
+        let c = item.noticed(.content, at: now, rules: rules)
+        #expect(c.queue && c.whole?.complete == true && item.base?.complete == true)
+        #expect(item.noticed(.content, at: now, rules: rules).whole == nil, "whole already: nothing to save")
+        let d = item.noticed(.deleted, at: now, rules: rules)
+        #expect(d.queue && d.whole == nil && item.upload.ready(at: now), "a delete goes at once")
+        var other = SyncItem<T>()
+        let o = other.noticed(.other, at: now, rules: rules)
+        #expect(o.queue && o.whole == nil && other == SyncItem<T>(), "a move or a create: queued, nothing else")
+    }
+}
