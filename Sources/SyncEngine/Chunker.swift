@@ -187,6 +187,12 @@ public struct Chunker: Sendable {
             out.append(span)
             start += Int(span.ref.size)
             consumed += span.ref.size
+            if ref == zero, !eof {
+                // Zeros: a hole may follow. The next chunk starts from an empty window, so the
+                // hole check above sees it (cut points depend only on a chunk's own bytes).
+                fileOffset = consumed
+                (start, filled) = (0, 0)
+            }
         }
         return out
     }
