@@ -151,6 +151,9 @@ let package = Package(
             dependencies: ["NimbusCore", "LocalStore", "FuseKit", "MountPorts", "Coordination", "PresenterProtocol", .product(name: "Logging", package: "swift-log")],
             swiftSettings: strict
         ),
+        // Content-defined chunking: how every device (and the server, for what it receives whole)
+        // cuts a file into chunks.
+        .target(name: "Chunking", dependencies: ["NimbusCore", "NimbusProtocol", .product(name: "Crypto", package: "swift-crypto")], swiftSettings: strict),
         // The sync core: the engine's decisions as pure state machines (no I/O, no clock, no locks).
         .target(name: "SyncCore", dependencies: ["NimbusCore", "NimbusProtocol"], swiftSettings: strict),
         .testTarget(name: "SyncCoreTests", dependencies: ["SyncCore", "NimbusCore", "NimbusProtocol"], swiftSettings: strict),
@@ -159,13 +162,13 @@ let package = Package(
         .target(
             name: "SyncEngine",
             dependencies: [
-                "NimbusCore", "NimbusProtocol", "NimbusRemote", "LocalStore", "MountPorts", "FuseIDs", "Coordination", "SyncCore", "PresenterProtocol",
+                "NimbusCore", "NimbusProtocol", "NimbusRemote", "LocalStore", "MountPorts", "FuseIDs", "Coordination", "SyncCore", "PresenterProtocol", "Chunking",
                 "NimbusLog", .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "Logging", package: "swift-log"),
             ],
             swiftSettings: strict
         ),
-        .testTarget(name: "SyncEngineTests", dependencies: ["SyncEngine", "SyncCore", "NimbusCore", "NimbusProtocol", "NimbusRemote", "LocalStore", "MountPorts"], swiftSettings: strict),
+        .testTarget(name: "SyncEngineTests", dependencies: ["SyncEngine", "SyncCore", "Chunking", "NimbusCore", "NimbusProtocol", "NimbusRemote", "LocalStore", "MountPorts"], swiftSettings: strict),
         // Two real mounts (the built binary) on one `nimbus serve`.
         .testTarget(name: "SyncTests", dependencies: ["NimbusCore", "NimbusServer", "NimbusTesting", "NimbusKit"], swiftSettings: strict),
         // Three devices (LocalStore + ContainerFS + SyncEngine, no mount) on one in-process server,

@@ -1,3 +1,4 @@
+import Chunking
 import Crypto
 import Foundation
 import Glibc

@@ -1,3 +1,4 @@
+import Chunking
 import Foundation
 import FuseIDs
 import LocalStore

@@ -1,7 +1,7 @@
+import Chunking
 import Foundation
 import Glibc
 import NimbusCore
-import SyncEngine
 import Testing
 
 /// Deterministic pseudo-random bytes (xorshift), so failures replay.

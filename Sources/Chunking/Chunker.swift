@@ -211,6 +211,10 @@ public struct TooLargeToSync: Error, CustomStringConvertible {
     public let size: Int64
     /// Its chunks when counted; nil when its size alone rules it out (not chunked at all).
     public let chunks: Int?
+    public init(size: Int64, chunks: Int?) {
+        self.size = size
+        self.chunks = chunks
+    }
     public var description: String {
         let limit = Int64(ProtocolLimits.maxChunksPerItem)
         let what = chunks.map { "\(size) bytes in \($0) chunks" } ?? "\(size) bytes"
