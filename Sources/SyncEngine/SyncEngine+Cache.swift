@@ -35,7 +35,7 @@ extension SyncEngine: SyncControl {
     /// The files an operation on `item` covers (itself, or every file below a folder).
     func files(under item: ItemID, isFolder: Bool) -> [ItemID] {
         guard isFolder else { return [item] }
-        guard let fs = state.withLock({ $0.fs }) else { return [] }
+        let fs = tree
         let below = fs.descendants(of: item)
         return state.withLock { s in below.filter { s.base($0)?.record.kind == .file } }
     }
@@ -61,7 +61,7 @@ extension SyncEngine: SyncControl {
 
     /// Every pinned item not fully here is fetched (at start, and after a remote change).
     func fetchPinned() {
-        guard let fs = state.withLock({ $0.fs }) else { return }
+        let fs = tree
         let pins = state.withLock { $0.pinned }
         var files: [ItemID] = []
         for p in pins.sorted() { files += [p] + fs.descendants(of: p) }
@@ -94,7 +94,7 @@ extension SyncEngine: SyncControl {
     /// of a pinned file unpins it; a file pinned through its folder is kept. Files open, being
     /// written, waiting for upload or downloading are kept: EBUSY (the others are evicted).
     func evict(_ item: ItemID, isFolder: Bool, explicit: Bool) throws(Errno) {
-        guard let fs = state.withLock({ $0.fs }) else { throw .EIO }
+        let fs = tree
         if explicit, state.withLock({ $0.pinned.contains(item) }) { try setPinned(item, false, isFolder: isFolder) }
         var busy = 0
         for id in files(under: item, isFolder: isFolder) {
@@ -138,7 +138,8 @@ extension SyncEngine: SyncControl {
     /// Above the limit: evict clean, closed, unpinned files, least recently read first, down
     /// to 90 % of the limit. Pinned content is never evicted (it may keep the cache above).
     func enforceCacheLimit() {
-        guard let limit = options.cacheLimit, let fs = state.withLock({ $0.fs }) else { return }
+        guard let limit = options.cacheLimit else { return }
+        let fs = tree
         var used = measureCache()
         guard used > limit else { return }
         let target = limit / 10 * 9
@@ -157,7 +158,7 @@ extension SyncEngine: SyncControl {
     /// unpinned files other than `reading` are evicted, least recently read first, until it fits.
     /// True when something was evicted (ask the store again).
     func makeRoom(for bytes: Int64, reading: ItemID) -> Bool {
-        guard let fs = state.withLock({ $0.fs }) else { return false }
+        let fs = tree
         let pins = state.withLock { $0.pinned }
         var keep = pins
         for p in pins { keep.formUnion(fs.descendants(of: p)) }
@@ -175,7 +176,8 @@ extension SyncEngine: SyncControl {
     /// whose whole content is here by then (a later read fit) is kept.
     func dropPartialAfterNoRoom() {
         let ids = state.withLock { $0.dropAfterNoRoom }
-        guard !ids.isEmpty, let fs = state.withLock({ $0.fs }) else { return }
+        guard !ids.isEmpty else { return }
+        let fs = tree
         for id in ids {
             let partial = state.withLock { s in s.base(id).map { !$0.complete } ?? false }
             if partial, !isPinned(id, fs: fs), (try? evictOne(id, fs: fs)) == nil { continue }
@@ -234,7 +236,7 @@ extension SyncEngine: SyncControl {
     /// Files open and written, without a write for the quiet period: queue a snapshot upload.
     /// Also forgets upload records with nothing left to pace.
     func startQuietUploads() {
-        guard let fs = state.withLock({ $0.fs }) else { return }
+        let fs = tree
         let now = options.clock.now
         let rules = pacingRules
         let writing: [ItemID] = state.withLock { s in

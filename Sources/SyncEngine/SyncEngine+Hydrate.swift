@@ -181,8 +181,8 @@ extension SyncEngine: ContentProvider {
             }
             if let updated {
                 try persistPresence(key.item)
-                if updated.complete, let fs = state.withLock({ $0.fs }) {
-                    services?.events.append(.downloaded, origin: .sync, path: fs.path(of: key.item), detail: "v\(updated.version)")
+                if updated.complete {
+                    services?.events.append(.downloaded, origin: .sync, path: tree.path(of: key.item), detail: "v\(updated.version)")
                 }
             }
             if replaced { failure = .EIO }  // never answer a read with bytes of another version
@@ -239,7 +239,7 @@ extension SyncEngine: ContentProvider {
         guard let (gen, size) = current else { return nil }
         var fd = store.cache.open(key.item, create: false)
         // A placeholder's file is made at its first download (ContentCache).
-        if fd == -ENOENT, let fs = state.withLock({ $0.fs }) { fd = fs.openCacheFile(key.item) }
+        if fd == -ENOENT { fd = tree.openCacheFile(key.item) }
         guard state.withLock({ $0.items[key.item]?.cache.generation == gen }) else {
             if fd >= 0 { close(fd) }
             return nil

@@ -157,7 +157,8 @@ extension SyncEngine {
     /// claim, so a presenter that reacts by coordinating never waits for us.
     @discardableResult
     func applyAskingPresenters(_ items: [ServerItem], event: EngineLoop.Event, after: () -> [ServerItem] = { [] }) async throws -> [ServerItem] {
-        guard let fs = state.withLock({ $0.fs }), let presenters = services?.presenters, !presenters.isEmpty else {
+        let fs = tree
+        guard let presenters = services?.presenters, !presenters.isEmpty else {
             return try await loop.turn(event) { try apply(items); return after() }
         }
         let touched: [(ItemID, RelinquishReason)] = state.withLock { s in
@@ -249,7 +250,7 @@ extension SyncEngine {
     /// applied then (a remote change never overwrites unsynced local bytes).
     func apply(_ items: [ServerItem], force: Set<ItemID> = []) throws {
         assert(EngineLoop.inTurn, "apply outside a turn of the engine loop")
-        guard let fs = state.withLock({ $0.fs }) else { return }
+        let fs = tree
         var claims: [Claim] = []
         defer { for c in claims { c.release() } }
         var states: [RemoteState] = []

@@ -120,7 +120,7 @@ extension SyncEngine: ChangeObserver {
     func pushEnded(_ id: ItemID) throws -> [ServerItem] {
         // Pushed and nobody writing it any more: it is not "being written" (the tick loop
         // also clears this).
-        let ws = state.withLock { $0.fs }?.writeState(id)
+        let ws = tree.writeState(id)
         let closed = ws.map { $0.writers == 0 } ?? true
         let writing = ws.map { $0.writers > 0 || $0.dirty } ?? false
         let now = options.clock.now, rules = pacingRules
@@ -212,7 +212,7 @@ extension SyncEngine: ChangeObserver {
     /// The topmost folder above `id` that exists here but was never committed (no base), unless
     /// its upload failed for good; nil when every folder above is on the server.
     func folderToCreateFirst(for id: ItemID) -> ItemID? {
-        guard let fs = state.withLock({ $0.fs }) else { return nil }
+        let fs = tree
         let above = fs.ancestors(of: id).filter { !$0.isRoot }
         let now = options.clock.now, rules = pacingRules
         return state.withLock { s in
@@ -297,7 +297,7 @@ extension SyncEngine: ChangeObserver {
             try store.removeSyncOps(id, upTo: upTo)
         case .commit(var c):
             if c.needsContent {
-                guard let fs = state.withLock({ $0.fs }) else { return }
+                let fs = tree
                 if let up = await loop.turn(.contentSent(id), { takeContentUp(id, c, fs: fs) }) {
                     c.draft.chunks = up
                 } else if c.snapshot == nil, c.size >= options.contentApartBytes, !Mutation.bigContentInQueue.isOn {
@@ -365,7 +365,6 @@ extension SyncEngine: ChangeObserver {
     /// what it leads to.
     func decidePush(_ id: ItemID, upTo: Int64, askPresenters: Bool) throws -> PushWork {
         let (fs, base, cursor) = state.withLock { s in (s.fs, s.base(id), s.cursor) }
-        guard let fs else { return .nothing }
         let tree = fs.snapshot(id)
         let local = tree.local
         trace("push \(id): base v\(base?.version ?? -1)\(local == nil ? ", gone here" : "")")
@@ -482,7 +481,8 @@ extension SyncEngine: ChangeObserver {
     /// A newer version that waited for this file's push or writer goes in now, when no program
     /// is writing it (in a turn).
     private func applyHeldForWriter(_ id: ItemID) throws {
-        guard let fs = state.withLock({ $0.fs }), let ws = fs.writeState(id) else { return }
+        let fs = tree
+        guard let ws = fs.writeState(id) else { return }
         let held: ServerItem? = state.withLock { s in
             guard let held = s.items[id]?.remote.releaseAfterPush(writing: ws.writers > 0 || ws.dirty, queued: false) else { return nil }
             if s.inFlight == id { s.inFlight = nil }
@@ -500,10 +500,8 @@ extension SyncEngine: ChangeObserver {
         try settle(id, sent: draft, response: r, previous: c.base, generation: c.generation)
         // A version newer than this commit arrived while it was on its way: it goes in now.
         if c.snapshot == nil { try applyHeldForWriter(id) }
-        if let fs = state.withLock({ $0.fs }) {
-            services?.events.append(r.outcome == .conflict ? .conflict : .uploaded, origin: .sync, path: fs.path(of: id),
-                                    detail: "v\(r.item.version)" + (r.outcome == .conflict ? " yours=\(r.yours ?? "?")" : ""))
-        }
+        services?.events.append(r.outcome == .conflict ? .conflict : .uploaded, origin: .sync, path: tree.path(of: id),
+                                detail: "v\(r.item.version)" + (r.outcome == .conflict ? " yours=\(r.yours ?? "?")" : ""))
         if let snapshot = c.snapshot {
             // Uploaded while still open: the close (or a later quiet period) sends what follows;
             // the queue entries stay so a crash before then still uploads the final content.
@@ -596,7 +594,7 @@ extension SyncEngine: ChangeObserver {
     private func settle(_ id: ItemID, sent: ItemDraft, response r: CommitResponse, previous: Base?, generation: UInt64?) throws {
         assert(EngineLoop.inTurn, "settle outside a turn of the engine loop")
         let item = r.item
-        guard let fs = state.withLock({ $0.fs }) else { return }
+        let fs = tree
         let now = options.clock.now, rules = pacingRules
         let (relocate, record) = state.withLock { s in
             let record = s.items[id] ?? SyncItem()
@@ -715,7 +713,8 @@ extension SyncEngine: ChangeObserver {
         let now = options.clock.now
         let rules = pacingRules
         let waiting: [ItemID] = state.withLock { s in s.items.busyIDs { $0.upload.notBefore != nil } }
-        guard !waiting.isEmpty, let fs = state.withLock({ $0.fs }) else { return }
+        guard !waiting.isEmpty else { return }
+        let fs = tree
         var due = false
         for id in waiting {
             let written = fs.writeState(id)?.written ?? 0

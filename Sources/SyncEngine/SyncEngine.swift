@@ -92,7 +92,7 @@ public final class SyncEngine: Sendable {
 
     struct State {
         /// The mounted tree and what it shares with the engine (`attach`).
-        var fs: (any MountedTree)?
+        var fs: any MountedTree = DetachedTree()
         var services: MountServices?
         /// One record per item shown here or with work under way (SyncCore `SyncItem`): its base,
         /// its cache file's use, its local changes on their way up and the server states held
@@ -293,6 +293,8 @@ public final class SyncEngine: Sendable {
         return whole
     }
 
+    /// The mounted tree (`attach`; before it, a tree with nothing in it).
+    var tree: any MountedTree { state.withLock { $0.fs } }
     /// The services shared with the mounted tree (set by `attach`).
     var services: MountServices? { state.withLock { $0.services } }
 
@@ -532,4 +534,19 @@ final class Flag: Sendable {
     private let value = Mutex(false)
     func set() { value.withLock { $0 = true } }
     var isSet: Bool { value.withLock { $0 } }
+}
+
+/// The tree of an engine not attached yet: nothing in it, nothing shown, nothing to evict.
+final class DetachedTree: MountedTree {
+    func localState(_ id: ItemID) -> LocalItem? { nil }
+    func writeState(_ id: ItemID) -> WriteState? { nil }
+    func snapshot(_ id: ItemID) -> TreeSnapshot { TreeSnapshot(local: nil, write: nil, pendingSafeSave: false) }
+    func descendants(of id: ItemID) -> [ItemID] { [] }
+    func ancestors(of id: ItemID) -> [ItemID] { [] }
+    func path(of id: ItemID) -> String { "/\(id)" }
+    func show(_ states: [RemoteState], applied: (ItemID) -> Void) -> [ItemID] { states.map(\.id) }
+    func openCacheFile(_ item: ItemID) -> Int32 { -ENOENT }
+    func evictContent(_ item: ItemID, decide: () -> Bool) throws(Errno) { throw .ENOENT }
+    func isPendingSafeSave(_ item: ItemID) -> Bool { false }
+    func isBeingWritten(_ item: ItemID) -> Bool { false }
 }
