@@ -1,3 +1,4 @@
+import NimbusCore
 import NimbusProtocol
 
 /// What this device knows of an item on the server, in memory: the state it last synced (the
@@ -70,5 +71,27 @@ public struct Base: Sendable, Equatable {
     public func missing(in range: Range<Int64>) -> [Int] {
         guard let present else { return [] }
         return chunks(covering: range).filter { !present[$0] }
+    }
+}
+
+extension Base {
+    /// What a start after an unclean stop (kill -9, a full disk) does with a synced file shown
+    /// here at `sizeHere` bytes: bytes may have reached it without their change being recorded.
+    public enum AfterUncleanStop: Sendable, Equatable {
+        /// A placeholder of its version's size: nothing was written to it.
+        case leave
+        /// A whole file: pushed once (unchanged, it has nothing to send).
+        case push
+        /// A placeholder of another size was written here (a program writes one only after
+        /// downloading it whole, or after truncating it): its bytes are the program's, so it is
+        /// whole and pushed too; shown as a placeholder of the other size, its reads would mix
+        /// its version's bytes with zeros for good.
+        case pushWhole(Base)
+    }
+
+    public func afterUncleanStop(sizeHere: Int64) -> AfterUncleanStop {
+        if complete { return .push }
+        if sizeHere != record.size, !Mutation.placeholderSizeAfterCrash.isOn, let whole = wholeAfterLocalContent() { return .pushWhole(whole) }
+        return .leave
     }
 }

@@ -1,4 +1,5 @@
 import NimbusCore
+import NimbusProtocol
 
 /// What `SyncItem.status` needs besides the item's own record: its base and presence, the
 /// queue and the connection. Read under the engine's lock.
@@ -51,5 +52,44 @@ extension SyncItem {
         guard let b = f.base, !b.complete else { return .current }
         if f.downloading { return .downloading }
         return b.anyPresent ? .partial : .cloud
+    }
+}
+
+extension SyncItem {
+    /// `user.nimbus.error`: why its upload was refused; while the server refuses this device's
+    /// token, that a change here waits for a valid one; else the last failure's text ("" when
+    /// none).
+    public func errorText(_ f: StatusFacts) -> String {
+        if upload.refused { return upload.error ?? "the server refused the upload (see the mount log)" }
+        if f.unauthorized, f.queued || upload.writing || f.base == nil {
+            return "not uploaded: the server refused this device's token (revoked or wrong); the change is kept — mount again with a valid --token-file"
+        }
+        return upload.error ?? ""
+    }
+}
+
+public enum ProgressText {
+    /// `user.nimbus.progress`: its upload under way (`sent`/`total` bytes), else how much of a
+    /// file's content is here ("100% 0/0" for what is not a synced file).
+    public static func of(uploading: (sent: Int64, total: Int64)?, base: Base?) -> String {
+        if let u = uploading { return "\(u.total == 0 ? 100 : Int(u.sent * 100 / u.total))% \(u.sent)/\(u.total) uploaded" }
+        guard let b = base, b.record.kind == .file else { return "100% 0/0" }
+        let size = b.offsets[b.offsets.count - 1]
+        let have = b.presentBytes
+        return "\(size == 0 ? 100 : Int(have * 100 / size))% \(have)/\(size)"
+    }
+}
+
+extension ItemTable {
+    /// The `quota:` line of `.nimbus/status` while items wait for room on the account: the
+    /// figures of the latest refusal and how many wait; nil when none does.
+    public var quotaLine: String? {
+        let waiting = busyItems.compactMap { e -> (at: Instant, figures: QuotaFigures?)? in
+            guard case .overQuota(let at, let figures)? = e.item.upload.failure else { return nil }
+            return (at, figures)
+        }
+        guard let latest = waiting.max(by: { $0.at < $1.at }) else { return nil }
+        let numbers = latest.figures.map { f in "uses \(f.usage) bytes" + (f.quota.map { " of \($0)" } ?? "") } ?? "no figures"
+        return "over (\(numbers)); \(waiting.count) item(s) wait for room, retried every \(UploadState<Instant>.quotaRetrySeconds) s"
     }
 }

@@ -157,6 +157,16 @@ public final class SyncEngine: Sendable {
         /// Whether any queued upload failed and waits for its retry.
         var anyFailure: Bool { items.anyBusy { $0.upload.failure != nil } }
         func refused(_ id: ItemID) -> Bool { items[id]?.upload.refused == true }
+        /// What the item's status, error and progress are read from.
+        func statusFacts(_ item: ItemID) -> StatusFacts {
+            let base = self.base(item).map { b in
+                StatusFacts.Base(version: b.version, conflicts: b.record.conflicts, complete: b.present == nil,
+                                 anyPresent: b.present?.contains(true) ?? true)
+            }
+            return StatusFacts(base: base, isRoot: item.isRoot, queued: inFlight == item || queue.contains(item),
+                               downloading: base?.complete == false && fetches.contains(where: { $0.item == item }),
+                               unauthorized: unauthorized != nil)
+        }
         /// Remote states not shown here yet for a taken name, a missing folder or local work,
         /// oldest first (tried again after pushes and pulls).
         func skippedRemote() -> [ServerItem] {
@@ -273,12 +283,10 @@ public final class SyncEngine: Sendable {
         }
         var whole: [ItemID] = [], written: [ItemID: Base] = [:]
         for (id, b) in files {
-            guard let here = size(id) else { continue }
-            if b.complete {
-                whole.append(id)
-            } else if here != b.record.size, !Mutation.placeholderSizeAfterCrash.isOn, let w = b.wholeAfterLocalContent() {
-                written[id] = w
-                whole.append(id)
+            switch size(id).map(b.afterUncleanStop) {
+            case nil, .leave?: break
+            case .push?: whole.append(id)
+            case .pushWhole(let w)?: (written[id], whole) = (w, whole + [id])
             }
         }
         whole.sort()
@@ -370,16 +378,8 @@ public final class SyncEngine: Sendable {
                       ("cache-used", "\(s.cacheUsed)"), ("cache-limit", options.cacheLimit.map { "\($0)" } ?? "none"),
                       ("cache-evicted", "\(s.evicted)"), ("pinned", "\(s.pinned.count)"),
                       ("read-timeout", "\(options.hydrationSeconds) s")]
-            // Items the server refused for the account's quota, with the figures of the latest
-            // refusal (shown only while some wait).
-            let overQuota = s.items.busyIDs { $0.upload.overQuota != nil }.compactMap { id in s.items[id]?.upload.failure.flatMap { f -> (at: ContinuousClock.Instant, figures: QuotaFigures?)? in
-                if case .overQuota(let at, let figures) = f { return (at, figures) }
-                return nil
-            } }
-            if let latest = overQuota.max(by: { $0.at < $1.at }) {
-                let numbers = latest.figures.map { f in "uses \(f.usage) bytes" + (f.quota.map { " of \($0)" } ?? "") } ?? "no figures"
-                lines.append(("quota", "over (\(numbers)); \(overQuota.count) item(s) wait for room, retried every \(UploadState<ContinuousClock.Instant>.quotaRetrySeconds) s"))
-            }
+            // Items the server refused for the account's quota (shown only while some wait).
+            lines += s.items.quotaLine.map { [("quota", $0)] } ?? []
             lines.append(("sync-error", s.lastError ?? "none"))
             return lines
         }
@@ -473,16 +473,7 @@ public final class SyncEngine: Sendable {
 
 extension SyncEngine: SyncStatusSource {
     public func itemStatus(_ item: ItemID) -> ItemStatus {
-        state.withLock { s in
-            let base = s.base(item).map { b in
-                StatusFacts.Base(version: b.version, conflicts: b.record.conflicts, complete: b.present == nil,
-                                 anyPresent: b.present?.contains(true) ?? true)
-            }
-            let facts = StatusFacts(base: base, isRoot: item.isRoot, queued: s.inFlight == item || s.queue.contains(item),
-                                    downloading: base?.complete == false && s.fetches.contains(where: { $0.item == item }),
-                                    unauthorized: s.unauthorized != nil)
-            return (s.items[item] ?? SyncItem()).status(facts)
-        }
+        state.withLock { s in (s.items[item] ?? SyncItem()).status(s.statusFacts(item)) }
     }
 
     public func itemAttribute(_ name: NimbusXattr, item: ItemID, ancestors: [ItemID]) -> String? {
@@ -492,19 +483,9 @@ extension SyncEngine: SyncStatusSource {
             case .conflicts: return "\(s.base(item)?.record.conflicts ?? 0)"
             case .pinned: return s.pinned.contains(item) || ancestors.contains(where: s.pinned.contains) ? "1" : "0"
             case .error:
-                if s.refused(item) { return s.items[item]?.upload.error ?? "the server refused the upload (see the mount log)" }
-                if s.unauthorized != nil, s.queue.contains(item) || s.isWriting(item) || s.base(item) == nil {
-                    return "not uploaded: the server refused this device's token (revoked or wrong); the change is kept — mount again with a valid --token-file"
-                }
-                return s.items[item]?.upload.error ?? ""
+                return (s.items[item] ?? SyncItem()).errorText(s.statusFacts(item))
             case .progress:
-                if let u = s.upload, u.item == item {
-                    return "\(u.total == 0 ? 100 : Int(u.sent * 100 / u.total))% \(u.sent)/\(u.total) uploaded"
-                }
-                guard let b = s.base(item), b.record.kind == .file else { return "100% 0/0" }
-                let size = b.offsets[b.offsets.count - 1]
-                let have = b.presentBytes
-                return "\(size == 0 ? 100 : Int(have * 100 / size))% \(have)/\(size)"
+                return ProgressText.of(uploading: s.upload.flatMap { $0.item == item ? ($0.sent, $0.total) : nil }, base: s.base(item))
             case .status, .itemid, .evict, .download, .paused, .versions, .resolve, .restore, .discard: return nil
             }
         }

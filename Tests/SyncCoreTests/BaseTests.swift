@@ -23,6 +23,17 @@ import Testing
         #expect(b.missing(in: 12..<40) == [1, 2])
     }
 
+    @Test func aStartAfterAnUncleanStopPushesWholeFilesAndPlaceholdersWrittenToAnotherSize() {
+        let r = record([10, 20])
+        #expect(Base(record: r, present: nil).afterUncleanStop(sizeHere: 30) == .push)
+        #expect(Base(record: r, present: nil).afterUncleanStop(sizeHere: 7) == .push)
+        #expect(Base.placeholder(r).afterUncleanStop(sizeHere: 30) == .leave)
+        #expect(Base(record: r, present: [true, false]).afterUncleanStop(sizeHere: 30) == .leave)
+        // Truncated or written past its end here: the program's bytes, whole.
+        #expect(Base.placeholder(r).afterUncleanStop(sizeHere: 0) == .pushWhole(Base(record: r, present: nil)))
+        #expect(Base(record: r, present: [true, false]).afterUncleanStop(sizeHere: 31) == .pushWhole(Base(record: r, present: nil)))
+    }
+
     @Test func presenceCompletesAndEmptyFilesAreComplete() {
         var b = Base.placeholder(record([10, 20]))
         #expect(!b.complete)

@@ -63,6 +63,38 @@ import Testing
         #expect(Self.item(record).status(facts) == expected)
     }
 
+    /// (record, facts, what `user.nimbus.error` says): a refusal's reason first, then a refused
+    /// token for what waits to go up, then the last failure's text.
+    @Test(arguments: [
+        (Record.none, StatusFacts(base: synced), ""),
+        (.refused, StatusFacts(base: synced), "refused"),
+        (.refused, StatusFacts(base: synced, queued: true, unauthorized: true), "refused"),
+        (.none, StatusFacts(base: synced, queued: true, unauthorized: true), "token"),
+        (.writing, StatusFacts(base: synced, unauthorized: true), "token"),
+        (.none, StatusFacts(base: nil, unauthorized: true), "token"),
+        (.none, StatusFacts(base: synced, unauthorized: true), ""),
+        (.overQuota, StatusFacts(base: synced, queued: true), "refused"),
+    ] as [(Record, StatusFacts, String)])
+    func errorText(_ record: Record, _ facts: StatusFacts, _ expected: String) {
+        let text = Self.item(record).errorText(facts)
+        if expected == "token" {
+            #expect(text.contains("refused this device's token") && text.contains("--token-file"), "\(text)")
+        } else {
+            #expect(text == expected)
+        }
+    }
+
+    @Test func progressSaysTheUploadUnderWayElseWhatIsHere() {
+        let r = BaseTests().record([10, 30])
+        #expect(ProgressText.of(uploading: (sent: 5, total: 20), base: nil) == "25% 5/20 uploaded")
+        #expect(ProgressText.of(uploading: (sent: 0, total: 0), base: Base.placeholder(r)) == "100% 0/0 uploaded")
+        #expect(ProgressText.of(uploading: nil, base: Base.placeholder(r)) == "0% 0/40")
+        #expect(ProgressText.of(uploading: nil, base: Base(record: r, present: [false, true])) == "75% 30/40")
+        #expect(ProgressText.of(uploading: nil, base: Base(record: r, present: nil)) == "100% 40/40")
+        #expect(ProgressText.of(uploading: nil, base: nil) == "100% 0/0")
+        #expect(ProgressText.of(uploading: nil, base: Base.placeholder(BaseTests().record([]))) == "100% 0/0")
+    }
+
     @Test func theWordsAreTheDocumentedOnes() {
         #expect(ItemStatus.allCases.map(\.rawValue) == ["cloud", "downloading", "partial", "downloaded", "current", "uploading", "error", "local", "conflict"])
     }

@@ -28,6 +28,22 @@ import Testing
         #expect(t.count == 0)
     }
 
+    @Test func theQuotaLineCountsTheItemsWaitingAndShowsTheLatestFigures() {
+        var t = ItemTable()
+        let (a, b, c) = (ItemID(UUID()), ItemID(UUID()), ItemID(UUID()))
+        let rules = UploadPacing<ContinuousClock.Instant>.Rules(quietPeriod: .seconds(1)), now = ContinuousClock.now
+        #expect(t.quotaLine == nil)
+        func over(_ id: ItemID, _ f: QuotaFigures?, at: ContinuousClock.Instant) {
+            t[id, default: ItemTable.Item()].upload.on(.failed(.overQuota(f), message: "over", missingChunks: false), at: at, rules: rules)
+        }
+        over(a, QuotaFigures(usage: 90, quota: 100), at: now)
+        over(b, QuotaFigures(usage: 95, quota: 100), at: now + .seconds(1))
+        t[c, default: ItemTable.Item()].upload.on(.failed(.refused, message: "no", missingChunks: false), at: now, rules: rules)
+        #expect(t.quotaLine == "over (uses 95 bytes of 100); 2 item(s) wait for room, retried every \(UploadState<ContinuousClock.Instant>.quotaRetrySeconds) s")
+        over(a, nil, at: now + .seconds(2))
+        #expect(t.quotaLine?.hasPrefix("over (no figures); 2 item(s)") == true)
+    }
+
     @Test func generationsAreNeverReused() {
         var t = ItemTable()
         let a = ItemID(UUID())
