@@ -34,4 +34,33 @@ public struct UploadQueue<ID: Hashable & Sendable>: Sendable, Equatable {
         guard members.remove(id) != nil else { return }
         order.removeAll { $0 == id }
     }
+
+    /// The item being pushed now: out of the order, still local work not on the server.
+    public private(set) var inFlight: ID?
+
+    /// Queued or being pushed.
+    public func hasWork(_ id: ID) -> Bool { inFlight == id || members.contains(id) }
+
+    /// Items waiting and in flight (`.nimbus/status`'s `upload-queue`).
+    public var workCount: Int { order.count + (inFlight == nil ? 0 : 1) }
+
+    /// Takes the first item that `ready` accepts and marks it in flight.
+    public mutating func takeNext(where ready: (ID) -> Bool) -> ID? {
+        guard let id = takeFirst(where: ready) else { return nil }
+        inFlight = id
+        return id
+    }
+
+    /// `first` must be pushed before `id`, just taken (a folder above it that the server lacks):
+    /// `first` flies now and `id` goes next.
+    public mutating func sendFirst(_ first: ID, before id: ID) {
+        remove(first)
+        prepend(id)
+        inFlight = first
+    }
+
+    /// The push of `id` is over; nothing changes when another item is in flight.
+    public mutating func landed(_ id: ID) {
+        if inFlight == id { inFlight = nil }
+    }
 }

@@ -114,7 +114,7 @@ extension SyncEngine: SyncControl {
         var newBase: Base?
         try fs.evictContent(id) {
             state.withLock { s in
-                let unsent = s.queue.contains(id) || s.inFlight == id
+                let unsent = s.queue.hasWork(id)
                 let downloading = s.fetches.contains(where: { $0.item == id })
                 guard let (n, placeholder) = s.items.evict(id, unsent: unsent, downloading: downloading) else { return false }
                 (freed, newBase) = (n, placeholder)
@@ -249,7 +249,7 @@ extension SyncEngine: SyncControl {
             state.withLock { s in
                 let look = UploadState<ContinuousClock.Instant>.Event.writerLook(
                     writers: w?.writers ?? 0, unsynced: w?.unsynced ?? false, idle: .nanoseconds(Int64(clamping: w?.idleNanoseconds ?? 0)),
-                    generation: w?.generation ?? 0, queued: s.queue.contains(id) || s.inFlight == id)
+                    generation: w?.generation ?? 0, queued: s.queue.hasWork(id))
                 guard s.items[id]?.upload.on(look, at: now, rules: rules).contains(.queue) == true else { return }
                 s.queue.append(id)
                 queued = true

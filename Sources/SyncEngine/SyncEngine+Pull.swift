@@ -268,7 +268,7 @@ extension SyncEngine {
         for item in items {
             // Read before the checks below: a write that starts after them keeps the file.
             let generation = item.kind == .file ? fs.writeState(item.id)?.generation : nil
-            let (old, busy) = state.withLock { s in (s.base(item.id), s.queue.contains(item.id) || s.inFlight == item.id) }
+            let (old, busy) = state.withLock { s in (s.base(item.id), s.queue.hasWork(item.id)) }
             let contentDiffers = old.map { $0.record.chunks != item.chunks } ?? false
             var facts = ApplyFacts(shownVersion: old?.version, contentDiffers: contentDiffers, forced: force.contains(item.id), pushPending: busy,
                                    deleteShown: old == nil ? state.withLock { $0.deletesShown[item.id] } : nil)
@@ -290,7 +290,7 @@ extension SyncEngine {
                 }
                 let below: [BelowDeletedFolder] = state.withLock { s in
                     ids.map { id in
-                        BelowDeletedFolder(id: id, localWork: open.contains(id) || s.queue.contains(id) || s.isWriting(id) || s.inFlight == id,
+                        BelowDeletedFolder(id: id, localWork: open.contains(id) || s.queue.hasWork(id) || s.isWriting(id),
                                            baseVersion: s.base(id)?.version,
                                            serverParent: moving?[id] ?? s.items[id]?.remote.skipped.flatMap { $0.deleted ? nil : $0.parent })
                     }

@@ -64,7 +64,7 @@ extension SyncEngine: ChangeObserver {
                 // The change stays queued (in memory and on disk) whatever the error: it leaves
                 // the queue only when the server has it.
                 if Task.isCancelled {
-                    await loop.turn(.pushFailed(id)) { state.withLock { s in s.inFlight = nil; s.upload = nil; s.queue.prepend(id) } }
+                    await loop.turn(.pushFailed(id)) { state.withLock { s in s.queue.landed(id); s.upload = nil; s.queue.prepend(id) } }
                     log("upload of \(id) stopped: the engine is stopping; it stays queued and goes at the next start")
                     return
                 }
@@ -97,20 +97,14 @@ extension SyncEngine: ChangeObserver {
             // An item waiting out its back-off stays in its place; the next ready one goes
             // (one item the server refuses for a while never holds up the others). A paced
             // item (a file that keeps changing, SyncCore `UploadPacing`) waits the same way.
-            guard let id = s.queue.takeFirst(where: { s.items[$0]?.upload.ready(at: now) ?? true }) else { return nil }
-            s.inFlight = id
-            return id
+            return s.queue.takeNext(where: { s.items[$0]?.upload.ready(at: now) ?? true })
         }
         guard let id = next else { return nil }
         guard let first = folderToCreateFirst(for: id) else { return id }
         // A folder above it is not on the server yet (its queue entry came later, e.g.
         // re-queued after a restart): create that first, or the server answers
         // parent_not_found and the item, retried at the front, would wait forever.
-        state.withLock { s in
-            s.queue.remove(first)
-            s.queue.prepend(id)
-            s.inFlight = first
-        }
+        state.withLock { $0.queue.sendFirst(first, before: id) }
         return first
     }
 
@@ -126,7 +120,7 @@ extension SyncEngine: ChangeObserver {
         let now = options.clock.now, rules = pacingRules
         let (retry, held): ([ServerItem], ServerItem?) = state.withLock { s in
             let held = s.items[id]?.remote.releaseAfterPush(writing: writing, queued: s.queue.contains(id))
-            s.inFlight = nil; s.upload = nil
+            s.queue.landed(id); s.upload = nil
             s.items[id]?.upload.on(.pushEnded(closed: closed), at: now, rules: rules)
             if !s.queue.items.contains(where: { s.items[$0]?.upload.failure != nil }) { s.lastError = nil }
             return (s.queue.isEmpty ? s.skippedRemote() : [], held)
@@ -143,17 +137,15 @@ extension SyncEngine: ChangeObserver {
     /// A push failed (in a turn): the item's record takes the failure, and the engine carries out
     /// what it answers (`UploadState.Action`). Returns the back-off in seconds and whether the
     /// item is to be put back where the server has it.
-    func pushFailed(_ id: ItemID, _ error: any Error, _ failure: UploadFailure, inFlight: Bool = true) -> (Int, Bool) {
+    func pushFailed(_ id: ItemID, _ error: any Error, _ failure: UploadFailure) -> (Int, Bool) {
         let now = options.clock.now, rules = pacingRules
         // What the item's error says, and the engine's last error.
         let (message, why) = (failure.message("\(error)"), failure.why("\(error)"))
         let event = UploadState<ContinuousClock.Instant>.Event.failed(
             failure, message: message, missingChunks: (error as? RemoteError)?.code == .missingChunks)
         let (delay, putBack): (Int, Bool) = state.withLock { s in
-            if inFlight {
-                s.inFlight = nil
-                s.upload = nil
-            }
+            s.queue.landed(id)
+            if s.upload?.item == id { s.upload = nil }
             s.lastError = "upload of \(id): \(why)"
             var delay = 0, putBack = false
             for action in s.items[id, default: SyncItem()].upload.on(event, at: now, rules: rules) {
@@ -351,7 +343,7 @@ extension SyncEngine: ChangeObserver {
                 }
                 guard apart, case .failure(let error) = outcome else { return nil }
                 let failure = Self.classify(error)
-                return (self.pushFailed(id, error, failure, inFlight: false).0, failure, error)
+                return (self.pushFailed(id, error, failure).0, failure, error)
             }
             if let (delay, failure, error) = failed {
                 self.log("upload of the content of \(id) failed: \(error); retrying in \(delay) s")
@@ -485,7 +477,7 @@ extension SyncEngine: ChangeObserver {
         guard let ws = fs.writeState(id) else { return }
         let held: ServerItem? = state.withLock { s in
             guard let held = s.items[id]?.remote.releaseAfterPush(writing: ws.writers > 0 || ws.dirty, queued: false) else { return nil }
-            if s.inFlight == id { s.inFlight = nil }
+            s.queue.landed(id)
             return held
         }
         if let held { try apply([held]) }
@@ -540,7 +532,7 @@ extension SyncEngine: ChangeObserver {
             }
             // delete_ignored: edited elsewhere meanwhile; it comes back here as a placeholder.
             // The push of this item is over: let `apply` show it (it skips items in flight).
-            state.withLock { s in if s.inFlight == id { s.inFlight = nil } }
+            state.withLock { $0.queue.landed(id) }
             try apply([r.item])
             return r.item.kind == .folder
         }
@@ -553,7 +545,7 @@ extension SyncEngine: ChangeObserver {
         try await loop.turn(.pushEnded(id)) {
             let newer: ServerItem? = state.withLock { s in
                 guard let held = s.items[id]?.remote.takeForWriter() else { return nil }
-                if s.inFlight == id { s.inFlight = nil }
+                s.queue.landed(id)
                 return held
             }
             if let newer {
@@ -626,7 +618,7 @@ extension SyncEngine: ChangeObserver {
                 trace("settle \(id) v\(item.version): deleted elsewhere, but written here since; kept")
                 return
             }
-            state.withLock { s in if s.inFlight == id { s.inFlight = nil } }
+            state.withLock { $0.queue.landed(id) }
             trace("settle \(id) v\(item.version): deleted elsewhere, shown as a delete")
             try apply([item])
             return
@@ -701,7 +693,7 @@ extension SyncEngine: ChangeObserver {
             lockedExclusively: isFile && services?.coordinator.programLock(on: id) == .exclusive,
             written: ws?.written ?? 0, unnoticedChange: ws?.unnoticed == true,
             belowStillToPush: local == nil && base?.record.kind == .folder && state.withLock { s in
-                let pending = s.items.busyItems.compactMap { e in s.queue.contains(e.id) || s.inFlight == e.id ? e.id : nil }
+                let pending = s.items.busyItems.compactMap { e in s.queue.hasWork(e.id) ? e.id : nil }
                 return CommitPlan.deleteWaitsForBelow(id, pending: pending) { s.base($0)?.record.parent }
             },
             now: options.clock.now)

@@ -98,9 +98,8 @@ public final class SyncEngine: Sendable {
         /// its cache file's use, its local changes on their way up and the server states held
         /// back here (for a lock, a writer, a taken name or a missing folder).
         var items = ItemTable()
-        /// Items waiting to be pushed, in order, without repeats.
+        /// Items waiting to be pushed, in order, without repeats, and the one being pushed.
         var queue = UploadQueue<ItemID>()
-        var inFlight: ItemID?
         /// Content uploaded apart from the queue (big files): the chunks of the file at a write
         /// generation, for its commit when it comes up again.
         var contentUp: [ItemID: (generation: UInt64?, chunks: [ChunkRef])] = [:]
@@ -163,7 +162,7 @@ public final class SyncEngine: Sendable {
                 StatusFacts.Base(version: b.version, conflicts: b.record.conflicts, complete: b.present == nil,
                                  anyPresent: b.present?.contains(true) ?? true)
             }
-            return StatusFacts(base: base, isRoot: item.isRoot, queued: inFlight == item || queue.contains(item),
+            return StatusFacts(base: base, isRoot: item.isRoot, queued: queue.hasWork(item),
                                downloading: base?.complete == false && fetches.contains(where: { $0.item == item }),
                                unauthorized: unauthorized != nil)
         }
@@ -370,7 +369,7 @@ public final class SyncEngine: Sendable {
     public func statusLines() -> [(String, String)] {
         state.withLock { s in
             var lines = [("connection", s.connection.description), ("server", client.baseURL), ("container", container),
-                         ("cursor", "\(s.cursor)"), ("upload-queue", "\(s.queue.count + (s.inFlight == nil ? 0 : 1))"),
+                         ("cursor", "\(s.cursor)"), ("upload-queue", "\(s.queue.workCount)"),
                          ("download-queue", "\(s.fetches.count)"), ("downloads-active", "\(s.fetches.active)"),
                          ("placeholders", "\(s.items.placeholders)"), ("conflicts", "\(s.items.conflicted)")]
             if let u = s.upload { lines.append(("uploading", "\(u.item) \(u.sent)/\(u.total)")) }

@@ -22,6 +22,22 @@ import Testing
         q.append(2)
         #expect(q.items == [1, 4, 2])
     }
+
+    @Test func theItemInFlightIsStillWorkAndLandsOnlyItself() {
+        var q = UploadQueue<Int>()
+        for i in 1...3 { q.append(i) }
+        #expect(q.takeNext { $0 != 1 } == 2)
+        #expect(q.inFlight == 2 && q.hasWork(2) && !q.contains(2) && q.workCount == 3)
+        q.landed(3)  // another item's push ended: 2 still flies
+        #expect(q.inFlight == 2)
+        q.landed(2)
+        #expect(q.inFlight == nil && !q.hasWork(2) && q.workCount == 2)
+        // A folder above 3 that the server lacks goes first; 3 goes next.
+        #expect(q.takeNext { $0 == 3 } == 3)
+        q.sendFirst(1, before: 3)
+        #expect(q.inFlight == 1 && q.items == [3] && q.hasWork(3))
+        #expect(q.takeNext { _ in false } == nil && q.inFlight == 1)
+    }
 }
 
 @Suite struct UploadStateTests {
