@@ -90,8 +90,9 @@ extension SettleFacts {
     /// the commit was on its way, then a new file took its name and identity. Then the next
     /// commit, on the previous base, looks like no move to the server, which keeps our earlier
     /// one: that answer must not move the item, and the item is pushed once more (`relocate`).
-    public static func movedBackSinceCommit(previous: ServerItem, sent: ItemDraft, here: (parent: ItemID?, name: String),
+    public static func movedBackSinceCommit(previous: ServerItem?, sent: ItemDraft, here: (parent: ItemID?, name: String)?,
                                             relocate: Bool) -> Bool {
+        guard let previous, let here else { return false }
         if relocate { return true }
         let commitMoved = previous.parent != sent.parent || previous.name != sent.name
         return commitMoved && here.parent == previous.parent && ItemName.same(here.name, previous.name.value)

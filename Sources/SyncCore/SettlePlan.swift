@@ -88,3 +88,84 @@ extension SettleFacts {
         return here.parent != answer.parent || !ItemName.same(here.name, answer.name.value)
     }
 }
+
+/// What the engine does with the answer to its own commit, in order (`SettleStep.actions`,
+/// `SettleShown.actions`).
+public enum SettleAction: Sendable, Equatable {
+    /// The item's base becomes this, in memory and on disk (nil: none).
+    case saveBase(Base?)
+    /// The push is over and the answer is shown as a pulled state would be.
+    case showAsPulled
+    /// The answer is shown here as the tree allows, its base in memory first (on disk once the
+    /// tree's change is); what follows is `SettleShown.actions`.
+    case show(resetContent: Bool, base: Base)
+    /// Not shown: the answer waits like a skipped remote state, and the next start lists the
+    /// container again.
+    case holdAnswer
+    /// The tree moved the item back since the commit: the next answer keeps the place here.
+    case movedBack
+    /// Shown: the base goes to disk after the tree's change.
+    case persistShown(Base)
+    /// The place here is newer than the answer's: pushed again from there.
+    case pushAgain
+    /// The server kept both contents: said in the log.
+    case logConflict
+}
+
+extension SettleStep {
+    /// The actions of the step, for an answer whose base is `answer`; `previous`: the base the
+    /// commit was sent on; `now`: the base in memory now.
+    public func actions(answer: Base, previous: Base?, now: Base?, conflict: Bool) -> [SettleAction] {
+        let conflictLine: [SettleAction] = conflict ? [.logConflict] : []
+        switch self {
+        case .deletedElsewhere(let keptForWrite):
+            // The previous base stays: with the delete as its base while the item stays here,
+            // the journal's delete would be old news and the item would stay for good.
+            let kept = SettleAction.saveBase(Base.keptOverDeleteElsewhere(now: now, previous: previous))
+            return keptForWrite ? [kept] : [kept, .showAsPulled]
+        case .record:
+            return [.saveBase(answer)] + conflictLine
+        case .deletedHere(let onAnswer):
+            return [.saveBase(onAnswer ? answer : previous)]
+        case .show(let resetContent):
+            return [.show(resetContent: resetContent, base: answer)] + conflictLine
+        }
+    }
+}
+
+/// What the tree's showing of a commit's answer leads to.
+public struct SettleShown: Sendable, Equatable {
+    /// The tree showed it (else its place is taken, its folder missing, or the file was
+    /// written since its content was read).
+    public var shown: Bool
+    public var previous: Base?
+    public var answer: Base
+    public var isFile: Bool
+    /// Every byte of the file is here: written since, or whole when the push began.
+    public var wholeHere: Bool
+    /// `SettleFacts.movedBackSinceCommit`.
+    public var movedBack: Bool
+    /// `SettleFacts.placeHereNewer`.
+    public var placeHereNewer: Bool
+
+    public init(shown: Bool, previous: Base?, answer: Base, isFile: Bool, wholeHere: Bool, movedBack: Bool, placeHereNewer: Bool) {
+        self.shown = shown
+        self.previous = previous
+        self.answer = answer
+        self.isFile = isFile
+        self.wholeHere = wholeHere
+        self.movedBack = movedBack
+        self.placeHereNewer = placeHereNewer
+    }
+
+    /// Shown: its base goes to disk, and a newer place here is pushed again. Not shown: the
+    /// item stays as it is under its previous base (so the answer still counts as news, and a
+    /// write goes on the base it was made on: both contents are kept) and the answer waits.
+    public var actions: [SettleAction] {
+        guard shown else {
+            let kept = Base.keptWhenNotShown(previous: previous, answer: answer, isFile: isFile, wholeHere: wholeHere)
+            return [.saveBase(kept), .holdAnswer] + (movedBack ? [.movedBack] : [])
+        }
+        return [.persistShown(answer)] + (placeHereNewer ? [.pushAgain] : [])
+    }
+}

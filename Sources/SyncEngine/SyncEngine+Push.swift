@@ -604,80 +604,76 @@ extension SyncEngine: ChangeObserver {
         // A file written (O_TRUNC) while the commit was on its way is whole here now, even if it
         // was a placeholder when the push began: it must not be marked "not downloaded" again, or
         // the next push sends the old chunks ("nothing to send") and the write never leaves.
-        let completeNow = state.withLock { s in s.base(id).map(\.complete) ?? false }
-        let base = Base.fromAnswer(item, sent: sent.chunks, previous: previous, wholeNow: completeNow)
-        let resetContent: Bool
-        switch record.planSettle(facts, isFile: item.kind == .file) {
-        case .deletedElsewhere(let keptForWrite):
-            // The previous base stays: with the delete as its base while the item stays here,
-            // the journal's delete would be old news and the item would stay for good. What was
-            // downloaded or written here since stays marked: a placeholder overwritten while the
-            // commit was on its way is whole now, and its next push must send those bytes.
-            try saveBase(id, Base.keptOverDeleteElsewhere(now: state.withLock { $0.base(id) }, previous: previous))
-            if keptForWrite {
-                trace("settle \(id) v\(item.version): deleted elsewhere, but written here since; kept")
-                return
-            }
-            state.withLock { $0.queue.landed(id) }
-            trace("settle \(id) v\(item.version): deleted elsewhere, shown as a delete")
-            try apply([item])
-            return
-        case .record:
-            try saveBase(id, base)
-            if r.outcome == .conflict { log("conflict on \(item.name.value): the server kept both (yours: \(r.yours ?? "?"))") }
-            return
-        case .deletedHere(let onAnswer):
-            try saveBase(id, onAnswer ? base : previous)
-            trace("settle \(id) v\(item.version): deleted here since; not shown")
-            return
-        case .show(let reset):
-            resetContent = reset
+        let current = state.withLock { $0.base(id) }
+        let base = Base.fromAnswer(item, sent: sent.chunks, previous: previous, wholeNow: current.map(\.complete) ?? false)
+        let step = record.planSettle(facts, isFile: item.kind == .file)
+        trace("settle \(id) v\(item.version): \(step)")
+        let answer = AnswerContext(id: id, item: item, yours: r.yours, sent: sent, previous: previous, relocate: relocate,
+                                   generation: generation, wholeNow: current?.complete ?? false)
+        for action in step.actions(answer: base, previous: previous, now: current, conflict: r.outcome == .conflict) {
+            try settleAction(action, answer)
         }
-        // The server's state is shown here. In memory the base goes first (a read that sees the
-        // new size sees its presence); on disk it goes after the tree change is committed, so a
-        // crash never leaves a base that says the server's state is shown while the row is not.
-        state.withLock { $0.setBase(id, base) }
-        var shownState = Self.remoteState(item, resetContent: resetContent)
-        shownState.unlessWrittenSince = generation
-        // A rename, move or chmod made here since the draft stays (pushed next, on this answer).
-        // After a commit on a base older than our own move (below), the local place stays too.
-        shownState.sentPlace = relocate ? (item.parent, item.name.value, sent.mode) : (sent.parent, sent.name.value, sent.mode)
-        let skipped = fs.show([shownState])
-        trace("settle \(id) v\(item.version): \(skipped.contains(id) ? "not shown yet" : "shown")\(sameContent ? "" : " (other content)")")
-        if skipped.contains(id) {
-            // The server's place for it is taken here (or its folder missing), or the file was
-            // written since its content was read for the commit: it stays as it is for now,
-            // under its previous base (so the answer still counts as news, and a write goes on
-            // the base it was made on: both contents are kept), and is shown when the way is
-            // free — retried after pulls and pushes, and after a restart by listing the container
-            // again.
-            // A file written since is whole here (a write downloads first or truncates): its
-            // base says so, or reads would fetch the server's content over the write and the
-            // next push would find nothing to send.
-            try saveBase(id, Base.keptWhenNotShown(previous: previous, answer: base, isFile: item.kind == .file,
-                                                   wholeHere: completeNow || fs.writeState(id)?.generation != generation))
+    }
+
+    /// What the actions of a commit's answer are carried out on.
+    private struct AnswerContext {
+        let id: ItemID
+        let item: ServerItem
+        let yours: String?
+        let sent: ItemDraft
+        let previous: Base?
+        let relocate: Bool
+        let generation: UInt64?
+        let wholeNow: Bool
+    }
+
+    /// Carries out one action of a commit's answer (`SettleAction`; in a turn).
+    private func settleAction(_ action: SettleAction, _ a: AnswerContext) throws {
+        let fs = tree
+        let (id, item, sent, previous, relocate, generation) = (a.id, a.item, a.sent, a.previous, a.relocate, a.generation)
+        switch action {
+        case .saveBase(let b):
+            try saveBase(id, b)
+        case .showAsPulled:
+            state.withLock { $0.queue.landed(id) }
+            try apply([item])
+        case .logConflict:
+            log("conflict on \(item.name.value): the server kept both (yours: \(a.yours ?? "?"))")
+        case .show(let resetContent, let base):
+            // In memory the base goes first (a read that sees the new size sees its presence); on
+            // disk it goes after the tree change is committed, so a crash never leaves a base that
+            // says the server's state is shown while the row is not.
+            state.withLock { $0.setBase(id, base) }
+            var shownState = Self.remoteState(item, resetContent: resetContent)
+            shownState.unlessWrittenSince = generation
+            // A rename, move or chmod made here since the draft stays (pushed next, on this
+            // answer). After a commit on a base older than our own move, the local place stays too.
+            shownState.sentPlace = relocate ? (item.parent, item.name.value, sent.mode) : (sent.parent, sent.name.value, sent.mode)
+            let shown = !fs.show([shownState]).contains(id)
+            trace("settle \(id) v\(item.version): \(shown ? "shown" : "not shown yet")")
+            let here = fs.localState(id).map { (parent: $0.parent, name: $0.name) }
+            let after = SettleShown(
+                shown: shown, previous: previous, answer: base, isFile: item.kind == .file,
+                wholeHere: a.wholeNow || fs.writeState(id)?.generation != generation,
+                movedBack: SettleFacts.movedBackSinceCommit(previous: previous?.record, sent: sent, here: here, relocate: relocate),
+                placeHereNewer: SettleFacts.placeHereNewer(relocate: relocate, here: here, answer: item))
+            for next in after.actions { try settleAction(next, a) }
+        case .holdAnswer:
+            // Shown when the way is free: retried after pulls and pushes, and after a restart by
+            // listing the container again.
             state.withLock { $0.items[id, default: SyncItem()].remote.skip(item) }
             markRelist()
-            // The commit moved the item and the tree has put it back since (an editor's save:
-            // the document renamed to a backup name while the commit was on its way, a new file
-            // under the old name taking its identity). On the previous base the next commit
-            // looks like no move to the server, which keeps our own earlier one: its answer must
-            // not move the item, and the item is pushed once more from there.
-            if let previous, let here = fs.localState(id),
-               SettleFacts.movedBackSinceCommit(previous: previous.record, sent: sent, here: (here.parent, here.name), relocate: relocate) {
-                state.withLock { _ = $0.items[id, default: SyncItem()].upload.on(.movedBackSinceCommit, at: now, rules: rules) }
-                trace("settle \(id): moved back here since the commit; the next answer keeps the place here")
-            }
-        } else {
+        case .movedBack:
+            let now = options.clock.now, rules = pacingRules
+            state.withLock { _ = $0.items[id, default: SyncItem()].upload.on(.movedBackSinceCommit, at: now, rules: rules) }
+            trace("settle \(id): moved back here since the commit; the next answer keeps the place here")
+        case .persistShown(let base):
             store.commitQueued()
             try persistBases([id: base])
-            if SettleFacts.placeHereNewer(relocate: relocate, here: fs.localState(id).map { ($0.parent, $0.name) }, answer: item) {
-                // The place here is newer than the server's (see above): pushed again.
-                trace("settle \(id) v\(item.version): the place here is newer; pushed again")
-                localChange(.moved(id))
-            }
+        case .pushAgain:
+            trace("settle \(id) v\(item.version): the place here is newer; pushed again")
+            localChange(.moved(id))
         }
-        if r.outcome == .conflict { log("conflict on \(item.name.value): the server kept both (yours: \(r.yours ?? "?"))") }
     }
 
     /// The tree's facts about `id` for `SyncItem.pushStep`, from one snapshot of the tree.

@@ -90,6 +90,8 @@ import Testing
         #expect(SettleFacts.movedBackSinceCommit(previous: previous, sent: moved, here: (.root, "doc.txt"), relocate: false))
         #expect(!SettleFacts.movedBackSinceCommit(previous: previous, sent: moved, here: (.root, "doc.txt~"), relocate: false))
         #expect(!SettleFacts.movedBackSinceCommit(previous: previous, sent: ItemDraft(previous), here: (.root, "doc.txt"), relocate: false), "the commit moved nothing")
+        #expect(!SettleFacts.movedBackSinceCommit(previous: nil, sent: moved, here: (.root, "doc.txt"), relocate: true), "a first commit")
+        #expect(!SettleFacts.movedBackSinceCommit(previous: previous, sent: moved, here: nil, relocate: true), "gone here")
         #expect(SettleFacts.movedBackSinceCommit(previous: previous, sent: ItemDraft(previous), here: (Self.folder, "x"), relocate: true))
     }
 }

@@ -30,3 +30,45 @@ import Testing
         #expect(SyncItem<T>().planSettle(facts, isFile: isFile) == step)
     }
 }
+
+/// What each settle step does, in order, and what the tree's showing of an answer leads to.
+@Suite struct SettleActionTests {
+    static let previous = Base(record: BaseTests().record([10, 20]), present: [true, false])
+    static let answer = Base.placeholder(BaseTests().record([10, 30]))
+
+    @Test func eachStepSavesTheBaseItLeavesAndShowsWhatItMust() {
+        let (p, a) = (Self.previous, Self.answer)
+        var downloadedSince = p
+        downloadedSince.present = nil
+        // A delete elsewhere keeps the previous base, with what came here since the commit left.
+        #expect(SettleStep.deletedElsewhere(keptForWrite: true).actions(answer: a, previous: p, now: downloadedSince, conflict: false)
+            == [.saveBase(downloadedSince)])
+        #expect(SettleStep.deletedElsewhere(keptForWrite: false).actions(answer: a, previous: p, now: a, conflict: true)
+            == [.saveBase(p), .showAsPulled])
+        #expect(SettleStep.record.actions(answer: a, previous: p, now: p, conflict: false) == [.saveBase(a)])
+        #expect(SettleStep.record.actions(answer: a, previous: p, now: p, conflict: true) == [.saveBase(a), .logConflict])
+        #expect(SettleStep.deletedHere(onAnswer: true).actions(answer: a, previous: p, now: p, conflict: false) == [.saveBase(a)])
+        #expect(SettleStep.deletedHere(onAnswer: false).actions(answer: a, previous: p, now: p, conflict: true) == [.saveBase(p)])
+        #expect(SettleStep.show(resetContent: true).actions(answer: a, previous: p, now: p, conflict: true)
+            == [.show(resetContent: true, base: a), .logConflict])
+    }
+
+    @Test func anAnswerNotShownKeepsThePreviousBaseAndWaits() {
+        let (p, a) = (Self.previous, Self.answer)
+        var whole = p
+        whole.present = nil
+        func after(shown: Bool, previous: Base? = Self.previous, isFile: Bool = true, wholeHere: Bool = false,
+                   movedBack: Bool = false, newer: Bool = false) -> [SettleAction] {
+            SettleShown(shown: shown, previous: previous, answer: a, isFile: isFile, wholeHere: wholeHere, movedBack: movedBack,
+                        placeHereNewer: newer).actions
+        }
+        #expect(after(shown: true) == [.persistShown(a)])
+        #expect(after(shown: true, newer: true) == [.persistShown(a), .pushAgain])
+        #expect(after(shown: true, movedBack: true) == [.persistShown(a)])
+        #expect(after(shown: false) == [.saveBase(p), .holdAnswer])
+        #expect(after(shown: false, wholeHere: true) == [.saveBase(whole), .holdAnswer], "written since: whole here")
+        #expect(after(shown: false, isFile: false, wholeHere: true) == [.saveBase(p), .holdAnswer])
+        #expect(after(shown: false, previous: nil) == [.saveBase(a), .holdAnswer], "a first commit keeps the answer")
+        #expect(after(shown: false, movedBack: true, newer: true) == [.saveBase(p), .holdAnswer, .movedBack])
+    }
+}
