@@ -159,3 +159,82 @@ public enum FolderDeletePlan {
                 leaving: !leavers.isEmpty)
     }
 }
+
+/// What `ApplyFacts.gather` may ask about an item, asked only when a rule needs the answer.
+public struct ApplyLookups {
+    /// Where the tree here has the item (nil: not in the tree).
+    public var place: (ItemID) -> (parent: ItemID?, name: String)?
+    /// The file is open for writing here, or written since its last close or fsync (nil: not a
+    /// file here).
+    public var openForWriting: (ItemID) -> Bool?
+    /// The items below a folder here, as the engine sees each (`BelowDeletedFolder`).
+    public var below: (ItemID) -> [BelowDeletedFolder]
+    /// Every item below one here.
+    public var descendants: (ItemID) -> [ItemID]
+
+    public init(place: @escaping (ItemID) -> (parent: ItemID?, name: String)?, openForWriting: @escaping (ItemID) -> Bool?,
+                below: @escaping (ItemID) -> [BelowDeletedFolder], descendants: @escaping (ItemID) -> [ItemID]) {
+        self.place = place
+        self.openForWriting = openForWriting
+        self.below = below
+        self.descendants = descendants
+    }
+}
+
+extension ApplyFacts {
+    /// The facts of an arriving state `item`, over `old` (its base here), with the lookups each
+    /// rule needs made only when it applies: the place, for a state as new as the base with no
+    /// push pending; the writer, for new content or a delete of a file shown here; what is
+    /// below, for a folder delete. `leaving`: the folder delete takes items the server moved out
+    /// of it (`FolderDeletePlan`).
+    public static func gather(_ item: ServerItem, old: Base?, pushPending: Bool, forced: Bool, deleteShown: Int64?,
+                              _ look: ApplyLookups) -> (facts: ApplyFacts, leaving: Bool) {
+        let contentDiffers = old.map { $0.record.chunks != item.chunks } ?? false
+        var facts = ApplyFacts(shownVersion: old?.version, contentDiffers: contentDiffers, forced: forced, pushPending: pushPending,
+                               deleteShown: old == nil ? deleteShown : nil)
+        if let old, old.version == item.version, !pushPending, !item.deleted {
+            facts.placeDiffers = look.place(item.id).map { $0.parent != item.parent || !ItemName.same($0.name, item.name.value) } ?? true
+        }
+        if old != nil, item.kind == .file, item.deleted || contentDiffers {
+            facts.openForWriting = look.openForWriting(item.id) ?? false
+        }
+        guard item.deleted, item.kind == .folder else { return (facts, false) }
+        let f = FolderDeletePlan.facts(folder: item.id, version: item.version, below: look.below(item.id), descendants: look.descendants)
+        (facts.localWorkBelow, facts.newerBelow) = (f.localWorkBelow, f.newerBelow)
+        return (facts, f.leaving)
+    }
+}
+
+/// What the engine does for an arriving state, in order (`ApplyStep.actions`).
+public enum ApplyAction: Sendable, Equatable {
+    /// The state waits here: the next start lists the container again.
+    case markRelist
+    /// The batch lists the container again after it (a folder delete took items the server had
+    /// moved out of it).
+    case relistAfter
+    /// A delete shown: a live state no newer is old news from now on (`ApplyFacts.deleteShown`).
+    case deleteShown(Int64)
+    /// New content goes in under a write claim: while a program holds a lock the state waits.
+    case claim
+    /// Shown in the tree with `base` as the item's base once it is; `frozen`: what of the old
+    /// content open readers may still read (the old base's presence).
+    case show(resetContent: Bool, base: Base?, frozen: Base?)
+}
+
+extension ApplyStep {
+    /// The actions of the step for the arriving `item` over `old`; `leaving` from
+    /// `ApplyFacts.gather`: only a delete that goes in takes the items moving out (a kept one is
+    /// retried, and listing again at every retry would list for ever).
+    public func actions(_ item: ServerItem, old: Base?, leaving: Bool) -> [ApplyAction] {
+        switch self {
+        case .oldNews:
+            return []
+        case .heldForPush, .heldForWriter, .folderKept:
+            return [.markRelist]
+        case .show(let resetContent, let underClaim):
+            let frozen = resetContent ? old.flatMap { o in o.present.map { Base(record: o.record, present: $0) } } : nil
+            return (leaving ? [.relistAfter] : []) + (item.deleted ? [.deleteShown(item.version)] : []) + (underClaim ? [.claim] : [])
+                + [.show(resetContent: resetContent, base: Base.afterShowing(item, over: old), frozen: frozen)]
+        }
+    }
+}

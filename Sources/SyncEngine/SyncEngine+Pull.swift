@@ -265,85 +265,76 @@ extension SyncEngine {
             }
         }
         let t0 = ContinuousClock.now
-        for item in items {
-            // Read before the checks below: a write that starts after them keeps the file.
-            let generation = item.kind == .file ? fs.writeState(item.id)?.generation : nil
-            let (old, busy) = state.withLock { s in (s.base(item.id), s.queue.hasWork(item.id)) }
-            let contentDiffers = old.map { $0.record.chunks != item.chunks } ?? false
-            var facts = ApplyFacts(shownVersion: old?.version, contentDiffers: contentDiffers, forced: force.contains(item.id), pushPending: busy,
-                                   deleteShown: old == nil ? state.withLock { $0.deletesShown[item.id] } : nil)
-            var leaving = false  // a folder delete that would take items moving out of it
-            if let old, old.version == item.version, !busy, !item.deleted {
-                let here = fs.localState(item.id)
-                facts.placeDiffers = here.map { $0.parent != item.parent || !ItemName.same($0.name, item.name.value) } ?? true
-            }
-            if old != nil, item.kind == .file, item.deleted || contentDiffers, let ws = fs.writeState(item.id) {
-                facts.openForWriting = ws.writers > 0 || ws.dirty
-            }
-            if item.deleted, item.kind == .folder {
-                let ids = fs.descendants(of: item.id)
+        let look = ApplyLookups(
+            place: { fs.localState($0).map { (parent: $0.parent, name: $0.name) } },
+            openForWriting: { fs.writeState($0).map { $0.writers > 0 || $0.dirty } },
+            below: { folder in
+                let ids = fs.descendants(of: folder)
                 // A file open for writing has local work: its upload waits for the close, so it
                 // is in no queue.
                 let open = Set(ids.filter { fs.writeState($0).map { $0.writers > 0 || $0.dirty } ?? false })
                 if moving == nil {
                     moving = Dictionary(items.filter { !$0.deleted }.map { ($0.id, $0.parent) }, uniquingKeysWith: { _, b in b })
                 }
-                let below: [BelowDeletedFolder] = state.withLock { s in
+                return self.state.withLock { s in
                     ids.map { id in
                         BelowDeletedFolder(id: id, localWork: open.contains(id) || s.queue.hasWork(id) || s.isWriting(id),
                                            baseVersion: s.base(id)?.version,
                                            serverParent: moving?[id] ?? s.items[id]?.remote.skipped.flatMap { $0.deleted ? nil : $0.parent })
                     }
                 }
-                let f = FolderDeletePlan.facts(folder: item.id, version: item.version, below: below, descendants: fs.descendants)
-                (facts.localWorkBelow, facts.newerBelow, leaving) = (f.localWorkBelow, f.newerBelow, f.leaving)
-            }
+            },
+            descendants: fs.descendants)
+        items: for item in items {
+            // Read before the checks below: a write that starts after them keeps the file.
+            let generation = item.kind == .file ? fs.writeState(item.id)?.generation : nil
+            let (old, busy, gone) = state.withLock { s in (s.base(item.id), s.queue.hasWork(item.id), s.deletesShown[item.id]) }
+            let (facts, leaving) = ApplyFacts.gather(item, old: old, pushPending: busy, forced: force.contains(item.id), deleteShown: gone, look)
             let step = state.withLock { s -> ApplyStep in
                 var record = s.items[item.id] ?? SyncItem()
                 let step = record.planApply(item, facts)
                 s.items[item.id] = record
                 return step
             }
-            // Only a delete that goes in takes them (a kept one is retried, and relisting at
-            // every retry would list forever).
-            if leaving, case .show = step { relistAfter = true }
-            if step.holds { markRelist() }
             switch step {
             case .oldNews:
-                continue
+                break
             case .heldForPush, .heldForWriter:
                 // Its push answers it: a commit's answer supersedes it (or the server keeps both),
                 // a push that finds nothing to send applies it then (never dropped). A writer's
                 // close or fsync lets it in.
                 trace("pull \(item.id) v\(item.version): held for \(step == .heldForPush ? "its push" : "the writer") (base v\(old?.version ?? -1))")
-                continue
             case .folderKept:
                 // Tried again after the pushes (like a skipped state): once they are done — the
                 // server brought the folder back (a newer version overtakes this one), or the
                 // local work went too — the delete goes in.
                 log("folder \(item.name.value) was deleted elsewhere but holds changes not yet uploaded here; keeping it")
-                continue
-            case .show(_, let underClaim):
+            case .show:
                 trace("pull \(item.id) v\(item.version) \(item.deleted ? "deleted" : item.name.value) (base v\(old?.version ?? -1))")
-                if item.deleted { state.withLock { $0.deletesShown[item.id] = item.version } }
-                // New content goes in under a write claim; while a program holds the file (a
-                // lock) the new version waits until it lets go (SyncEngine+Claims.swift).
-                if underClaim {
-                    guard let claim = applyClaim(item, fs: fs) else { continue }
+            }
+            for action in step.actions(item, old: old, leaving: leaving) {
+                switch action {
+                case .markRelist:
+                    markRelist()
+                case .relistAfter:
+                    relistAfter = true
+                case .deleteShown(let version):
+                    state.withLock { $0.deletesShown[item.id] = version }
+                case .claim:
+                    // A program holding the file (a lock) makes the new version wait until it
+                    // lets go (SyncEngine+Claims.swift).
+                    guard let claim = applyClaim(item, fs: fs) else { continue items }
                     claims.append(claim)
+                case .show(let resetContent, let base, let frozen):
+                    oldBases[item.id] = .some(old)
+                    var rs = Self.remoteState(item, resetContent: resetContent)
+                    rs.unlessWrittenSince = generation
+                    // Open readers keep the old file: they may read what of it was here.
+                    rs.oldPresent = frozen.map { f -> @Sendable (Range<Int64>) -> Bool in { f.missing(in: $0).isEmpty } }
+                    states.append(rs)
+                    newBases[item.id] = .some(base)
                 }
             }
-            oldBases[item.id] = .some(old)
-            guard case .show(let resetContent, _) = step else { continue }
-            var rs = Self.remoteState(item, resetContent: resetContent)
-            rs.unlessWrittenSince = generation
-            if rs.resetContent, let old, let present = old.present {
-                // Open readers keep the old file: they may read what of it was here.
-                let frozen = Base(record: old.record, present: present)
-                rs.oldPresent = { frozen.missing(in: $0).isEmpty }
-            }
-            states.append(rs)
-            newBases[item.id] = .some(Base.afterShowing(item, over: old))
         }
         guard !states.isEmpty else { return }
         // Presence switches with the tree, under the filesystem lock (`applied`): a read that

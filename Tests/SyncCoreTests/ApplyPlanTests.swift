@@ -175,3 +175,96 @@ extension ApplyPlanTests {
         #expect(!facts([BelowDeletedFolder(id: a, localWork: false, baseVersion: 3, serverParent: folder)]).leaving)
     }
 }
+
+/// `ApplyFacts.gather` asks only what a rule needs; `ApplyStep.actions` says what the engine does.
+@Suite struct ApplyGatherTests {
+    static func base(_ s: ServerItem) -> Base { Base(record: s, present: nil) }
+
+    static func withChunks(_ version: Int64, _ bytes: [UInt8]) -> ServerItem {
+        let chunks = bytes.map { ChunkRef(hash: ContentHash(digest: [UInt8](repeating: $0, count: 32)), size: 4) }
+        let state = ItemState(kind: .file, location: ItemLocation(parent: .root, name: ItemName(trusted: "x")),
+                              content: ItemContent(chunks: chunks), mode: 0o644, modified: 0, modifiedBy: RemoteHoldsTests.device)
+        return ServerItem(id: RemoteHoldsTests.id, version: version, state: state, conflicts: 0)
+    }
+
+    /// Lookups that count what is asked.
+    final class Asked: @unchecked Sendable {
+        var place = 0, writer = 0, below = 0
+        var here: (parent: ItemID?, name: String)? = (.root, "x")
+        var writing: Bool? = false
+        var items: [BelowDeletedFolder] = []
+        var lookups: ApplyLookups {
+            ApplyLookups(place: { _ in self.place += 1; return self.here },
+                         openForWriting: { _ in self.writer += 1; return self.writing },
+                         below: { _ in self.below += 1; return self.items },
+                         descendants: { _ in [] })
+        }
+    }
+
+    @Test func theSameVersionAsksWhereItIsOnlyWithNoPushPending() {
+        let v5 = ApplyPlanTests.server(5), a = Asked()
+        var (f, leaving) = ApplyFacts.gather(v5, old: Self.base(v5), pushPending: false, forced: false, deleteShown: 9, a.lookups)
+        #expect(!f.placeDiffers && !leaving && a.place == 1 && a.writer == 0 && a.below == 0 && f.deleteShown == nil)
+        a.here = (.root, "y")
+        (f, _) = ApplyFacts.gather(v5, old: Self.base(v5), pushPending: false, forced: false, deleteShown: nil, a.lookups)
+        #expect(f.placeDiffers)
+        a.here = nil
+        (f, _) = ApplyFacts.gather(v5, old: Self.base(v5), pushPending: false, forced: false, deleteShown: nil, a.lookups)
+        #expect(f.placeDiffers, "not in the tree: not shown")
+        (f, _) = ApplyFacts.gather(v5, old: Self.base(v5), pushPending: true, forced: false, deleteShown: nil, a.lookups)
+        #expect(!f.placeDiffers && a.place == 3 && f.pushPending)
+        (f, _) = ApplyFacts.gather(ApplyPlanTests.server(6), old: Self.base(v5), pushPending: false, forced: false, deleteShown: nil, a.lookups)
+        #expect(a.place == 3, "a newer version is news anyway")
+        // Never shown here: the delete shown since counts, nothing else is asked.
+        (f, _) = ApplyFacts.gather(v5, old: nil, pushPending: false, forced: true, deleteShown: 9, a.lookups)
+        #expect(f.deleteShown == 9 && f.forced && f.shownVersion == nil && a.place == 3 && a.writer == 0)
+    }
+
+    @Test func theWriterIsAskedForNewContentOrADeleteOfAFileShownHere() {
+        let a = Asked()
+        a.writing = true
+        let v6 = Self.withChunks(6, [1])
+        var (f, _) = ApplyFacts.gather(v6, old: Self.base(ApplyPlanTests.server(5)), pushPending: false, forced: false, deleteShown: nil, a.lookups)
+        #expect(f.contentDiffers && f.openForWriting && a.writer == 1)
+        (f, _) = ApplyFacts.gather(ApplyPlanTests.server(6, deleted: true), old: Self.base(ApplyPlanTests.server(5)), pushPending: false,
+                                   forced: false, deleteShown: nil, a.lookups)
+        #expect(f.openForWriting && a.writer == 2)
+        (f, _) = ApplyFacts.gather(ApplyPlanTests.server(6), old: Self.base(ApplyPlanTests.server(5)), pushPending: false, forced: false,
+                                   deleteShown: nil, a.lookups)
+        #expect(!f.openForWriting && a.writer == 2, "same content: no writer asked")
+        (f, _) = ApplyFacts.gather(v6, old: nil, pushPending: false, forced: false, deleteShown: nil, a.lookups)
+        #expect(!f.openForWriting && a.writer == 2, "never shown here")
+        a.writing = nil
+        (f, _) = ApplyFacts.gather(v6, old: Self.base(ApplyPlanTests.server(5)), pushPending: false, forced: false, deleteShown: nil, a.lookups)
+        #expect(!f.openForWriting, "not a file here")
+    }
+
+    @Test func aFolderDeleteAsksWhatIsBelow() {
+        let a = Asked()
+        let folder = ApplyPlanTests.server(9, kind: .folder, deleted: true)
+        a.items = [BelowDeletedFolder(id: ItemID(UUID()), localWork: true, baseVersion: 3, serverParent: nil),
+                   BelowDeletedFolder(id: ItemID(UUID()), localWork: false, baseVersion: 12, serverParent: ItemID(UUID()))]
+        let (f, leaving) = ApplyFacts.gather(folder, old: Self.base(ApplyPlanTests.server(8, kind: .folder)), pushPending: false,
+                                             forced: false, deleteShown: nil, a.lookups)
+        #expect(a.below == 1 && f.localWorkBelow && !f.newerBelow && leaving, "the newer one is moving out: it does not hold the delete")
+        _ = ApplyFacts.gather(ApplyPlanTests.server(9, kind: .folder), old: nil, pushPending: false, forced: false, deleteShown: nil, a.lookups)
+        #expect(a.below == 1)
+    }
+
+    @Test func eachStepsActions() {
+        let v5 = ApplyPlanTests.server(5), gone = ApplyPlanTests.server(6, deleted: true)
+        let partial = Base(record: v5, present: [Bool]())  // no chunks: whole
+        #expect(ApplyStep.oldNews.actions(v5, old: nil, leaving: true).isEmpty)
+        for held in [ApplyStep.heldForPush, .heldForWriter, .folderKept] {
+            #expect(held.actions(v5, old: nil, leaving: true) == [.markRelist])
+        }
+        #expect(ApplyStep.show(resetContent: true, underClaim: false).actions(v5, old: nil, leaving: false)
+            == [.show(resetContent: true, base: .placeholder(v5), frozen: nil)])
+        #expect(ApplyStep.show(resetContent: false, underClaim: false).actions(gone, old: partial, leaving: true)
+            == [.relistAfter, .deleteShown(6), .show(resetContent: false, base: nil, frozen: nil)])
+        // New content of a file partly here: under a claim, and open readers keep the old presence.
+        let old = Base(record: Self.withChunks(5, [2, 3]), present: [true, false])
+        #expect(ApplyStep.show(resetContent: true, underClaim: true).actions(ApplyPlanTests.server(7), old: old, leaving: false)
+            == [.claim, .show(resetContent: true, base: .placeholder(ApplyPlanTests.server(7)), frozen: old)])
+    }
+}
