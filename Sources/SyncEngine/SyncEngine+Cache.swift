@@ -47,24 +47,20 @@ extension SyncEngine: SyncControl {
             log("cannot save the pin of \(item): \(error)")
             throw .EIO
         }
-        state.withLock { s in if on { s.pinned.insert(item) } else { s.pinned.remove(item) } }
+        state.withLock { $0.pinned.set(item, on) }
         if on { try fetchWhole(files(under: item, isFolder: isFolder), priority: 1) }
         cacheWake.yield()
     }
 
     /// Whether `item` is pinned, itself or through a folder above it.
     func isPinned(_ item: ItemID, fs: any MountedTree) -> Bool {
-        let pins = state.withLock { $0.pinned }
-        if pins.isEmpty { return false }
-        return pins.contains(item) || fs.ancestors(of: item).contains(where: pins.contains)
+        state.withLock { $0.pinned }.covers(item, ancestors: fs.ancestors)
     }
 
     /// Every pinned item not fully here is fetched (at start, and after a remote change).
     func fetchPinned() {
         let fs = tree
-        let pins = state.withLock { $0.pinned }
-        var files: [ItemID] = []
-        for p in pins.sorted() { files += [p] + fs.descendants(of: p) }
+        let files = state.withLock { $0.pinned }.everything(descendants: fs.descendants)
         let missing = state.withLock { s in files.filter { s.base($0).map { !$0.complete && $0.record.kind == .file } ?? false } }
         try? fetchWhole(missing, priority: 1)
     }
@@ -143,9 +139,7 @@ extension SyncEngine: SyncControl {
         var used = measureCache()
         guard used > limit else { return }
         let target = limit / 10 * 9
-        let pins = state.withLock { $0.pinned }
-        var keep = pins
-        for p in pins { keep.formUnion(fs.descendants(of: p)) }
+        let keep = state.withLock { $0.pinned }.kept(descendants: fs.descendants)
         let candidates = state.withLock { $0.items.evictionOrder(keep: keep) }
         var evicted = 0
         for id in candidates where used > target {
@@ -159,10 +153,7 @@ extension SyncEngine: SyncControl {
     /// True when something was evicted (ask the store again).
     func makeRoom(for bytes: Int64, reading: ItemID) -> Bool {
         let fs = tree
-        let pins = state.withLock { $0.pinned }
-        var keep = pins
-        for p in pins { keep.formUnion(fs.descendants(of: p)) }
-        keep.insert(reading)
+        let keep = state.withLock { $0.pinned }.kept(descendants: fs.descendants, also: reading)
         let candidates = state.withLock { $0.items.evictionOrder(keep: keep) }
         var freed: Int64 = 0, evicted = 0
         for id in candidates where store.freeBytes - store.keptForState < bytes {

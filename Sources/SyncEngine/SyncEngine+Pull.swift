@@ -364,11 +364,8 @@ extension SyncEngine {
             log("applied \(items.count) items: checks \(t1 - t0), tree \(t2 - t1), rows \(t3 - t2), bases \(ContinuousClock.now - t3)")
         }
         // New content of pinned files is downloaded at once.
-        if !state.withLock({ $0.pinned.isEmpty }) {
-            let fresh = states.filter { $0.kind == .file && $0.resetContent && !$0.deleted && !skipped.contains($0.id) }.map(\.id)
-            let pinned = fresh.filter { isPinned($0, fs: fs) }
-            if !pinned.isEmpty { try? fetchWhole(pinned, priority: 1) }
-        }
+        let fresh = states.filter { $0.kind == .file && $0.resetContent && !$0.deleted && !skipped.contains($0.id) }.map(\.id)
+        try? fetchWhole(state.withLock { $0.pinned }.covered(fresh, ancestors: fs.ancestors), priority: 1)
         let versions = Dictionary(items.map { ($0.id, $0.version) }, uniquingKeysWith: max)
         if let low = skipped.compactMap({ versions[$0] }).min() {
             state.withLock { s in s.minSkipped = min(s.minSkipped ?? low, low) }

@@ -131,7 +131,7 @@ public final class SyncEngine: Sendable {
         var offlineUntil: ContinuousClock.Instant?
         /// Cache (SyncEngine+Cache.swift): explicit pins, and the logical clock of
         /// `CacheUse.lastUse`.
-        var pinned: Set<ItemID> = []
+        var pinned = Pins()
         var useClock: UInt64 = 0
         var cacheUsed: Int64 = 0
         var evicted: Int = 0
@@ -216,7 +216,7 @@ public final class SyncEngine: Sendable {
             s.listed = true
         }
         s.relistDue = try store.meta("sync.relist") == "1"
-        s.pinned = try store.pins()
+        s.pinned = Pins(try store.pins())
         s.paused = try store.meta("sync.paused") == "1"
         if s.paused { s.connection = .paused }
         state = RankedMutex(.engineState, s)
@@ -480,7 +480,7 @@ extension SyncEngine: SyncStatusSource {
             switch name {
             case .version: return s.base(item).map { "\($0.version)" } ?? "none"
             case .conflicts: return "\(s.base(item)?.record.conflicts ?? 0)"
-            case .pinned: return s.pinned.contains(item) || ancestors.contains(where: s.pinned.contains) ? "1" : "0"
+            case .pinned: return s.pinned.covers(item, ancestors: ancestors) ? "1" : "0"
             case .error:
                 return (s.items[item] ?? SyncItem()).errorText(s.statusFacts(item))
             case .progress:
