@@ -110,6 +110,21 @@ public enum SettleAction: Sendable, Equatable {
     case pushAgain
     /// The server kept both contents: said in the log.
     case logConflict
+    /// A delete is shown here: a live state no newer is old news from now on.
+    case deleteShown(Int64)
+    /// A folder came back: the container is listed again after the turn, for the items this
+    /// device skipped while it was gone here (the journal has moved past them).
+    case listAgain
+}
+
+public enum DeleteAnswer {
+    /// The answer to an item's own delete: no base either way. The delete is shown, or — the
+    /// server ignored it (`delete_ignored`: edited elsewhere meanwhile) — the item comes back as
+    /// a pulled state would, a folder with a listing of the container after it.
+    public static func actions(_ answer: ServerItem) -> [SettleAction] {
+        guard !answer.deleted else { return [.saveBase(nil), .deleteShown(answer.version)] }
+        return [.saveBase(nil), .showAsPulled] + (answer.kind == .folder ? [.listAgain] : [])
+    }
 }
 
 extension SettleStep {

@@ -525,19 +525,11 @@ extension SyncEngine: ChangeObserver {
             trace("delete \(id) on v\(baseVersion): \(r.outcome.rawValue) v\(r.item.version)\(r.item.deleted ? " deleted" : "")")
             // The answer covers any version that waited for this push.
             state.withLock { $0.items[id]?.remote.answered(r.item.version) }
-            try saveBase(id, nil)
-            guard !r.item.deleted else {
-                state.withLock { $0.deletesShown[id] = r.item.version }
-                return false
-            }
-            // delete_ignored: edited elsewhere meanwhile; it comes back here as a placeholder.
-            // The push of this item is over: let `apply` show it (it skips items in flight).
-            state.withLock { $0.queue.landed(id) }
-            try apply([r.item])
-            return r.item.kind == .folder
+            let actions = DeleteAnswer.actions(r.item)
+            let answer = AnswerContext(id: id, item: r.item, yours: nil, sent: d, previous: base, relocate: false, generation: nil, wholeNow: false)
+            for action in actions { try settleAction(action, answer) }
+            return actions.contains(.listAgain)
         }
-        // A folder that came back may hold items this device skipped while the folder was
-        // gone here (the journal has moved past them): list the container again to show them.
         if cameBack { try await relist() }
         // A version newer than the answer arrived while the delete was on its way (an edit made
         // elsewhere after the delete, which brought the item back): it goes in now, or the item
@@ -635,8 +627,13 @@ extension SyncEngine: ChangeObserver {
         case .saveBase(let b):
             try saveBase(id, b)
         case .showAsPulled:
+            // The push of this item is over: `apply` shows it (it holds states of items in flight).
             state.withLock { $0.queue.landed(id) }
             try apply([item])
+        case .deleteShown(let version):
+            state.withLock { $0.deletesShown[id] = version }
+        case .listAgain:
+            break  // after the turn (pushDelete)
         case .logConflict:
             log("conflict on \(item.name.value): the server kept both (yours: \(a.yours ?? "?"))")
         case .show(let resetContent, let base):

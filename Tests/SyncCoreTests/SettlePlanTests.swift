@@ -71,4 +71,11 @@ import Testing
         #expect(after(shown: false, previous: nil) == [.saveBase(a), .holdAnswer], "a first commit keeps the answer")
         #expect(after(shown: false, movedBack: true, newer: true) == [.saveBase(p), .holdAnswer, .movedBack])
     }
+
+    @Test func theAnswerToADeleteShowsItOrBringsTheItemBack() {
+        let gone = ApplyPlanTests.server(7, deleted: true)
+        #expect(DeleteAnswer.actions(gone) == [.saveBase(nil), .deleteShown(7)])
+        #expect(DeleteAnswer.actions(ApplyPlanTests.server(8)) == [.saveBase(nil), .showAsPulled])
+        #expect(DeleteAnswer.actions(ApplyPlanTests.server(8, kind: .folder)) == [.saveBase(nil), .showAsPulled, .listAgain])
+    }
 }
