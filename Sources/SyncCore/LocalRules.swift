@@ -16,6 +16,22 @@ extension ItemDraft {
 
 /// What a push compares before it commits.
 public enum CommitPlan {
+    /// What follows the answer to a commit, once it is settled.
+    public enum AfterAnswer: Sendable, Equatable {
+        /// A newer version held for this file's push or writer goes in now.
+        case applyHeld
+        /// A snapshot of a file kept open went up: its queue entries stay (a crash before its
+        /// close still uploads the final content) and the close or the next quiet period sends
+        /// what follows.
+        case snapshotSent(UInt64)
+        /// The queue entries the commit covered go.
+        case removeQueued
+    }
+
+    public static func afterAnswer(snapshot: UInt64?) -> [AfterAnswer] {
+        snapshot.map { [.snapshotSent($0)] } ?? [.applyHeld, .removeQueued]
+    }
+
     /// A folder's delete waits while an item the server has below it still has a push to make
     /// (moved out of the folder here, or deleted here): the server's folder delete takes what it
     /// holds below the folder, so a file moved out here and not yet committed would go with it.

@@ -163,9 +163,12 @@ extension SyncEngine {
         }
         let touched: [(ItemID, RelinquishReason)] = state.withLock { s in
             items.compactMap { item in
-                guard let old = s.base(item.id), old.version < item.version, item.kind == .file else { return nil }
-                if item.deleted { return (item.id, .delete) }
-                return old.record.chunks != item.chunks ? (item.id, .replace) : nil
+                ArrivingChange.of(item, over: s.base(item.id)).map { change in
+                    switch change {
+                    case .replace: (item.id, .replace)
+                    case .delete: (item.id, .delete)
+                    }
+                }
             }
         }
         let asked = await withTaskGroup(of: (PresenterHub.Outcome, String).self) { group in
@@ -182,28 +185,15 @@ extension SyncEngine {
     }
 
     /// Skipped states to try again, with each folder delete replaced by the folder's current
-    /// state on the server: a delete kept for local work is usually overtaken by the upload of
-    /// that work (the server brings the folder back), and applying the stale delete before the
-    /// journal says so would remove the folder with the file just uploaded (RaceTests). A folder
-    /// the server cannot be asked about now waits for the next try.
-    /// Asked between turns; `applyRetry` shows the result in one.
+    /// state on the server (SyncCore `SkippedRetry`; RaceTests). Asked between turns;
+    /// `applyRetry` shows the result in one.
     func current(_ skipped: [ServerItem]) async -> SkippedRetry {
         var out = SkippedRetry()
         for item in skipped {
-            guard item.deleted, item.kind == .folder else { out.items.append(item); continue }
-            guard let now = try? await client.item(container, item.id) else { continue }
-            if now.version > item.version { out.overtaking.append(now) }
-            out.items.append(now.version >= item.version ? now : item)
+            guard SkippedRetry.asksServer(item) else { out.add(item); continue }
+            out.add(item, current: try? await client.item(container, item.id))
         }
         return out
-    }
-
-    /// Skipped states to show again (`current`); `overtaking`: newer states of kept folders,
-    /// waiting to be shown like the states they overtake.
-    struct SkippedRetry {
-        var items: [ServerItem] = []
-        var overtaking: [ServerItem] = []
-        var isEmpty: Bool { items.isEmpty }
     }
 
     /// Shows what `current` found (in a turn).

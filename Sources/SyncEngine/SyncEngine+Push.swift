@@ -81,9 +81,7 @@ extension SyncEngine: ChangeObserver {
                 // device puts the folder back where the server has it. Only the refused move is
                 // undone; nothing else of the item was in it (folders have no content).
                 if putBack { await revertToServer(id) }
-                if failure == .transient, Self.isTransport(error) {
-                    setConnection(.offline(retryIn: nil), error: "\(error)")
-                }
+                offlineIfUnreachable(error, failure)
             }
         }
     }
@@ -232,6 +230,11 @@ extension SyncEngine: ChangeObserver {
         return false
     }
 
+    /// An upload that could not reach the server says so in the status at once.
+    func offlineIfUnreachable(_ error: any Error, _ failure: UploadFailure) {
+        if failure == .transient, Self.isTransport(error) { setConnection(.offline(retryIn: nil), error: "\(error)") }
+    }
+
     static func isTransport(_ e: any Error) -> Bool {
         switch e as? RemoteError {
         case .transport, .certificate: return true
@@ -347,7 +350,7 @@ extension SyncEngine: ChangeObserver {
             }
             if let (delay, failure, error) = failed {
                 self.log("upload of the content of \(id) failed: \(error); retrying in \(delay) s")
-                if failure == .transient, Self.isTransport(error) { self.setConnection(.offline(retryIn: nil), error: "\(error)") }
+                self.offlineIfUnreachable(error, failure)
             }
             self.wake.yield()
         }
@@ -490,18 +493,20 @@ extension SyncEngine: ChangeObserver {
         // The server's answer covers any version that waited for this upload.
         state.withLock { $0.items[id]?.remote.answered(r.item.version) }
         try settle(id, sent: draft, response: r, previous: c.base, generation: c.generation)
-        // A version newer than this commit arrived while it was on its way: it goes in now.
-        if c.snapshot == nil { try applyHeldForWriter(id) }
         services?.events.append(r.outcome == .conflict ? .conflict : .uploaded, origin: .sync, path: tree.path(of: id),
                                 detail: "v\(r.item.version)" + (r.outcome == .conflict ? " yours=\(r.yours ?? "?")" : ""))
-        if let snapshot = c.snapshot {
-            // Uploaded while still open: the close (or a later quiet period) sends what follows;
-            // the queue entries stay so a crash before then still uploads the final content.
-            let now = options.clock.now, rules = pacingRules
-            state.withLock { _ = $0.items[id, default: SyncItem()].upload.on(.snapshotSent(snapshot), at: now, rules: rules) }
-            return
+        for next in CommitPlan.afterAnswer(snapshot: c.snapshot) {
+            switch next {
+            case .applyHeld:
+                // A version newer than this commit arrived while it was on its way.
+                try applyHeldForWriter(id)
+            case .snapshotSent(let snapshot):
+                let now = options.clock.now, rules = pacingRules
+                state.withLock { _ = $0.items[id, default: SyncItem()].upload.on(.snapshotSent(snapshot), at: now, rules: rules) }
+            case .removeQueued:
+                try store.removeSyncOps(id, upTo: upTo)
+            }
         }
-        try store.removeSyncOps(id, upTo: upTo)
     }
 
     private func pushDelete(_ id: ItemID, base: Base?, cursor: Int64) async throws {

@@ -1,0 +1,47 @@
+import NimbusCore
+import NimbusProtocol
+
+/// What an arriving state does to a file shown here, for the programs presenting it: they are
+/// asked to let go of it first (docs/presenters.md).
+public enum ArrivingChange: Sendable, Equatable {
+    /// Other content replaces the file.
+    case replace
+    /// The file goes.
+    case delete
+
+    /// Nil when it changes nothing a presenter holds: not a file, not newer than what is shown,
+    /// or the same content.
+    public static func of(_ item: ServerItem, over old: Base?) -> ArrivingChange? {
+        guard let old, old.version < item.version, item.kind == .file else { return nil }
+        if item.deleted { return .delete }
+        return old.record.chunks != item.chunks ? .replace : nil
+    }
+}
+
+/// Skipped states to show again. A folder delete is replaced by the folder's current state on
+/// the server (`asksServer`): a delete kept for local work is usually overtaken by the upload of
+/// that work (the server brings the folder back), and applying the stale delete before the
+/// journal says so would remove the folder with the file just uploaded.
+public struct SkippedRetry: Sendable, Equatable {
+    public private(set) var items: [ServerItem] = []
+    /// Newer states of kept folders, waiting to be shown like the states they overtake.
+    public private(set) var overtaking: [ServerItem] = []
+
+    public init() {}
+
+    public var isEmpty: Bool { items.isEmpty }
+
+    /// The server is asked for the item's current state before it is tried again.
+    public static func asksServer(_ item: ServerItem) -> Bool { item.deleted && item.kind == .folder }
+
+    /// A skipped state tried again as it is.
+    public mutating func add(_ item: ServerItem) { items.append(item) }
+
+    /// A folder delete with the server's current state of the folder (nil: the server could not
+    /// be asked now, and it waits for the next try).
+    public mutating func add(_ item: ServerItem, current: ServerItem?) {
+        guard let now = current else { return }
+        if now.version > item.version { overtaking.append(now) }
+        items.append(now.version >= item.version ? now : item)
+    }
+}

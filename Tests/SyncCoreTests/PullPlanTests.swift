@@ -1,0 +1,42 @@
+import Foundation
+import NimbusCore
+import NimbusProtocol
+import SyncCore
+import Testing
+
+/// What arriving states mean for presenters, how skipped folder deletes are tried again, and
+/// what follows a commit's answer.
+@Suite struct PullPlanTests {
+    @Test func presentersAreAskedForNewContentOrADeleteOfAFileShownHere() {
+        let v5 = ApplyGatherTests.withChunks(5, [1]), old = Base(record: v5, present: nil)
+        #expect(ArrivingChange.of(ApplyGatherTests.withChunks(6, [2]), over: old) == .replace)
+        #expect(ArrivingChange.of(ApplyPlanTests.server(6, deleted: true), over: old) == .delete)
+        #expect(ArrivingChange.of(ApplyGatherTests.withChunks(6, [1]), over: old) == nil, "same content")
+        #expect(ArrivingChange.of(ApplyGatherTests.withChunks(5, [2]), over: old) == nil, "not newer")
+        #expect(ArrivingChange.of(ApplyGatherTests.withChunks(6, [2]), over: nil) == nil, "never shown here")
+        #expect(ArrivingChange.of(ApplyPlanTests.server(6, kind: .folder, deleted: true), over: old) == nil, "not a file")
+    }
+
+    @Test func aSkippedFolderDeleteIsTriedWithTheFoldersCurrentState() {
+        let delete = ApplyPlanTests.server(7, kind: .folder, deleted: true)
+        #expect(SkippedRetry.asksServer(delete) && !SkippedRetry.asksServer(ApplyPlanTests.server(7, kind: .folder))
+            && !SkippedRetry.asksServer(ApplyPlanTests.server(7, deleted: true)))
+        var r = SkippedRetry()
+        #expect(r.isEmpty)
+        r.add(ApplyPlanTests.server(3))
+        r.add(delete, current: nil)  // the server could not be asked: waits for the next try
+        #expect(r.items == [ApplyPlanTests.server(3)] && r.overtaking.isEmpty)
+        let back = ApplyPlanTests.server(9, kind: .folder)
+        r.add(delete, current: back)  // brought back by the upload of the work it kept
+        #expect(r.items.last == back && r.overtaking == [back])
+        r.add(delete, current: delete)
+        #expect(r.items.last == delete && r.overtaking == [back])
+        r.add(delete, current: ApplyPlanTests.server(6, kind: .folder))  // an older answer: the delete stays
+        #expect(r.items.last == delete && r.items.count == 4)
+    }
+
+    @Test func whatFollowsACommitsAnswer() {
+        #expect(CommitPlan.afterAnswer(snapshot: nil) == [.applyHeld, .removeQueued])
+        #expect(CommitPlan.afterAnswer(snapshot: 4) == [.snapshotSent(4)])
+    }
+}
