@@ -159,33 +159,28 @@ extension SyncEngine: ContentProvider {
                 }
             }
             let now = options.clock.now, rules = pacingRules
-            let (updated, replaced): (Base?, Bool) = state.withLock { s in
-                // Not this content's file any more (nothing written), or a program's bytes rule.
-                guard let gen = target?.generation else { return (nil, true) }
-                if truncated { return (nil, false) }
-                s.bytesDownloaded += written
-                // Still the same content? (a remote change may have replaced it meanwhile: the
-                // waiting reads were for the old version, whose file only stale handles see)
-                guard s.items[key.item]?.cache.generation == gen, var b = s.base(key.item),
-                      b.holds(chunk: key.index, hash: key.hash, at: offset) else { return (nil, true) }
-                guard var p = b.present else { return (nil, false) }
-                p[key.index] = true
-                b = Base(record: b.record, present: p)
-                s.setBase(key.item, b)
-                s.cacheUsed += written
+            let arrival = state.withLock { s in
                 s.useClock &+= 1
-                let clock = s.useClock
-                s.items.withCache(key.item) { $0.lastUse = clock }  // just downloaded counts as used (LRU)
-                if b.complete { s.items[key.item]?.upload.on(.download(failed: nil), at: now, rules: rules) }
-                return (b, false)
-            }
-            if let updated {
-                try persistPresence(key.item)
-                if updated.complete {
-                    services?.events.append(.downloaded, origin: .sync, path: tree.path(of: key.item), detail: "v\(updated.version)")
+                let arrival = s.items.chunkArrived(key.item, index: key.index, hash: key.hash, offset: offset, generation: target?.generation,
+                                                   truncated: truncated, use: s.useClock, at: now, rules: rules)
+                s.bytesDownloaded += truncated ? 0 : written
+                switch arrival {
+                case .present, .whole: s.cacheUsed += written
+                case .replaced, .overwritten: break
                 }
+                return arrival
             }
-            if replaced { failure = .EIO }  // never answer a read with bytes of another version
+            switch arrival {
+            case .present:
+                try persistPresence(key.item)
+            case .whole(let b):
+                try persistPresence(key.item)
+                services?.events.append(.downloaded, origin: .sync, path: tree.path(of: key.item), detail: "v\(b.version)")
+            case .replaced:
+                failure = .EIO
+            case .overwritten:
+                break
+            }
         } catch let e as NoRoomForDownload {
             failure = .ENOSPC
             log("download of chunk \(key.index) of \(key.item) refused: \(e.message)")

@@ -116,3 +116,30 @@ import Testing
         #expect(t.evictionOrder(keep: []) == [ids[2], ids[0]], "nothing of it is here any more")
     }
 }
+
+/// What a finished chunk download does to the item's content.
+@Suite struct ChunkArrivalTests {
+    @Test func aChunkIsMarkedOnlyForTheContentItWasFetchedFor() {
+        var t = ItemTable()
+        let r = ApplyGatherTests.withChunks(5, [1, 2]), id = r.id
+        let rules = UploadPacing<ContinuousClock.Instant>.Rules(quietPeriod: .seconds(1)), now = ContinuousClock.now
+        t[id, default: ItemTable.Item()].base = Base.placeholder(r)
+        t.newGeneration(id)
+        let gen = t[id]!.cache.generation
+        let h0 = r.chunks[0].hash, h1 = r.chunks[1].hash
+        func arrive(_ i: Int, _ h: ContentHash, at offset: Int64, gen g: UInt64?, truncated: Bool = false) -> ChunkArrival {
+            t.chunkArrived(id, index: i, hash: h, offset: offset, generation: g, truncated: truncated, use: 7, at: now, rules: rules)
+        }
+        #expect(arrive(0, h0, at: 0, gen: nil) == .replaced, "no file of this content was open")
+        #expect(arrive(0, h0, at: 0, gen: gen, truncated: true) == .overwritten)
+        #expect(arrive(0, h0, at: 0, gen: gen &+ 1) == .replaced, "another content's file")
+        #expect(arrive(0, h1, at: 0, gen: gen) == .replaced, "not this content's chunk")
+        #expect(arrive(1, h1, at: 3, gen: gen) == .replaced, "not at this offset")
+        #expect(t[id]?.base?.present == [false, false])
+        #expect(arrive(0, h0, at: 0, gen: gen) == .present(Base(record: r, present: [true, false])))
+        #expect(t[id]?.cache.lastUse == 7)
+        #expect(arrive(1, h1, at: 4, gen: gen) == .whole(Base(record: r, present: nil)))
+        #expect(t[id]?.base?.complete == true)
+        #expect(arrive(1, h1, at: 4, gen: gen) == .overwritten, "whole already: nothing to mark")
+    }
+}
