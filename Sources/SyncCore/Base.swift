@@ -5,17 +5,16 @@ import NimbusProtocol
 /// base of its next commit) and which chunks of it are in the cache file.
 public struct Base: Sendable, Equatable {
     public var record: ServerItem
+    /// Where each chunk of `record` starts.
+    public private(set) var map: ChunkMap
     /// Start offset of each chunk of `record`, plus the total size at the end.
-    public private(set) var offsets: [Int64]
+    public var offsets: [Int64] { map.offsets }
     /// Per chunk: in the cache file. `nil`: the whole file is present.
     public var present: [Bool]?
 
     public init(record: ServerItem, present: [Bool]?) {
         self.record = record
-        var o: [Int64] = [0]
-        o.reserveCapacity(record.chunks.count + 1)
-        for c in record.chunks { o.append(o[o.count - 1] + c.size) }
-        offsets = o
+        map = ChunkMap(record.chunks)
         self.present = present.flatMap { $0.count == record.chunks.count && !$0.allSatisfy({ $0 }) ? $0 : nil }
     }
 
@@ -48,25 +47,7 @@ public struct Base: Sendable, Equatable {
     }
 
     /// Indices of the chunks overlapping `range` (clamped to the file).
-    public func chunks(covering range: Range<Int64>) -> Range<Int> {
-        let size = offsets[offsets.count - 1]
-        let lo = max(0, range.lowerBound), hi = min(size, range.upperBound)
-        guard lo < hi else { return 0..<0 }
-        // First chunk whose end is past `lo`, last whose start is before `hi` (binary search).
-        let first = upperBound(lo) - 1
-        let last = upperBound(hi - 1) - 1
-        return first..<(last + 1)
-    }
-
-    /// Index of the first offset greater than `x`.
-    private func upperBound(_ x: Int64) -> Int {
-        var a = 0, b = offsets.count
-        while a < b {
-            let m = (a + b) / 2
-            if offsets[m] <= x { a = m + 1 } else { b = m }
-        }
-        return a
-    }
+    public func chunks(covering range: Range<Int64>) -> Range<Int> { map.covering(range) }
 
     public func missing(in range: Range<Int64>) -> [Int] {
         guard let present else { return [] }

@@ -134,93 +134,49 @@ final class Once<T: Sendable>: Sendable {
 }
 
 /// The bytes of one version, fetched a chunk at a time as they are read and checked against
-/// their hash. The reader keeps the last few chunks it fetched (at most `kept`, 4 MiB each) and
+/// their hash. The reader keeps the last few chunks it fetched (three at most, 4 MiB each: SyncCore `HeldChunks`) and
 /// fetches the next one while the current one is read, so `cat` of a large version streams in
 /// bounded memory.
 final class VersionChunks: VersionReader {
-    static let kept = 3
+    typealias Answer = @Sendable (Result<[UInt8], Errno>) -> Void
     let engine: SyncEngine
     let chunks: [ChunkRef]
-    let offsets: [Int64]
-    public var size: Int64 { offsets[offsets.count - 1] }
-
-    private struct State {
-        var held: [(index: Int, bytes: [UInt8])] = []
-        /// Fetches under way: who waits for each chunk.
-        var fetching: [Int: [@Sendable (Result<[UInt8], Errno>) -> Void]] = [:]
-    }
-    private let state = Mutex(State())
+    let map: ChunkMap
+    public var size: Int64 { map.size }
+    private let state = Mutex(HeldChunks<Answer>(kept: 3))
 
     init(engine: SyncEngine, chunks: [ChunkRef]) {
         self.engine = engine
         self.chunks = chunks
-        var o: [Int64] = [0]
-        for c in chunks { o.append(o[o.count - 1] + c.size) }
-        offsets = o
+        map = ChunkMap(chunks)
     }
 
-    func read(_ range: Range<Int64>, done: @escaping @Sendable (Result<[UInt8], Errno>) -> Void) {
-        let lo = max(0, range.lowerBound), hi = min(size, range.upperBound)
-        guard lo < hi else { return done(.success([])) }
-        let first = index(of: lo), last = index(of: hi - 1)
-        if last + 1 < chunks.count { fetch(last + 1) { _ in } }  // read ahead
-        gather(Array(first...last), range: lo..<hi, into: [], done: done)
+    func read(_ range: Range<Int64>, done: @escaping Answer) {
+        let span = map.covering(range)
+        for next in map.readAhead(after: span) { fetch(next) { _ in } }
+        gather(Array(span), range: range, into: [], done: done)
     }
 
-    /// The chunk holding byte `x` (0 ≤ x < size).
-    private func index(of x: Int64) -> Int {
-        var a = 0, b = chunks.count - 1
-        while a < b {
-            let m = (a + b + 1) / 2
-            if offsets[m] <= x { a = m } else { b = m - 1 }
-        }
-        return a
-    }
-
-    private func gather(_ left: [Int], range: Range<Int64>, into out: [UInt8], done: @escaping @Sendable (Result<[UInt8], Errno>) -> Void) {
+    private func gather(_ left: [Int], range: Range<Int64>, into out: [UInt8], done: @escaping Answer) {
         guard let i = left.first else { return done(.success(out)) }
         fetch(i) { [self] r in
             switch r {
             case .failure(let e): done(.failure(e))
-            case .success(let bytes):
-                let from = Int(max(range.lowerBound, offsets[i]) - offsets[i])
-                let to = Int(min(range.upperBound, offsets[i + 1]) - offsets[i])
-                gather(Array(left.dropFirst()), range: range, into: out + bytes[from..<to], done: done)
+            case .success(let bytes): gather(Array(left.dropFirst()), range: range, into: out + bytes[map.part(of: i, in: range)], done: done)
             }
         }
     }
 
     /// Calls `done` with chunk `i`'s bytes: held, joining a fetch under way, or fetched now.
-    private func fetch(_ i: Int, done: @escaping @Sendable (Result<[UInt8], Errno>) -> Void) {
-        enum Step { case held([UInt8]), joined, start }
-        let step: Step = state.withLock { s in
-            if let h = s.held.firstIndex(where: { $0.index == i }) {
-                let e = s.held.remove(at: h)
-                s.held.append(e)  // most recently used last
-                return .held(e.bytes)
-            }
-            if s.fetching[i] != nil {
-                s.fetching[i]!.append(done)
-                return .joined
-            }
-            s.fetching[i] = [done]
-            return .start
-        }
-        switch step {
+    private func fetch(_ i: Int, done: @escaping Answer) {
+        switch state.withLock({ $0.ask(i, done) }) {
         case .held(let b): return done(.success(b))
         case .joined: return
-        case .start: break
+        case .fetch: break
         }
         let chunk = chunks[i]
         engine.serverCall(done: { [self] (r: Result<[UInt8], Errno>) in
-            let waiters: [@Sendable (Result<[UInt8], Errno>) -> Void] = state.withLock { s in
-                if case .success(let b) = r {
-                    s.held.append((i, b))
-                    if s.held.count > Self.kept { s.held.removeFirst() }
-                }
-                return s.fetching.removeValue(forKey: i) ?? []
-            }
-            for w in waiters { w(r) }
+            for w in state.withLock({ $0.ended(i, bytes: try? r.get()) }) { w(r) }
         }) { [engine] in
             let bytes = try await engine.fetchClient.getChunk(chunk.hash)
             guard bytes.count == chunk.size, ContentHash(digest: Array(SHA256.hash(data: bytes))) == chunk.hash else {
