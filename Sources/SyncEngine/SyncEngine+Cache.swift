@@ -70,8 +70,7 @@ extension SyncEngine: SyncControl {
         let refused = state.withLock { s -> Bool in
             // Also when the journal's long-poll found the server gone or the token refused: the
             // download would only fail later, and `setfattr user.nimbus.download` must say so now.
-            let disconnected = s.connection.isDisconnected
-            if s.paused || disconnected || isOffline(s) { return items.contains { s.base($0).map { !$0.complete } ?? false } }
+            if s.link.refusesDownloads(paused: s.paused, at: options.clock.now) { return items.contains { s.base($0).map { !$0.complete } ?? false } }
             for id in items {
                 guard let b = s.base(id), let present = b.present else { continue }
                 for i in present.indices where !present[i] {
@@ -183,7 +182,7 @@ extension SyncEngine: SyncControl {
         let changed = state.withLock { s -> Bool in
             guard s.paused != on else { return false }
             s.paused = on
-            s.connection = on ? .paused : .connecting
+            s.link.pause(on)
             return true
         }
         guard changed else { return }

@@ -45,10 +45,7 @@ extension SyncEngine: ContentProvider {
         }
     }
 
-    func isOffline(_ s: State) -> Bool {
-        if let until = s.offlineUntil, options.clock.now < until { return true }
-        return false
-    }
+    func isOffline(_ s: State) -> Bool { s.link.failsReads(at: options.clock.now) }
 
     public func hydrate(_ item: ItemID, range: Range<Int64>, done: @escaping @Sendable (Errno?) -> Void) {
         // Register a waiter on every missing chunk; queue the fetches nobody asked for yet.
@@ -190,7 +187,7 @@ extension SyncEngine: ContentProvider {
                 s.dropAfterNoRoom.insert(key.item)
                 // Prefetches of the item nobody waits for would only fill the disk to its floor.
                 s.fetches.dropUnwaited { $0.item == key.item && $0 != key }
-                s.lastError = "download: \(e.message)"
+                s.link.lastError = "download: \(e.message)"
                 s.items[key.item, default: SyncItem()].upload.on(.download(failed: "not downloaded: \(e.message)"), at: now, rules: rules)
             }
         } catch {
@@ -199,9 +196,9 @@ extension SyncEngine: ContentProvider {
             let unreachable = Self.isTransport(error)
             let now = options.clock.now, rules = pacingRules
             state.withLock { s in
-                s.lastError = "download: \(error)"
+                s.link.lastError = "download: \(error)"
                 s.items[key.item, default: SyncItem()].upload.on(.download(failed: "download failed: \(error)"), at: now, rules: rules)
-                if unreachable { s.offlineUntil = options.clock.now + .seconds(2) }
+                if unreachable { s.link.unreachable(at: options.clock.now, seconds: 2) }
             }
             // A read that could not reach the server is the first sign of a network that went
             // away silently (the long-poll only notices after its wait): the status says so now,

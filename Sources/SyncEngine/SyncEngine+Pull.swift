@@ -116,7 +116,7 @@ extension SyncEngine {
                 }
                 // Until the server has answered, ask without waiting: the status says "online"
                 // as soon as it is, not after a long-poll.
-                let (since, online) = state.withLock { ($0.cursor, $0.connection == .online) }
+                let (since, online) = state.withLock { ($0.cursor, $0.link.state == .online) }
                 let r = try await client.changes(container, since: since, wait: online ? options.longPoll : 0, limit: ProtocolLimits.maxPage)
                 if Task.isCancelled || isPaused { return }  // paused while waiting: apply nothing
                 // The last change per item is its state (docs/protocol.md "Changes").
@@ -139,7 +139,7 @@ extension SyncEngine {
             } catch {
                 if Task.isCancelled { return }
                 if Self.classify(error) == .unauthorized {
-                    state.withLock { $0.unauthorized = "\(error)" }
+                    state.withLock { $0.link.tokenRefused = "\(error)" }
                     setConnection(.unauthorized, error: "\(error)")
                 } else {
                     setConnection(.offline(retryIn: backoff), error: "\(error)")

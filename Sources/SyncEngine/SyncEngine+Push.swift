@@ -91,7 +91,7 @@ extension SyncEngine: ChangeObserver {
     func nextToPush() -> ItemID? {
         let now = options.clock.now
         let next: ItemID? = state.withLock { s in
-            guard !s.queue.isEmpty, !s.paused, s.unauthorized == nil else { return nil }
+            guard !s.queue.isEmpty, !s.paused, s.link.tokenRefused == nil else { return nil }
             // An item waiting out its back-off stays in its place; the next ready one goes
             // (one item the server refuses for a while never holds up the others). A paced
             // item (a file that keeps changing, SyncCore `UploadPacing`) waits the same way.
@@ -120,7 +120,7 @@ extension SyncEngine: ChangeObserver {
             let held = s.items[id]?.remote.releaseAfterPush(writing: writing, queued: s.queue.contains(id))
             s.queue.landed(id); s.upload = nil
             s.items[id]?.upload.on(.pushEnded(closed: closed), at: now, rules: rules)
-            if !s.queue.items.contains(where: { s.items[$0]?.upload.failure != nil }) { s.lastError = nil }
+            if !s.queue.items.contains(where: { s.items[$0]?.upload.failure != nil }) { s.link.lastError = nil }
             return (s.queue.isEmpty ? s.skippedRemote() : [], held)
         }
         if let held {
@@ -144,15 +144,14 @@ extension SyncEngine: ChangeObserver {
         let (delay, putBack): (Int, Bool) = state.withLock { s in
             s.queue.landed(id)
             if s.upload?.item == id { s.upload = nil }
-            s.lastError = "upload of \(id): \(why)"
+            s.link.lastError = "upload of \(id): \(why)"
             var delay = 0, putBack = false
             for action in s.items[id, default: SyncItem()].upload.on(event, at: now, rules: rules) {
                 switch action {
                 case .retryIn(let seconds): delay = seconds
                 case .queueFirst: s.queue.prepend(id)
                 case .waitForToken:
-                    s.unauthorized = "\(error)"
-                    s.connection = .unauthorized
+                    s.link.refuseToken("\(error)")
                 case .putBack:
                     // Until the server's state is shown the tree holds a place the server never
                     // had: the next pull (or start) lists the container again.

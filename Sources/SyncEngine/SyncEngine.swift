@@ -112,12 +112,11 @@ public final class SyncEngine: Sendable {
         var minSkipped: Int64?
         /// The first listing is done (the cursor may legitimately be 0 for an empty container).
         var listed = false
-        var connection = ConnectionState.connecting
-        var lastError: String?
+        /// The connection to the server, the engine's last error, a refused token (SyncCore
+        /// `Connection`).
+        var link = Connection()
         /// The task running the engine's task tree (`start`, `run`).
         var running: Task<Void, Never>?
-        /// Why the server refused this device's token (401); uploads wait while set.
-        var unauthorized: String?
         /// Deletes shown here since the start, by item: their bases are gone, and a live state
         /// no newer than one is old news (`ApplyFacts.deleteShown`).
         var deletesShown: [ItemID: Int64] = [:]
@@ -164,7 +163,7 @@ public final class SyncEngine: Sendable {
             }
             return StatusFacts(base: base, isRoot: item.isRoot, queued: queue.hasWork(item),
                                downloading: base?.complete == false && fetches.contains(where: { $0.item == item }),
-                               unauthorized: unauthorized != nil)
+                               unauthorized: link.tokenRefused != nil)
         }
         /// Remote states not shown here yet for a taken name, a missing folder or local work,
         /// oldest first (tried again after pushes and pulls).
@@ -218,7 +217,7 @@ public final class SyncEngine: Sendable {
         s.relistDue = try store.meta("sync.relist") == "1"
         s.pinned = Pins(try store.pins())
         s.paused = try store.meta("sync.paused") == "1"
-        if s.paused { s.connection = .paused }
+        s.link.pause(s.paused)
         state = RankedMutex(.engineState, s)
         try bind()
     }
@@ -368,7 +367,7 @@ public final class SyncEngine: Sendable {
     /// Lines for `.nimbus/status` (SyncStatusSource).
     public func statusLines() -> [(String, String)] {
         state.withLock { s in
-            var lines = [("connection", s.connection.description), ("server", client.baseURL), ("container", container),
+            var lines = [("connection", s.link.state.description), ("server", client.baseURL), ("container", container),
                          ("cursor", "\(s.cursor)"), ("upload-queue", "\(s.queue.workCount)"),
                          ("download-queue", "\(s.fetches.count)"), ("downloads-active", "\(s.fetches.active)"),
                          ("placeholders", "\(s.items.placeholders)"), ("conflicts", "\(s.items.conflicted)")]
@@ -379,24 +378,14 @@ public final class SyncEngine: Sendable {
                       ("read-timeout", "\(options.hydrationSeconds) s")]
             // Items the server refused for the account's quota (shown only while some wait).
             lines += s.items.quotaLine.map { [("quota", $0)] } ?? []
-            lines.append(("sync-error", s.lastError ?? "none"))
+            lines.append(("sync-error", s.link.lastError ?? "none"))
             return lines
         }
     }
 
     func setConnection(_ c: ConnectionState, error: String? = nil) {
         let resumed = state.withLock { s -> Bool in
-            if let error { s.lastError = error }
-            if s.paused && c != .paused { return false }
-            s.connection = c
-            guard c == .online else { return false }
-            s.offlineUntil = nil
-            // The server answers this device again: uploads go on, and an error of the
-            // connection (not of an item) is over.
-            let was = s.unauthorized != nil
-            s.unauthorized = nil
-            if !s.anyFailure { s.lastError = nil }
-            return was
+            s.link.enter(c, error: error, paused: s.paused, anyItemFailure: s.anyFailure)
         }
         if resumed { wake.yield() }
     }
