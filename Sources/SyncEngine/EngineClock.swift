@@ -10,38 +10,30 @@
 /// `TimeSource`: the deterministic simulation (Tests/EngineSimTests) advances it itself, so a
 /// run takes no real time and replays exactly.
 public struct EngineClock: Sendable {
-    /// How many engine seconds pass per real second (1 when driven).
-    public let speed: Int
-    private let origin: ContinuousClock.Instant
-    private let source: (any TimeSource)?
+    private let source: any TimeSource
 
-    public static let real = EngineClock(speed: 1, source: nil)
-    public static func scaled(_ speed: Int) -> EngineClock { EngineClock(speed: max(1, speed), source: nil) }
-    public static func driven(by source: any TimeSource) -> EngineClock { EngineClock(speed: 1, source: source) }
-
-    private init(speed: Int, source: (any TimeSource)?) {
-        self.speed = speed
-        self.source = source
-        origin = ContinuousClock.now
-    }
+    public static let real = EngineClock(source: ScaledTime(speed: 1))
+    public static func scaled(_ speed: Int) -> EngineClock { EngineClock(source: ScaledTime(speed: max(1, speed))) }
+    public static func driven(by source: any TimeSource) -> EngineClock { EngineClock(source: source) }
 
     /// Now, on this clock.
-    public var now: ContinuousClock.Instant {
-        if let source { return source.now }
-        return speed == 1 ? ContinuousClock.now : origin + (ContinuousClock.now - origin) * speed
-    }
+    public var now: ContinuousClock.Instant { source.now }
 
     /// Sleeps for `d` of this clock's time; returns early (without throwing) when cancelled.
-    public func sleep(for d: Duration) async {
-        if let source { return await source.sleep(for: d) }
-        try? await Task.sleep(for: speed == 1 ? d : d / speed)
-    }
+    public func sleep(for d: Duration) async { await source.sleep(for: d) }
 
     /// Sleeps for `d` of real time — of simulated time when driven; returns early when cancelled.
-    func sleepReal(for d: Duration) async {
-        if let source { return await source.sleep(for: d) }
-        try? await Task.sleep(for: d)
-    }
+    func sleepReal(for d: Duration) async { await source.sleepReal(for: d) }
+}
+
+/// Real time, `speed` engine seconds per real second.
+struct ScaledTime: TimeSource {
+    let speed: Int
+    let origin = ContinuousClock.now
+
+    var now: ContinuousClock.Instant { speed == 1 ? ContinuousClock.now : origin + (ContinuousClock.now - origin) * speed }
+    func sleep(for d: Duration) async { try? await Task.sleep(for: speed == 1 ? d : d / speed) }
+    func sleepReal(for d: Duration) async { try? await Task.sleep(for: d) }
 }
 
 /// Time that someone else advances (the deterministic simulation's clock).
@@ -49,4 +41,10 @@ public protocol TimeSource: Sendable {
     var now: ContinuousClock.Instant { get }
     /// Returns once `d` has passed on this source, or at once when the task is cancelled.
     func sleep(for d: Duration) async
+    /// Returns once `d` of real time has passed (of this source's time when it is simulated).
+    func sleepReal(for d: Duration) async
+}
+
+extension TimeSource {
+    public func sleepReal(for d: Duration) async { await sleep(for: d) }
 }
