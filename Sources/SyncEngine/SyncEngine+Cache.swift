@@ -240,9 +240,7 @@ extension SyncEngine: SyncControl {
                 let look = UploadState<ContinuousClock.Instant>.Event.writerLook(
                     writers: w?.writers ?? 0, unsynced: w?.unsynced ?? false, idle: .nanoseconds(Int64(clamping: w?.idleNanoseconds ?? 0)),
                     generation: w?.generation ?? 0, queued: s.queue.hasWork(id))
-                guard s.items[id]?.upload.on(look, at: now, rules: rules).contains(.queue) == true else { return }
-                s.queue.append(id)
-                queued = true
+                queued = s.uploadEvent(id, look, at: now, rules: rules) || queued
             }
         }
         if queued { log("quiet period over for a file kept open: uploading a snapshot"); wake.yield() }

@@ -33,8 +33,7 @@ extension SyncEngine {
     func locksReleased(_ id: ItemID) {
         let now = options.clock.now, rules = pacingRules
         let (requeue, pending) = state.withLock { s -> (Bool, ServerItem?) in
-            let requeue = s.items[id]?.upload.on(.lockReleased, at: now, rules: rules).contains(.queue) == true
-            if requeue { s.queue.append(id) }
+            let requeue = s.uploadEvent(id, .lockReleased, at: now, rules: rules)
             return (requeue, s.items[id]?.remote.forLock)
         }
         if requeue { wake.yield() }

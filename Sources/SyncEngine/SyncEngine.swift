@@ -150,6 +150,24 @@ public final class SyncEngine: Sendable {
             if let base { items[id, default: SyncItem()].base = base } else { items[id]?.base = nil }
         }
 
+        /// The item's upload record takes `event` (nothing without a record); `.queue` puts it in
+        /// the upload queue (an item queued already keeps its place). True when it asked for
+        /// that: wake the push loop.
+        mutating func uploadEvent(_ id: ItemID, _ event: UploadState<ContinuousClock.Instant>.Event, at now: ContinuousClock.Instant,
+                                  rules: UploadPacing<ContinuousClock.Instant>.Rules) -> Bool {
+            var queued = false
+            for action in items[id]?.upload.on(event, at: now, rules: rules) ?? [] {
+                switch action {
+                case .queue:
+                    queue.append(id)
+                    queued = true
+                case .retryIn, .queueFirst, .waitForToken, .putBack, .keepPlace:
+                    break
+                }
+            }
+            return queued
+        }
+
         /// Written since its last close or fsync (the upload waits for the writer).
         func isWriting(_ id: ItemID) -> Bool { items[id]?.upload.writing == true }
         /// Whether any queued upload failed and waits for its retry.
