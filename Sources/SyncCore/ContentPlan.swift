@@ -55,3 +55,47 @@ extension Base {
         return kept
     }
 }
+
+/// A chunk to download: where it sits in the content and what it must hash to.
+public struct ChunkWant: Sendable, Equatable {
+    public var index: Int
+    public var hash: ContentHash
+    public var offset: Int64
+}
+
+/// What a read of a file needs from the server.
+public enum ReadNeed: Sendable, Equatable {
+    /// Every byte of the range is here (or the item has no synced content).
+    case here
+    /// Chunks are missing and downloads are refused now (paused, or the server just proved
+    /// unreachable): the read fails at once.
+    case refused
+    /// These chunks are downloaded first.
+    case fetch([ChunkWant])
+}
+
+extension Base {
+    /// The chunks `indices` as downloads.
+    public func wants(_ indices: [Int]) -> [ChunkWant] {
+        indices.map { ChunkWant(index: $0, hash: record.chunks[$0].hash, offset: offsets[$0]) }
+    }
+
+    /// Every chunk not here.
+    public var missingChunks: [Int] { present.map { p in p.indices.filter { !p[$0] } } ?? [] }
+
+    /// What a read of `range` of `base` needs (`refused`: downloads cannot go now).
+    public static func need(_ base: Base?, _ range: Range<Int64>, refused: Bool) -> ReadNeed {
+        guard let base, case let missing = base.missing(in: range), !missing.isEmpty else { return .here }
+        return refused ? .refused : .fetch(base.wants(missing))
+    }
+
+    /// Before a read of `range` of `base`: whether its bytes are all here, and the chunks to
+    /// fetch ahead of a sequential reader (none when downloads are `refused`). `run` notes the
+    /// read in the file's cache use and answers the bytes read in a row; it is called only for
+    /// a file not wholly here.
+    public static func beforeRead(_ base: Base?, _ range: Range<Int64>, refused: Bool, run: () -> Int64) -> (present: Bool, ahead: [ChunkWant]) {
+        guard let base, !base.complete else { return (true, []) }
+        let ahead = base.readAhead(after: range, run: run())
+        return (base.missing(in: range).isEmpty, refused ? [] : base.wants(ahead))
+    }
+}

@@ -72,9 +72,8 @@ extension SyncEngine: SyncControl {
             // download would only fail later, and `setfattr user.nimbus.download` must say so now.
             if s.link.refusesDownloads(paused: s.paused, at: options.clock.now) { return items.contains { s.base($0).map { !$0.complete } ?? false } }
             for id in items {
-                guard let b = s.base(id), let present = b.present else { continue }
-                for i in present.indices where !present[i] {
-                    want(&s, ChunkKey(item: id, index: i, hash: b.record.chunks[i].hash), at: b.offsets[i], priority: priority, waiter: nil)
+                for c in s.base(id).map({ $0.wants($0.missingChunks) }) ?? [] {
+                    want(&s, ChunkKey(item: id, index: c.index, hash: c.hash), at: c.offset, priority: priority, waiter: nil)
                 }
             }
             return false

@@ -21,16 +21,15 @@ extension SyncEngine: ContentProvider {
             s.useClock &+= 1
             let clock = s.useClock
             s.items.withCache(item) { $0.lastUse = clock }
-            guard let b = s.base(item) else { return (true, false) }
-            guard b.present != nil else { return (true, false) }
             // Sequential reading extends the run; a window of chunks ahead of it is fetched.
-            let run = s.items.withCache(item) { $0.read(range) } ?? 0
-            var queued = false
-            for i in s.paused || isOffline(s) ? [] : b.readAhead(after: range, run: run) {
-                queued = want(&s, ChunkKey(item: item, index: i, hash: b.record.chunks[i].hash), at: b.offsets[i],
-                              priority: 2, waiter: nil) || queued
+            let read = Base.beforeRead(s.base(item), range, refused: s.paused || isOffline(s)) {
+                s.items.withCache(item) { $0.read(range) } ?? 0
             }
-            return (b.missing(in: range).isEmpty, queued)
+            var queued = false
+            for c in read.ahead {
+                queued = want(&s, ChunkKey(item: item, index: c.index, hash: c.hash), at: c.offset, priority: 2, waiter: nil) || queued
+            }
+            return (read.present, queued)
         }
         if pump { self.pump() }
         return present
@@ -50,21 +49,24 @@ extension SyncEngine: ContentProvider {
     public func hydrate(_ item: ItemID, range: Range<Int64>, done: @escaping @Sendable (Errno?) -> Void) {
         // Register a waiter on every missing chunk; queue the fetches nobody asked for yet.
         let waiter = Waiter(done)
-        let count: Int = state.withLock { s in
-            guard let b = s.base(item) else { return 0 }
-            let missing = b.missing(in: range)
-            if missing.isEmpty { return 0 }
-            if s.paused || isOffline(s) { return -1 }
-            waiter.expect(missing.count)
-            for i in missing {
-                _ = want(&s, ChunkKey(item: item, index: i, hash: b.record.chunks[i].hash), at: b.offsets[i], priority: 0,
-                         waiter: { waiter.finished($0) })
+        let need = state.withLock { s in
+            let need = Base.need(s.base(item), range, refused: s.paused || isOffline(s))
+            switch need {
+            case .fetch(let missing):
+                waiter.expect(missing.count)
+                for c in missing {
+                    want(&s, ChunkKey(item: item, index: c.index, hash: c.hash), at: c.offset, priority: 0, waiter: { waiter.finished($0) })
+                }
+            case .here, .refused:
+                break
             }
-            return missing.count
+            return need
         }
-        if count == 0 { return done(nil) }
-        if count < 0 { return done(.EIO) }  // paused, or the server just proved unreachable
-        pump()
+        switch need {
+        case .here: done(nil)
+        case .refused: done(.EIO)  // paused, or the server just proved unreachable
+        case .fetch: pump()
+        }
     }
 
     /// Asks for one chunk (state lock held): adds the waiter and queues a fetch at `priority`

@@ -140,3 +140,32 @@ import Testing
         #expect(o.queue && o.whole == nil && other == SyncItem<T>(), "a move or a create: queued, nothing else")
     }
 }
+
+/// What a read needs: nothing, a refusal, or the chunks to download; and what is read ahead.
+@Suite struct ReadNeedTests {
+    static let r = BaseTests().record([10, 20, 30])  // [0,10) [10,30) [30,60)
+
+    @Test func aReadNeedsItsMissingChunksUnlessDownloadsAreRefused() {
+        let b = Base(record: Self.r, present: [true, false, false])
+        #expect(Base.need(nil, 0..<10, refused: true) == .here)
+        #expect(Base.need(b, 0..<10, refused: true) == .here)
+        #expect(Base.need(Base(record: Self.r, present: nil), 0..<60, refused: true) == .here)
+        #expect(Base.need(b, 5..<35, refused: true) == .refused)
+        #expect(Base.need(b, 5..<35, refused: false) == .fetch(b.wants([1, 2])))
+        #expect(b.wants([2]).first?.offset == 30 && b.wants([2]).first?.hash == Self.r.chunks[2].hash)
+        #expect(b.missingChunks == [1, 2] && Base(record: Self.r, present: nil).missingChunks.isEmpty)
+    }
+
+    @Test func aReadOfAFileNotWhollyHereNotesItsRunAndReadsAhead() {
+        var asked = 0
+        let whole = Base.beforeRead(Base(record: Self.r, present: nil), 0..<10, refused: false) { asked += 1; return 0 }
+        #expect(whole.present && whole.ahead.isEmpty && asked == 0, "a whole file notes nothing")
+        let b = Base(record: Self.r, present: [true, false, false])
+        let first = Base.beforeRead(b, 0..<10, refused: false) { asked += 1; return 10 }
+        #expect(first.present && first.ahead.isEmpty && asked == 1, "a short run reads nothing ahead")
+        let long = Base.beforeRead(b, 0..<10, refused: false) { Base.prefetchAfter }
+        #expect(long.present && long.ahead == b.wants([1, 2]))
+        let offline = Base.beforeRead(b, 0..<20, refused: true) { Base.prefetchAfter }
+        #expect(!offline.present && offline.ahead.isEmpty)
+    }
+}
