@@ -56,6 +56,18 @@ public struct Base: Sendable, Equatable {
 }
 
 extension Base {
+    /// The base to write for an item when `passed` was handed to the writer (nil: removed) and
+    /// memory holds `memory` now: memory's when it is the same version (its presence may have
+    /// changed since: a write into a placeholder marks it whole, and an older copy must not
+    /// undo that on disk), else what was passed (a different version in memory is written by
+    /// its own writer, after its tree change).
+    public static func toWrite(passed: Base?, memory: Base?) -> Base? {
+        guard let passed, let memory, memory.version == passed.version else { return passed }
+        return memory
+    }
+}
+
+extension Base {
     /// What a start after an unclean stop (kill -9, a full disk) does with a synced file shown
     /// here at `sizeHere` bytes: bytes may have reached it without their change being recorded.
     public enum AfterUncleanStop: Sendable, Equatable {

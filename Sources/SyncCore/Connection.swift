@@ -83,3 +83,41 @@ public struct Connection: Sendable, Equatable {
         paused || state.isDisconnected || failsReads(at: now)
     }
 }
+
+/// The pull's wait after a failure: 1 s doubling to 30 s; an answer starts it over.
+public struct PullRetry: Sendable, Equatable {
+    public private(set) var seconds = 1
+
+    public init() {}
+
+    /// A pull failed: the connection to show (the token refused, or offline until the next try)
+    /// and the seconds to wait.
+    public mutating func failed(tokenRefused: Bool) -> (state: ConnectionState, wait: Int) {
+        let wait = seconds
+        seconds = min(seconds * 2, 30)
+        return (tokenRefused ? .unauthorized : .offline(retryIn: wait), wait)
+    }
+
+    public mutating func answered() { seconds = 1 }
+}
+
+extension Connection {
+    /// The journal's request failed: a refused token makes uploads wait too.
+    public mutating func pullFailed(_ why: String, tokenRefused: Bool) {
+        if tokenRefused { self.tokenRefused = why }
+    }
+
+    /// Pushes ended with no queued item failing: an item's error shown as the last one is over.
+    public mutating func pushesClear(anyQueuedFailure: Bool) {
+        if !anyQueuedFailure { lastError = nil }
+    }
+}
+
+/// The cache limit (`--cache-size`): above it, content is evicted down to 90 % of it.
+public enum CacheLimit {
+    /// The bytes to evict down to, or nil when `used` is within `limit` (or there is none).
+    public static func target(used: Int64, limit: Int64?) -> Int64? {
+        guard let limit, used > limit else { return nil }
+        return limit / 10 * 9
+    }
+}

@@ -132,18 +132,16 @@ extension SyncEngine: SyncControl {
     /// Above the limit: evict clean, closed, unpinned files, least recently read first, down
     /// to 90 % of the limit. Pinned content is never evicted (it may keep the cache above).
     func enforceCacheLimit() {
-        guard let limit = options.cacheLimit else { return }
-        let fs = tree
         var used = measureCache()
-        guard used > limit else { return }
-        let target = limit / 10 * 9
+        guard let target = CacheLimit.target(used: used, limit: options.cacheLimit) else { return }
+        let fs = tree
         let keep = state.withLock { $0.pinned }.kept(descendants: fs.descendants)
         let candidates = state.withLock { $0.items.evictionOrder(keep: keep) }
         var evicted = 0
         for id in candidates where used > target {
             if let freed = try? evictOne(id, fs: fs) { used -= freed; evicted += 1 }
         }
-        log("cache above its limit (\(limit) bytes): evicted \(evicted) file(s), \(used) bytes held now")
+        log("cache above its limit (\(options.cacheLimit ?? 0) bytes): evicted \(evicted) file(s), \(used) bytes held now")
     }
 
     /// Room on the state disk for `bytes` of a download a program waits for: clean, closed,

@@ -102,7 +102,7 @@ extension SyncEngine {
     }
 
     func pullLoop() async {
-        var backoff = 1
+        var backoff = PullRetry()
         while !Task.isCancelled, !isPaused {
             do {
                 if !state.withLock({ $0.listed }) { try await initialSync() }
@@ -133,20 +133,17 @@ extension SyncEngine {
                     try setCursor(r.cursor)
                 }
                 setConnection(.online)
-                backoff = 1
+                backoff.answered()
             } catch is CancellationError {
                 return
             } catch {
                 if Task.isCancelled { return }
-                if Self.classify(error) == .unauthorized {
-                    state.withLock { $0.link.tokenRefused = "\(error)" }
-                    setConnection(.unauthorized, error: "\(error)")
-                } else {
-                    setConnection(.offline(retryIn: backoff), error: "\(error)")
-                }
-                log("pull failed: \(error); retrying in \(backoff) s")
-                await options.clock.sleep(for: .seconds(backoff))
-                backoff = min(backoff * 2, 30)
+                let refused = Self.classify(error) == .unauthorized
+                let (next, wait) = backoff.failed(tokenRefused: refused)
+                state.withLock { $0.link.pullFailed("\(error)", tokenRefused: refused) }
+                setConnection(next, error: "\(error)")
+                log("pull failed: \(error); retrying in \(wait) s")
+                await options.clock.sleep(for: .seconds(wait))
             }
         }
     }

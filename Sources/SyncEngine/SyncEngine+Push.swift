@@ -120,7 +120,7 @@ extension SyncEngine: ChangeObserver {
             let held = s.items[id]?.remote.releaseAfterPush(writing: writing, queued: s.queue.contains(id))
             s.queue.landed(id); s.upload = nil
             s.items[id]?.upload.on(.pushEnded(closed: closed), at: now, rules: rules)
-            if !s.queue.items.contains(where: { s.items[$0]?.upload.failure != nil }) { s.link.lastError = nil }
+            s.link.pushesClear(anyQueuedFailure: s.queue.items.contains { s.items[$0]?.upload.failure != nil })
             return (s.queue.isEmpty ? s.skippedRemote() : [], held)
         }
         if let held {

@@ -456,17 +456,12 @@ public final class SyncEngine: Sendable {
     func persistBases(_ bases: [ItemID: Base?]) throws {
         guard !bases.isEmpty else { return }
         try baseDiskLock.withLock { _ in
-            let now: [ItemID: Base] = state.withLock { s in
-                var now: [ItemID: Base] = [:]
-                now.reserveCapacity(bases.count)
-                for (id, b) in bases { if let b, let m = s.base(id), m.version == b.version { now[id] = m } }
-                return now
-            }
+            let write: [(ItemID, Base?)] = state.withLock { s in bases.map { id, b in (id, Base.toWrite(passed: b, memory: s.base(id))) } }
             var rows: [SyncBase] = []
             var gone: [ItemID] = []
             rows.reserveCapacity(bases.count)
-            for (id, passed) in bases {
-                if let b = now[id] ?? passed {
+            for (id, written) in write {
+                if let b = written {
                     rows.append(SyncBase(id: id, version: b.version, record: BaseCoding.encode(b.record), present: BaseCoding.bytes(b.present)))
                 } else {
                     gone.append(id)

@@ -32,4 +32,43 @@ import Testing
         #expect(c.state == .connecting)
         #expect(ConnectionState.offline(retryIn: nil).isDisconnected && ConnectionState.unauthorized.isDisconnected && !ConnectionState.paused.isDisconnected)
     }
+
+    @Test func thePullWaitsLongerAfterEachFailureAndAnAnswerStartsOver() {
+        var r = PullRetry()
+        var waits: [Int] = []
+        for _ in 0..<7 { waits.append(r.failed(tokenRefused: false).wait) }
+        #expect(waits == [1, 2, 4, 8, 16, 30, 30])
+        #expect(r.failed(tokenRefused: true).state == .unauthorized)
+        r.answered()
+        let next = r.failed(tokenRefused: false)
+        #expect(next.state == .offline(retryIn: 1) && next.wait == 1)
+        var c = Connection()
+        c.pullFailed("gone", tokenRefused: false)
+        #expect(c.tokenRefused == nil)
+        c.pullFailed("401", tokenRefused: true)
+        #expect(c.tokenRefused == "401")
+        c.lastError = "upload of x: refused"
+        c.pushesClear(anyQueuedFailure: true)
+        #expect(c.lastError != nil)
+        c.pushesClear(anyQueuedFailure: false)
+        #expect(c.lastError == nil)
+    }
+
+    @Test func theCacheIsEvictedToNinetyPercentOnlyAboveItsLimit() {
+        #expect(CacheLimit.target(used: 100, limit: nil) == nil)
+        #expect(CacheLimit.target(used: 100, limit: 100) == nil)
+        #expect(CacheLimit.target(used: 101, limit: 100) == 90)
+    }
+
+    @Test func whatIsWrittenIsMemorysBaseWhenItIsTheSameVersion() {
+        let r = BaseTests().record([10, 20])
+        let placeholder = Base.placeholder(r), whole = Base(record: r, present: nil)
+        #expect(Base.toWrite(passed: placeholder, memory: whole) == whole)
+        #expect(Base.toWrite(passed: nil, memory: whole) == nil)
+        #expect(Base.toWrite(passed: placeholder, memory: nil) == placeholder)
+        var newer = r
+        newer.version += 1
+        #expect(Base.toWrite(passed: placeholder, memory: Base.placeholder(newer)) == placeholder)
+    }
 }
+
