@@ -81,6 +81,22 @@ public enum PushStep<Instant: InstantProtocol>: Sendable, Equatable where Instan
         case .waitForWriter, .waitForLock, .paced, .commit: true
         }
     }
+
+    /// What the item's upload record takes for this step, in order. A file without a base that
+    /// is not kept here is no device-local file (a SQLite journal's name renamed to an ordinary
+    /// one is uploaded from then on), nor is a delete; a kept one is; a lock held waits for its
+    /// release; a paced file waits its time; a commit is under way.
+    public func uploadEvents(isFile: Bool, hasBase: Bool) -> [UploadState<Instant>.Event] {
+        let ordinary: [UploadState<Instant>.Event] = isFile && !hasBase && self != .keepLocal ? [.deviceLocal(false)] : []
+        switch self {
+        case .commitDelete: return ordinary + [.deviceLocal(false)]
+        case .keepLocal: return [.deviceLocal(true)]
+        case .waitForLock: return ordinary + [.lockHeld]
+        case .paced(let until): return ordinary + [.paced(until: until)]
+        case .commit(let snapshot): return ordinary + [.committing(snapshot: snapshot != nil)]
+        case .waitForBelow, .waitForNotice, .waitForSafeSave, .waitForWriter: return ordinary
+        }
+    }
 }
 
 extension SyncItem {

@@ -90,9 +90,10 @@ extension SyncEngine: SyncControl {
     func evict(_ item: ItemID, isFolder: Bool, explicit: Bool) throws(Errno) {
         let fs = tree
         if explicit, state.withLock({ $0.pinned.contains(item) }) { try setPinned(item, false, isFolder: isFolder) }
-        var busy = 0
-        for id in files(under: item, isFolder: isFolder) {
-            if isPinned(id, fs: fs) { busy += 1; continue }
+        let files = files(under: item, isFolder: isFolder)
+        let pinned = Set(state.withLock { $0.pinned }.covered(files, ancestors: fs.ancestors))
+        var busy = pinned.count
+        for id in files where !pinned.contains(id) {
             do { try evictOne(id, fs: fs) } catch { busy += 1 }
         }
         if busy > 0 {

@@ -367,9 +367,10 @@ extension SyncEngine: ChangeObserver {
             return .askPresenters(path: fs.path(of: id))
         }
         let now = options.clock.now, rules = pacingRules
-        if local?.kind == .file, base == nil, step != .keepLocal {
-            // A device-local name renamed to an ordinary one is uploaded from then on.
-            state.withLock { _ = $0.items[id]?.upload.on(.deviceLocal(false), at: now, rules: rules) }
+        state.withLock { s in
+            for event in step.uploadEvents(isFile: local?.kind == .file, hasBase: base != nil) {
+                s.items[id, default: SyncItem()].upload.on(event, at: now, rules: rules)
+            }
         }
         var snapshot: UInt64?
         switch step {
@@ -382,14 +383,12 @@ extension SyncEngine: ChangeObserver {
             // Nor states held back here (for a push, a writer or a lock): another device's
             // write this device never showed would go with the folder (`SeenCursor`).
             let seen = state.withLock { s in
-                s.items[id]?.upload.on(.deviceLocal(false), at: now, rules: rules)
                 let held = s.items.busyItems.lazy.flatMap(\.item.remote.heldVersions)
                 return SeenCursor.forDelete(cursor: cursor, notShown: held + (s.minSkipped.map { [$0] } ?? []))
             }
             return .delete(base: base, cursor: seen)
         case .keepLocal:
             // SQLite's journals stay on this device (DeviceLocalNames).
-            state.withLock { _ = $0.items[id, default: SyncItem()].upload.on(.deviceLocal(true), at: now, rules: rules) }
             try store.removeSyncOps(id, upTo: upTo)
             return .nothing
         case .waitForNotice(let until):
@@ -410,19 +409,14 @@ extension SyncEngine: ChangeObserver {
             return .nothing
         case .waitForLock:
             // A program holds the file exclusively (mid-save): its unlock queues the item again.
-            state.withLock { _ = $0.items[id, default: SyncItem()].upload.on(.lockHeld, at: now, rules: rules) }
             return .nothing
         case .paced(let until):
             // A file that keeps changing keeps its place in the queue until then.
-            state.withLock { s in
-                s.items[id]?.upload.on(.paced(until: until), at: now, rules: rules)
-                s.queue.prepend(id)
-            }
+            state.withLock { $0.queue.prepend(id) }
             trace("push \(id): changing again soon after its last upload; paced for \(until - now)")
             return .nothing
         case .commit(let s):
             snapshot = s
-            state.withLock { _ = $0.items[id]?.upload.on(.committing(snapshot: snapshot != nil), at: now, rules: rules) }
         }
         guard let local, let parent = local.parent, let name = try? ItemName(local.name) else { return .nothing }
         var draft = ItemDraft(kind: local.kind, parent: parent, name: name, symlinkTarget: local.target,

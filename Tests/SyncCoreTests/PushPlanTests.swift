@@ -68,3 +68,21 @@ import Testing
         #expect(step.concernsContent == asks)
     }
 }
+
+/// What a push step records in the item's upload record.
+@Suite struct PushStepEventsTests {
+    typealias S = PushStep<T>
+
+    @Test func eachStepRecordsWhatItMeans() {
+        #expect(S.keepLocal.uploadEvents(isFile: true, hasBase: false) == [.deviceLocal(true)])
+        #expect(S.commit(snapshot: nil).uploadEvents(isFile: true, hasBase: false) == [.deviceLocal(false), .committing(snapshot: false)])
+        #expect(S.commit(snapshot: 3).uploadEvents(isFile: true, hasBase: true) == [.committing(snapshot: true)])
+        #expect(S.commit(snapshot: nil).uploadEvents(isFile: false, hasBase: false) == [.committing(snapshot: false)])
+        #expect(S.commitDelete.uploadEvents(isFile: false, hasBase: true) == [.deviceLocal(false)])
+        #expect(S.waitForLock.uploadEvents(isFile: true, hasBase: true) == [.lockHeld])
+        #expect(S.paced(until: .s(9)).uploadEvents(isFile: true, hasBase: true) == [.paced(until: .s(9))])
+        #expect(S.waitForWriter.uploadEvents(isFile: true, hasBase: true).isEmpty)
+        #expect(S.waitForSafeSave(until: .s(1)).uploadEvents(isFile: true, hasBase: false) == [.deviceLocal(false)])
+        #expect(S.waitForBelow(until: .s(1)).uploadEvents(isFile: false, hasBase: true).isEmpty)
+    }
+}
