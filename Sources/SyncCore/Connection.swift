@@ -107,6 +107,16 @@ extension Connection {
         if tokenRefused { self.tokenRefused = why }
     }
 
+    /// A download failed (`unreachable`: no answer from the server): the error is the last one,
+    /// and an unreachable server makes reads fail at once for 2 s. Returns the connection to
+    /// show when the failure says the server is gone (the long-poll notices only after its wait).
+    public mutating func downloadFailed(_ why: String, unreachable: Bool, at now: ContinuousClock.Instant) -> ConnectionState? {
+        lastError = why
+        guard unreachable else { return nil }
+        self.unreachable(at: now, seconds: 2)
+        return .offline(retryIn: nil)
+    }
+
     /// Pushes ended with no queued item failing: an item's error shown as the last one is over.
     public mutating func pushesClear(anyQueuedFailure: Bool) {
         if !anyQueuedFailure { lastError = nil }

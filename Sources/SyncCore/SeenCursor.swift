@@ -16,4 +16,10 @@ public enum SeenCursor {
         for v in notShown where v <= seen { seen = v - 1 }
         return max(0, seen)
     }
+
+    /// The lowest version among remote states skipped here (`current`, and the versions of
+    /// those just skipped): a folder delete's cursor stays below it.
+    public static func lowestSkipped(_ current: Int64?, adding skipped: some Sequence<Int64>) -> Int64? {
+        skipped.reduce(current) { low, v in min(low ?? v, v) }
+    }
 }

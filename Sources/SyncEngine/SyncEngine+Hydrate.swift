@@ -195,17 +195,14 @@ extension SyncEngine: ContentProvider {
         } catch {
             failure = .EIO
             log("download of chunk \(key.index) of \(key.item) failed: \(error)")
-            let unreachable = Self.isTransport(error)
             let now = options.clock.now, rules = pacingRules
-            state.withLock { s in
-                s.link.lastError = "download: \(error)"
+            let gone = state.withLock { s in
                 s.items[key.item, default: SyncItem()].upload.on(.download(failed: "download failed: \(error)"), at: now, rules: rules)
-                if unreachable { s.link.unreachable(at: options.clock.now, seconds: 2) }
+                return s.link.downloadFailed("download: \(error)", unreachable: Self.isTransport(error), at: now)
             }
             // A read that could not reach the server is the first sign of a network that went
-            // away silently (the long-poll only notices after its wait): the status says so now,
-            // and the pull's next answer says online again.
-            if unreachable { setConnection(.offline(retryIn: nil), error: "download: \(error)") }
+            // away silently: the status says so now, and the pull's next answer says online again.
+            if let gone { setConnection(gone, error: "download: \(error)") }
         }
         for w in state.withLock({ $0.fetches.ended(key) }) { w(failure) }
         pump()

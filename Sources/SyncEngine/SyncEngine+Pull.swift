@@ -109,7 +109,7 @@ extension SyncEngine {
                 // Remote states not shown when the daemon last stopped (held for a writer or a
                 // lock, name taken, folder missing) were retried from memory only, and items a
                 // folder delete took with it after the server moved them out: list again.
-                if state.withLock({ $0.relistDue }) {
+                if state.withLock({ $0.relist.due }) {
                     try await relist()
                     clearRelistMark()
                     setConnection(.online)
@@ -193,6 +193,13 @@ extension SyncEngine {
         return out
     }
 
+    /// Skipped states tried again (`current`, then `applyRetry` in a turn), when there are any.
+    func retrySkipped(_ skipped: [ServerItem]) async throws {
+        guard !skipped.isEmpty else { return }
+        let retry = await current(skipped)
+        try await loop.turn(.skippedRetried(retry.items.count)) { try applyRetry(retry) }
+    }
+
     /// Shows what `current` found (in a turn).
     func applyRetry(_ r: SkippedRetry) throws {
         guard !r.isEmpty else { return }
@@ -206,24 +213,15 @@ extension SyncEngine {
     /// never forgets it (EngineSimTests: an item renamed elsewhere onto a name taken here,
     /// skipped, then a crash: it still gets its new name). Written once per run.
     func markRelist() {
-        if Mutation.forgetHeldAcrossCrash.isOn { return }
         relistDiskLock.withLock { _ in
-            let first = state.withLock { s in
-                defer { s.relistMarked = true }
-                return !s.relistMarked
-            }
-            if first { try? store.setMeta("sync.relist", "1") }
+            if state.withLock({ $0.relist.mark() }) { try? store.setMeta("sync.relist", "1") }
         }
     }
 
     /// After the start's relist: the mark goes unless that relist left something not shown.
     func clearRelistMark() {
         relistDiskLock.withLock { _ in
-            let clear = state.withLock { s in
-                s.relistDue = false
-                return !s.relistMarked
-            }
-            if clear { try? store.setMeta("sync.relist", "0") }
+            if state.withLock({ $0.relist.listed() }) { try? store.setMeta("sync.relist", "0") }
         }
     }
 
@@ -247,7 +245,7 @@ extension SyncEngine {
         var moving: [ItemID: ItemID]?  // the batch's live states: item → folder (folder deletes only)
         defer {
             if relistAfter {
-                state.withLock { $0.relistDue = true }
+                state.withLock { $0.relist.due = true }
                 markRelist()
             }
         }
@@ -338,13 +336,15 @@ extension SyncEngine {
             }
             shown[id] = nb
         }
-        if !shown.isEmpty { state.withLock { s in for id in shown.keys { s.items[id]?.remote.skippedShown() } } }
         // The tree changes go through the store's write-behind queue, the bases (and then the
         // cursor) are written directly: commit the queue first, so no crash leaves a base or a
         // cursor on disk that says an item is shown while its row is not (EngineSimTests: a
         // folder created elsewhere appears on a device that crashed just after applying it).
         let t2 = ContinuousClock.now
-        if !shown.isEmpty { store.commitQueued() }
+        if !shown.isEmpty {
+            state.withLock { s in for id in shown.keys { s.items[id]?.remote.skippedShown() } }
+            store.commitQueued()
+        }
         let t3 = ContinuousClock.now
         try persistBases(shown)
         if items.count >= 10_000 {
@@ -354,9 +354,7 @@ extension SyncEngine {
         let fresh = states.filter { $0.kind == .file && $0.resetContent && !$0.deleted && !skipped.contains($0.id) }.map(\.id)
         try? fetchWhole(state.withLock { $0.pinned }.covered(fresh, ancestors: fs.ancestors), priority: 1)
         let versions = Dictionary(items.map { ($0.id, $0.version) }, uniquingKeysWith: max)
-        if let low = skipped.compactMap({ versions[$0] }).min() {
-            state.withLock { s in s.minSkipped = min(s.minSkipped ?? low, low) }
-        }
+        state.withLock { s in s.minSkipped = SeenCursor.lowestSkipped(s.minSkipped, adding: skipped.compactMap { versions[$0] }) }
         let byID = Dictionary(items.map { ($0.id, $0) }, uniquingKeysWith: { a, b in a.version >= b.version ? a : b })
         for id in skipped {
             // The old base stays: the item is retried on its next change or commit answer.

@@ -54,11 +54,8 @@ extension SyncEngine: ChangeObserver {
                 try await push(id)
                 let retry = try await loop.turn(.pushEnded(id)) { try pushEnded(id) }
                 // The queue is empty: what was in the way of skipped remote items has moved.
-                if !retry.isEmpty {
-                    let current = await current(retry)
-                    do { try await loop.turn(.skippedRetried(current.items.count)) { try applyRetry(current) } } catch {
-                        log("showing skipped remote items failed: \(error)")
-                    }
+                do { try await retrySkipped(retry) } catch {
+                    log("showing skipped remote items failed: \(error)")
                 }
             } catch {
                 // The change stays queued (in memory and on disk) whatever the error: it leaves
@@ -155,7 +152,7 @@ extension SyncEngine: ChangeObserver {
                 case .putBack:
                     // Until the server's state is shown the tree holds a place the server never
                     // had: the next pull (or start) lists the container again.
-                    s.relistDue = true
+                    s.relist.due = true
                     putBack = true
                 case .queue, .keepPlace: break
                 }
@@ -188,10 +185,7 @@ extension SyncEngine: ChangeObserver {
                 try apply([item], force: [id])
                 return state.withLock { $0.skippedRemote() }
             }
-            if !skipped.isEmpty {
-                let retry = await current(skipped)
-                try await loop.turn(.skippedRetried(retry.items.count)) { try applyRetry(retry) }
-            }
+            try await retrySkipped(skipped)
             log("the move of \(item.name.value) was refused by the server (a cycle); put back where the server has it")
         } catch {
             log("could not put \(id) back after a refused move: \(error)")

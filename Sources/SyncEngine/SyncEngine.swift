@@ -120,14 +120,10 @@ public final class SyncEngine: Sendable {
         /// Deletes shown here since the start, by item: their bases are gone, and a live state
         /// no newer than one is old news (`ApplyFacts.deleteShown`).
         var deletesShown: [ItemID: Int64] = [:]
-        /// The pull lists the container before its next page: the last run left remote states not
-        /// shown, or a folder delete took items the server had moved out.
-        var relistDue = false
-        /// `sync.relist` was set to 1 during this run (`markRelist`).
-        var relistMarked = false
-        /// After a download could not reach the server, reads fail at once until then (so a
-        /// read answers EIO within one deadline, not one per kernel retry or read-ahead).
-        var offlineUntil: ContinuousClock.Instant?
+        /// The pull lists the container before its next page (the last run left remote states
+        /// not shown, or a folder delete took items the server had moved out), and the mark on
+        /// disk that says so (SyncCore `RelistMark`).
+        var relist = RelistMark(due: false)
         /// Cache (SyncEngine+Cache.swift): explicit pins, and the logical clock of
         /// `CacheUse.lastUse`.
         var pinned = Pins()
@@ -232,7 +228,7 @@ public final class SyncEngine: Sendable {
             s.cursor = c
             s.listed = true
         }
-        s.relistDue = try store.meta("sync.relist") == "1"
+        s.relist = RelistMark(due: try store.meta("sync.relist") == "1")
         s.pinned = Pins(try store.pins())
         s.paused = try store.meta("sync.paused") == "1"
         s.link.pause(s.paused)

@@ -70,5 +70,14 @@ import Testing
         newer.version += 1
         #expect(Base.toWrite(passed: placeholder, memory: Base.placeholder(newer)) == placeholder)
     }
+
+    @Test func aDownloadThatFoundNoServerMakesReadsFailAtOnceForAWhile() {
+        var c = Connection()
+        let now = ContinuousClock.now
+        #expect(c.downloadFailed("download: bad bytes", unreachable: false, at: now) == nil)
+        #expect(c.lastError == "download: bad bytes" && !c.failsReads(at: now))
+        #expect(c.downloadFailed("download: no route", unreachable: true, at: now) == .offline(retryIn: nil))
+        #expect(c.failsReads(at: now + .seconds(1)) && !c.failsReads(at: now + .seconds(2)) && c.lastError == "download: no route")
+    }
 }
 

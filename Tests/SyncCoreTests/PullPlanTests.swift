@@ -40,3 +40,15 @@ import Testing
         #expect(CommitPlan.afterAnswer(snapshot: 4) == [.snapshotSent(4)])
     }
 }
+
+/// The relist mark is written once per run and goes only after a listing that left nothing.
+@Suite struct RelistMarkTests {
+    @Test func theMarkIsWrittenOncePerRunAndClearedOnlyWhenNothingWasMarked() {
+        var m = RelistMark(due: true)
+        #expect(m.due)
+        #expect(m.mark() && !m.mark(), "written the first time only")
+        #expect(!m.listed() && !m.due, "marked during this run: the mark stays on disk")
+        var clean = RelistMark(due: true)
+        #expect(clean.listed() && !clean.due)
+    }
+}

@@ -98,6 +98,13 @@ extension RemoteHoldsTests {
         #expect(SeenCursor.forDelete(cursor: cursor, notShown: held) == seen)
     }
 
+    @Test func theLowestSkippedVersionIsKept() {
+        #expect(SeenCursor.lowestSkipped(nil, adding: []) == nil)
+        #expect(SeenCursor.lowestSkipped(nil, adding: [9, 4, 7]) == 4)
+        #expect(SeenCursor.lowestSkipped(3, adding: [9, 4]) == 3)
+        #expect(SeenCursor.lowestSkipped(12, adding: []) == 12)
+    }
+
     @Test func everyHoldCounts() {
         var h = RemoteHolds()
         #expect(h.heldVersions.isEmpty)
