@@ -256,8 +256,9 @@ extension SyncEngine {
             below: { folder in
                 let ids = fs.descendants(of: folder)
                 // A file open for writing has local work: its upload waits for the close, so it
-                // is in no queue.
-                let open = Set(ids.filter { fs.writeState($0).map { $0.writers > 0 || $0.dirty } ?? false })
+                // is in no queue. So has one whose change the engine has not heard of yet (a save
+                // renamed over it tells the engine after the tree's lock is released).
+                let open = Set(ids.filter { fs.writeState($0).map { $0.writers > 0 || $0.dirty || $0.unnoticed } ?? false })
                 if moving == nil {
                     moving = Dictionary(items.filter { !$0.deleted }.map { ($0.id, $0.parent) }, uniquingKeysWith: { _, b in b })
                 }
