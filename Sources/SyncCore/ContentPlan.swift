@@ -84,18 +84,19 @@ extension Base {
     public var missingChunks: [Int] { present.map { p in p.indices.filter { !p[$0] } } ?? [] }
 
     /// What a read of `range` of `base` needs (`refused`: downloads cannot go now).
-    public static func need(_ base: Base?, _ range: Range<Int64>, refused: Bool) -> ReadNeed {
+    public static func need(_ base: Base?, _ range: Range<Int64>, refused: @autoclosure () -> Bool) -> ReadNeed {
         guard let base, case let missing = base.missing(in: range), !missing.isEmpty else { return .here }
-        return refused ? .refused : .fetch(base.wants(missing))
+        return refused() ? .refused : .fetch(base.wants(missing))
     }
 
     /// Before a read of `range` of `base`: whether its bytes are all here, and the chunks to
     /// fetch ahead of a sequential reader (none when downloads are `refused`). `run` notes the
     /// read in the file's cache use and answers the bytes read in a row; it is called only for
     /// a file not wholly here.
-    public static func beforeRead(_ base: Base?, _ range: Range<Int64>, refused: Bool, run: () -> Int64) -> (present: Bool, ahead: [ChunkWant]) {
+    public static func beforeRead(_ base: Base?, _ range: Range<Int64>, refused: @autoclosure () -> Bool,
+                                  run: () -> Int64) -> (present: Bool, ahead: [ChunkWant]) {
         guard let base, !base.complete else { return (true, []) }
         let ahead = base.readAhead(after: range, run: run())
-        return (base.missing(in: range).isEmpty, refused ? [] : base.wants(ahead))
+        return (base.missing(in: range).isEmpty, ahead.isEmpty || refused() ? [] : base.wants(ahead))
     }
 }

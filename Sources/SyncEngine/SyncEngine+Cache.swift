@@ -67,6 +67,7 @@ extension SyncEngine: SyncControl {
 
     /// Queues every missing chunk of `items` (files) at `priority`, without waiters.
     func fetchWhole(_ items: [ItemID], priority: Int) throws(Errno) {
+        guard !items.isEmpty else { return }
         let refused = state.withLock { s -> Bool in
             // Also when the journal's long-poll found the server gone or the token refused: the
             // download would only fail later, and `setfattr user.nimbus.download` must say so now.
