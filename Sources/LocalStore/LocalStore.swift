@@ -17,23 +17,25 @@ import NimbusCore
 /// **Failures** (a full disk, an I/O error): a batch that cannot be committed stays at the head
 /// of the queue and is tried again — at once when someone calls `sync()`, else after a back-off
 /// of 10 ms doubling to 1 s — so nothing queued is dropped and order is kept. While it fails,
-/// `sync()` answers the failure (`StoreFailure.errno`: ENOSPC for a full disk, else EIO) and
-/// direct writes (the sync engine's bases, cursor, pins) join the queue behind it instead of
-/// overtaking it: what is on disk is always a prefix of what was written, as after a crash.
+/// `sync()` answers the failure (`StoreFailure.errno`: ENOSPC for a full disk, else EIO).
 /// The first commit that goes through ends the failure by itself. A reserve file
 /// (`space-reserve`, `spaceReserve` bytes, preallocated) is deleted when the disk is full, so the
 /// commit that follows can still go through — that commit is what deletes the trashed cache
 /// files of removed items (`.removeFile`), so `rm` frees space on a full disk. It is made again
 /// once twice its size is free.
 ///
+/// **The sync engine's writes** (bases, cursor, pins, its queue entries done: `write`) join the
+/// same queue, behind every change enqueued before them: what is on disk is always a prefix of
+/// what was written, as after a crash, and nobody waits for the database to write them (a
+/// caller that must read what it wrote awaits `queueCommitted()` first).
+///
 /// Concurrency: `queueLock` (an NSCondition) guards `pending`, `enqueued`, `committed`,
-/// `wantsFullSync`, `failure`, the attempt counters, the retry and stop fields and
-/// `orderBarrier`. The writer thread takes it only to take the queue and to publish progress;
-/// it never holds it across database work. `writeOrder` is held by the writer across a commit
-/// and its publication and by a direct write, so a direct write sees every failure published
-/// before it runs; it also guards `reserveHeld`. Lock order: filesystem lock → writeOrder →
-/// queueLock. Callers may hold their own locks while calling `enqueue`, never while calling
-/// `sync()`.
+/// `wantsFullSync`, `failure`, the attempt counters, the retry and stop fields and the tasks
+/// waiting in `queueCommitted()`. The writer thread takes it only to take the queue and to
+/// publish progress; it never holds it across database work. `writeOrder` is held by the writer
+/// across a commit and its publication; it also guards `reserveHeld`. Lock order: filesystem
+/// lock → writeOrder → queueLock. Callers may hold their own locks while calling `enqueue` or
+/// `write`, never while calling `sync()` or `commitQueued()`.
 public final class LocalStore: @unchecked Sendable {
     // @unchecked: mutable fields are guarded by queueLock and writeOrder as documented above.
     public let directory: URL
@@ -71,9 +73,9 @@ public final class LocalStore: @unchecked Sendable {
     private var retryAt = Date.distantPast
     /// `close(within:)`: stop retrying a failing queue after this.
     private var giveUpAt: Date?
-    /// Direct writes join the queue until `committed` reaches this: a caller of `commitQueued()`
-    /// went on while the queue was failing, and its next writes must not overtake it.
-    private var orderBarrier: UInt64 = 0
+    /// Tasks in `queueCommitted()`: resumed once `committed` reaches their target, a commit
+    /// attempt fails, or the writer stops (`publish()`).
+    private var waiters: [(target: UInt64, resume: CheckedContinuation<Void, Never>)] = []
     /// Whether `space-reserve` is on disk (guarded by writeOrder; LocalStore+Reserve.swift).
     var reserveHeld = false
     /// A commit was made in NORMAL mode since the last full one (guarded by writeOrder): its
@@ -262,29 +264,50 @@ public final class LocalStore: @unchecked Sendable {
         return commit([], full: true)
     }
 
-    /// Waits until every change enqueued before this call is committed (not fsynced). For state
-    /// written directly that must never be on disk without the queued changes it describes (the
-    /// sync engine's bases and cursor after the tree changes they stand for): WAL commits are
-    /// ordered, so the order holds after `kill -9` and power loss alike. While the store fails
-    /// it returns at once, and the direct writes that follow join the queue behind those
-    /// changes (so the order holds then too).
+    /// Waits until every change enqueued before this call is committed (not fsynced), on the
+    /// caller's thread; while the store fails it returns at once. For threads that may block
+    /// (tests, the daemon's start); a task awaits `queueCommitted()` instead.
     public func commitQueued() {
         if writer == .caller {
-            let (target, failing) = queueLock.withLock { (enqueued, failure != nil) }
-            if !failing { attemptInline(full: false) }
-            queueLock.withLock { if committed < target { orderBarrier = max(orderBarrier, target) } }
+            if !queueLock.withLock({ failure != nil }) { attemptInline(full: false) }
             return
         }
         queueLock.lock()
         defer { queueLock.unlock() }
         let target = enqueued
-        guard committed < target else { return }
-        if failure == nil {
+        guard committed < target, failure == nil else { return }
+        hurry = true
+        queueLock.broadcast()
+        while committed < target && !writerDone && failure == nil { queueLock.wait() }
+    }
+
+    /// `commitQueued()` for a task: suspends (no thread waits) until every change enqueued
+    /// before the call is committed, a commit attempt fails, or the store is closed. For a
+    /// reader of what it wrote through the queue (the sync engine reads its queue entries).
+    public func queueCommitted() async {
+        if writer == .caller { return commitQueued() }
+        await withCheckedContinuation { (c: CheckedContinuation<Void, Never>) in
+            queueLock.lock()
+            defer { queueLock.unlock() }
+            let target = enqueued
+            guard committed < target, failure == nil, !writerDone else { return c.resume() }
             hurry = true
+            waiters.append((target, c))
             queueLock.broadcast()
-            while committed < target && !writerDone && failure == nil { queueLock.wait() }
         }
-        if committed < target { orderBarrier = max(orderBarrier, target) }
+    }
+
+    /// Wakes the threads waiting on `queueLock` and resumes the tasks whose wait is over (with
+    /// `queueLock` held; after every change of `committed`, `failure` or `writerDone`).
+    private func publish() {
+        queueLock.broadcast()
+        guard !waiters.isEmpty else { return }
+        let over = failure != nil || writerDone
+        waiters.removeAll { w in
+            guard over || committed >= w.target else { return false }
+            w.resume.resume()
+            return true
+        }
     }
 
     /// Number of changes not yet committed (shown in `.nimbus/status`).
@@ -306,7 +329,7 @@ public final class LocalStore: @unchecked Sendable {
         }
         if first != nil { giveUpAt = Date(timeIntervalSinceNow: limit) }
         stopping = true
-        queueLock.broadcast()
+        publish()
         while !writerDone { queueLock.wait() }
         let lost = enqueued - committed
         guard lost > 0 else {
@@ -337,50 +360,21 @@ public final class LocalStore: @unchecked Sendable {
         stopping = true
         abandoned = true
         if writer == .caller { writerDone = true }
-        queueLock.broadcast()
+        publish()
         while !writerDone { queueLock.wait() }
         queueLock.unlock()
     }
 
-    /// A direct write (not through the queue); refused once the store was abandoned. Done when
-    /// it returns, except while the queue fails (or a `commitQueued()` caller went on past
-    /// changes not yet committed): then it joins the queue behind them and commits in order
-    /// with them. A write that fails for lack of space or an I/O error joins the queue too
-    /// (retried there); other errors are thrown.
+    /// A write of the sync engine's tables: it joins the queue behind every change enqueued
+    /// before it and commits in order with them (a failure there is retried like theirs).
+    /// Refused once the store was abandoned or closed.
     func write(_ body: @escaping @Sendable (Database) throws -> Void) throws {
-        writeOrder.lock()
-        defer { writeOrder.unlock() }
-        let queueIt = try queueLock.withLock { () throws -> Bool in
-            if abandoned { throw StoreAbandoned() }
-            return failure != nil || committed < orderBarrier
-        }
-        if !queueIt {
-            do {
-                try simulatedFault()
-                try pool.write(body)
-                commitsSinceDurable = true
-                return
-            } catch {
-                var f = StoreFailure(error, directory: directory.path)
-                guard f.retryable else { throw error }
-                if f.noSpace && releaseReserve() {
-                    do { try simulatedFault(); try pool.write(body); commitsSinceDurable = true; return } catch {
-                        f = StoreFailure(error, directory: directory.path)
-                        guard f.retryable else { throw error }
-                    }
-                }
-                queueLock.withLock {
-                    if failure == nil { report(f) }
-                    failure = f
-                }
-            }
-        }
         try queueLock.withLock { () throws in
+            if abandoned { throw StoreAbandoned() }
             if writerDone { throw failure ?? StoreFailure(message: "the local state is closed", noSpace: false) }
             pending.append(.direct(body))
             enqueued += 1
-            orderBarrier = enqueued
-            queueLock.broadcast()
+            if pending.count == 1 { queueLock.signal() }
         }
     }
 
@@ -418,7 +412,7 @@ public final class LocalStore: @unchecked Sendable {
                 failure = nil
                 retryDelay = 0
             }
-            queueLock.broadcast()
+            publish()
             queueLock.unlock()
             writeOrder.unlock()
         }
@@ -456,7 +450,7 @@ public final class LocalStore: @unchecked Sendable {
             }
         }
         writerDone = true
-        queueLock.broadcast()
+        publish()
         return nil
     }
 
@@ -476,7 +470,15 @@ public final class LocalStore: @unchecked Sendable {
                     for q in batch {
                         switch q {
                         case .change(let change): try Self.apply(change, db)
-                        case .direct(let body): try body(db)
+                        case .direct(let body):
+                            // A write the database refuses as it is (a broken invariant, never the
+                            // disk) would refuse every retry and hold back the whole queue: it is
+                            // dropped, loudly, and the batch goes on.
+                            do {
+                                try db.inSavepoint { try body(db); return .commit }
+                            } catch let e where !StoreFailure(e, directory: directory.path).retryable {
+                                LogLine.write("nimbus store", "a write of the sync state was refused and dropped: \(e)", level: .error)
+                            }
                         }
                     }
                     if mark {

@@ -21,7 +21,12 @@ public struct MountServices: Sendable {
     public static func open(store: LocalStore, presenterTimeout: Duration) throws -> MountServices {
         let first = (try? store.meta("events.seq")).flatMap { $0.flatMap { UInt64($0) } } ?? 1
         try store.setMeta("events.seq", "\(first + EventLog.reservation)")
-        let events = EventLog(firstSequence: first, reserve: { [store] next in try? store.setMeta("events.seq", "\(next)") })
+        store.commitQueued()
+        // The reservation runs on EventLog's own queue, where waiting for the commit holds no one.
+        let events = EventLog(firstSequence: first, reserve: { [store] next in
+            try? store.setMeta("events.seq", "\(next)")
+            store.commitQueued()
+        })
         let presenters = PresenterHub(timeout: presenterTimeout)
         events.setListener { [presenters] in presenters.event($0) }
         return MountServices(coordinator: Coordinator(), events: events, presenters: presenters)

@@ -337,14 +337,13 @@ extension SyncEngine {
             }
             shown[id] = nb
         }
-        // The tree changes go through the store's write-behind queue, the bases (and then the
-        // cursor) are written directly: commit the queue first, so no crash leaves a base or a
-        // cursor on disk that says an item is shown while its row is not (EngineSimTests: a
-        // folder created elsewhere appears on a device that crashed just after applying it).
+        // The bases (and then the cursor) join the store's queue behind the tree changes they
+        // stand for, so no crash leaves a base or a cursor on disk that says an item is shown
+        // while its row is not (EngineSimTests: a folder created elsewhere appears on a device
+        // that crashed just after applying it).
         let t2 = ContinuousClock.now
         if !shown.isEmpty {
             state.withLock { s in for id in shown.keys { s.items[id]?.remote.skippedShown() } }
-            store.commitQueued()
         }
         let t3 = ContinuousClock.now
         try persistBases(shown)

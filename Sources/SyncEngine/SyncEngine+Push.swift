@@ -267,7 +267,7 @@ extension SyncEngine: ChangeObserver {
     /// Commits the item's whole current state against its base: decided in a turn, the content
     /// and the commit sent between turns, the answer settled in a turn.
     func push(_ id: ItemID) async throws {
-        store.commitQueued()  // the queue entries of this item are in the table now (durable or not)
+        await store.queueCommitted()  // the queue entries of this item are in the table now (durable or not)
         let upTo = try store.lastSyncOpSeq(id) ?? 0
         var work = try await loop.turn(.pushStep(id)) { try decidePush(id, upTo: upTo, askPresenters: true) }
         if case .askPresenters(let path) = work, let presenters = services?.presenters {
@@ -657,7 +657,6 @@ extension SyncEngine: ChangeObserver {
             state.withLock { _ = $0.items[id, default: SyncItem()].upload.on(.movedBackSinceCommit, at: now, rules: rules) }
             trace("settle \(id): moved back here since the commit; the next answer keeps the place here")
         case .persistShown(let base):
-            store.commitQueued()
             try persistBases([id: base])
         case .pushAgain:
             trace("settle \(id) v\(item.version): the place here is newer; pushed again")

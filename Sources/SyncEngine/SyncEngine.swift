@@ -65,7 +65,7 @@ public final class SyncEngine: Sendable {
     let chunker = Chunker.standard
     let state: RankedMutex<State>
     /// Orders base writes to disk (`persistBases`, `persistPresence`): each reads memory and
-    /// writes under it, so the last write on disk carries the newest state.
+    /// queues its write in the store under it, so the last write on disk carries the newest state.
     let baseDiskLock = RankedMutex<Void>(.baseDisk, ())
     /// Orders the writes of `sync.relist` (`markRelist`, `clearRelistMark`): the decision is read
     /// from `state` and written to disk under this, never under `state`, which libfuse threads
@@ -309,7 +309,6 @@ public final class SyncEngine: Sendable {
         if !Mutation.recheckInMemoryOnly.isOn {
             for id in whole { store.enqueue(.syncOp(id, kind: .content)) }
         }
-        store.commitQueued()
         return whole
     }
 
@@ -446,9 +445,10 @@ public final class SyncEngine: Sendable {
     /// marks the base complete in memory and on disk; a pull that has just shown the placeholder
     /// must not write its older copy over that, or after a crash the restarted push finds the
     /// file unchanged ("nothing to send") and the write never leaves (EngineSimTests). All
-    /// base writes hold `baseDiskLock` from reading memory to writing, so the last one on disk
-    /// is the newest. A different version in memory is not written ahead of its own writer,
-    /// which commits the tree change first (`apply`, `settle`).
+    /// base writes hold `baseDiskLock` from reading memory to queueing the write (the store's
+    /// queue commits in order), so the last one on disk is the newest. A different version in
+    /// memory is not written ahead of its own writer, which queues it behind the tree change it
+    /// stands for (`apply`, `settle`).
     func persistBases(_ bases: [ItemID: Base?]) throws {
         guard !bases.isEmpty else { return }
         try baseDiskLock.withLock { _ in

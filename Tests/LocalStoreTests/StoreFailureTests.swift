@@ -94,7 +94,7 @@ struct SmallDisk {
         #expect(try names(again).isSuperset(of: recs.map(\.name)))
     }
 
-    @Test func directWritesQueueBehindAFailedBatchAndNothingOvertakesIt() throws {
+    @Test func directWritesQueueBehindAFailedBatchAndNothingOvertakesIt() async throws {
         guard let disk = SmallDisk.make("store-order", megabytes: 8) else { return }
         defer { disk.close() }
         let dir = URL(fileURLWithPath: disk.path + "/state")
@@ -105,6 +105,7 @@ struct SmallDisk {
         for i in 0..<200 { s.enqueue(.upsert(folder(String(repeating: "x", count: 200) + "\(i)", node: NodeID(rawValue: UInt64(500 + i))))) }
         s.enqueue(.upsert(rec))
         s.commitQueued()  // returns although it cannot commit
+        await s.queueCommitted()  // so does a task's wait
         // The base of the new folder and the cursor join the queue: no error for the engine,
         // and nothing on disk ahead of the folder's row.
         try s.saveSyncBase(SyncBase(id: rec.id, version: 7, record: Data(repeating: 1, count: 64), present: nil))

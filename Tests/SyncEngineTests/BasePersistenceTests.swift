@@ -43,6 +43,7 @@ import Testing
             e.state.withLock { $0.setBase(item.id, placeholder) }  // the pull's tree change
             e.localChange(.contentChanged(item.id))                // O_TRUNC + write, then close
             try e.persistBases([item.id: placeholder])             // the pull's copy, written late
+            store.commitQueued()  // what a clean stop (or a crash after the writer's next commit) leaves
             let restarted = try engine(store)
             let base = restarted.state.withLock { $0.base(item.id) }
             #expect(base?.version == 5)
@@ -59,6 +60,7 @@ import Testing
             let v6 = ServerItem(id: v5.id, version: 6, state: v5.state, conflicts: 0)
             e.state.withLock { $0.setBase(v5.id, Base.placeholder(v6)) }
             try e.persistBases([v5.id: Base.placeholder(v5)])
+            store.commitQueued()
             #expect(try store.syncBases()[v5.id]?.version == 5)
         }
     }
@@ -73,6 +75,7 @@ import Testing
             e.state.withLock { $0.setBase(item.id, Base(record: item, present: [true, true, false])) }
             try e.persistPresence(item.id)
             try e.persistBases([item.id: stale])
+            store.commitQueued()  // what a clean stop (or a crash after the writer's next commit) leaves
             let restarted = try engine(store)
             #expect(restarted.state.withLock { $0.base(item.id)?.present } == [true, true, false])
         }
@@ -115,6 +118,7 @@ import Testing
             let restarted = try engine(store)
             #expect(try restarted.recoverQueue() == [item.id])
             #expect(restarted.state.withLock { $0.base(item.id)?.complete } == true)
+            store.commitQueued()
             #expect(try engine(store).state.withLock { $0.base(item.id)?.complete } == true, "and on disk")
         }
     }
@@ -127,6 +131,7 @@ import Testing
             let item = record(version: 5, sizes: [100])
             try e.saveBase(item.id, Base(record: item, present: nil))
             #expect(try e.recheckAfterUncleanStop(size: { _ in 100 }) == [item.id])
+            store.commitQueued()
             #expect(try store.syncOps().map(\.item) == [item.id])
             #expect(try e.recheckAfterUncleanStop(size: { _ in nil }).isEmpty, "files not in the tree are left alone")
         }
@@ -144,6 +149,7 @@ import Testing
             try e.saveBase(untouched.id, Base.placeholder(untouched))
             let queued = try e.recheckAfterUncleanStop(size: { $0 == written.id ? 27 : 40 })
             #expect(queued == [written.id])
+            store.commitQueued()
             #expect(try engine(store).state.withLock { ($0.base(written.id)?.complete, $0.base(untouched.id)?.complete) } == (true, false),
                     "whole on disk; the other still a placeholder")
         }
