@@ -47,20 +47,20 @@ extension SyncEngine: SyncControl {
             log("cannot save the pin of \(item): \(error)")
             throw .EIO
         }
-        state.withLock { $0.pinned.set(item, on) }
+        state.withLock { $0.cache.pinned.set(item, on) }
         if on { try fetchWhole(files(under: item, isFolder: isFolder), priority: 1) }
         cacheWake.yield()
     }
 
     /// Whether `item` is pinned, itself or through a folder above it.
     func isPinned(_ item: ItemID, fs: any MountedTree) -> Bool {
-        state.withLock { $0.pinned }.covers(item, ancestors: fs.ancestors)
+        state.withLock { $0.cache.pinned }.covers(item, ancestors: fs.ancestors)
     }
 
     /// Every pinned item not fully here is fetched (at start, and after a remote change).
     func fetchPinned() {
         let fs = tree
-        let files = state.withLock { $0.pinned }.everything(descendants: fs.descendants)
+        let files = state.withLock { $0.cache.pinned }.everything(descendants: fs.descendants)
         let missing = state.withLock { s in files.filter { s.base($0).map { !$0.complete && $0.record.kind == .file } ?? false } }
         try? fetchWhole(missing, priority: 1)
     }
@@ -90,9 +90,9 @@ extension SyncEngine: SyncControl {
     /// written, waiting for upload or downloading are kept: EBUSY (the others are evicted).
     func evict(_ item: ItemID, isFolder: Bool, explicit: Bool) throws(Errno) {
         let fs = tree
-        if explicit, state.withLock({ $0.pinned.contains(item) }) { try setPinned(item, false, isFolder: isFolder) }
+        if explicit, state.withLock({ $0.cache.pinned.contains(item) }) { try setPinned(item, false, isFolder: isFolder) }
         let files = files(under: item, isFolder: isFolder)
-        let pinned = Set(state.withLock { $0.pinned }.covered(files, ancestors: fs.ancestors))
+        let pinned = Set(state.withLock { $0.cache.pinned }.covered(files, ancestors: fs.ancestors))
         var busy = pinned.count
         for id in files where !pinned.contains(id) {
             do { try evictOne(id, fs: fs) } catch { busy += 1 }
@@ -110,12 +110,12 @@ extension SyncEngine: SyncControl {
         var newBase: Base?
         try fs.evictContent(id) {
             state.withLock { s in
-                let unsent = s.queue.hasWork(id)
-                let downloading = s.fetches.contains(where: { $0.item == id })
+                let unsent = s.push.queue.hasWork(id)
+                let downloading = s.downloads.fetches.contains(where: { $0.item == id })
                 guard let (n, placeholder) = s.items.evict(id, unsent: unsent, downloading: downloading) else { return false }
                 (freed, newBase) = (n, placeholder)
-                s.cacheUsed -= n
-                s.evicted += 1
+                s.cache.used -= n
+                s.cache.evicted += 1
                 return true
             }
         }
@@ -126,8 +126,8 @@ extension SyncEngine: SyncControl {
     /// Bytes of content held here (present chunks of synced files).
     func measureCache() -> Int64 {
         state.withLock { s in
-            s.cacheUsed = s.items.contentBytes
-            return s.cacheUsed
+            s.cache.used = s.items.contentBytes
+            return s.cache.used
         }
     }
 
@@ -137,7 +137,7 @@ extension SyncEngine: SyncControl {
         var used = measureCache()
         guard let target = CacheLimit.target(used: used, limit: options.cacheLimit) else { return }
         let fs = tree
-        let keep = state.withLock { $0.pinned }.kept(descendants: fs.descendants)
+        let keep = state.withLock { $0.cache.pinned }.kept(descendants: fs.descendants)
         let candidates = state.withLock { $0.items.evictionOrder(keep: keep) }
         var evicted = 0
         for id in candidates where used > target {
@@ -151,7 +151,7 @@ extension SyncEngine: SyncControl {
     /// True when something was evicted (ask the store again).
     func makeRoom(for bytes: Int64, reading: ItemID) -> Bool {
         let fs = tree
-        let keep = state.withLock { $0.pinned }.kept(descendants: fs.descendants, also: reading)
+        let keep = state.withLock { $0.cache.pinned }.kept(descendants: fs.descendants, also: reading)
         let candidates = state.withLock { $0.items.evictionOrder(keep: keep) }
         var freed: Int64 = 0, evicted = 0
         for id in candidates where store.freeBytes - store.keptForState < bytes {
@@ -164,13 +164,13 @@ extension SyncEngine: SyncControl {
     /// Evicts what came of files whose download found no room, once nothing uses them; a file
     /// whose whole content is here by then (a later read fit) is kept.
     func dropPartialAfterNoRoom() {
-        let ids = state.withLock { $0.dropAfterNoRoom }
+        let ids = state.withLock { $0.cache.dropAfterNoRoom }
         guard !ids.isEmpty else { return }
         let fs = tree
         for id in ids {
             let partial = state.withLock { s in s.base(id).map { !$0.complete } ?? false }
             if partial, !isPinned(id, fs: fs), (try? evictOne(id, fs: fs)) == nil { continue }
-            state.withLock { _ = $0.dropAfterNoRoom.remove(id) }
+            state.withLock { _ = $0.cache.dropAfterNoRoom.remove(id) }
         }
     }
 
@@ -238,7 +238,7 @@ extension SyncEngine: SyncControl {
             state.withLock { s in
                 let look = UploadState<ContinuousClock.Instant>.Event.writerLook(
                     writers: w?.writers ?? 0, unsynced: w?.unsynced ?? false, idle: .nanoseconds(Int64(clamping: w?.idleNanoseconds ?? 0)),
-                    generation: w?.generation ?? 0, queued: s.queue.hasWork(id))
+                    generation: w?.generation ?? 0, queued: s.push.queue.hasWork(id))
                 queued = s.uploadEvent(id, look, at: now, rules: rules) || queued
             }
         }

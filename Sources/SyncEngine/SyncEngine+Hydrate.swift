@@ -18,8 +18,8 @@ extension SyncEngine: ContentProvider {
     /// sequential run, and keeps a prefetch window of chunks ahead of a sequential reader.
     public func isPresent(_ item: ItemID, range: Range<Int64>) -> Bool {
         let (present, pump) = state.withLock { s -> (Bool, Bool) in
-            s.useClock &+= 1
-            let clock = s.useClock
+            s.cache.useClock &+= 1
+            let clock = s.cache.useClock
             s.items.withCache(item) { $0.lastUse = clock }
             // Sequential reading extends the run; a window of chunks ahead of it is fetched.
             let read = Base.beforeRead(s.base(item), range, refused: s.paused || isOffline(s)) {
@@ -39,7 +39,7 @@ extension SyncEngine: ContentProvider {
         // Counted only while downloads of the item are asked for or under way (the state lock
         // orders this with `want`, which reads the count): the table stays small.
         state.withLock { s in
-            guard s.fetches.contains(where: { $0.item == item }) else { return }
+            guard s.downloads.fetches.contains(where: { $0.item == item }) else { return }
             contentGate.withLock { $0[item, default: 0] &+= 1 }
         }
     }
@@ -74,7 +74,7 @@ extension SyncEngine: ContentProvider {
     /// high. True when something was queued (call `pump()` after the lock).
     @discardableResult
     func want(_ s: inout State, _ key: ChunkKey, at offset: Int64, priority: Int, waiter: (@Sendable (Errno?) -> Void)?) -> Bool {
-        s.fetches.want(key, priority: priority, waiter: waiter) {
+        s.downloads.fetches.want(key, priority: priority, waiter: waiter) {
             // The item's truncations when asked (lock order: state, then gate).
             ChunkFetch(key: key, offset: offset, truncations: contentGate.withLock { $0[key.item] ?? 0 })
         }
@@ -84,14 +84,14 @@ extension SyncEngine: ContentProvider {
     /// unreachable or the mount paused, queued fetches fail at once instead.
     func pump() {
         let (starts, failed) = state.withLock { s in
-            let next = s.fetches.next(limit: options.parallelDownloads, refuse: s.paused || isOffline(s))
+            let next = s.downloads.fetches.next(limit: options.parallelDownloads, refuse: s.paused || isOffline(s))
             return (next.start.map(\.fetch), next.fail)
         }
         for ws in failed { for w in ws { w(.EIO) } }
         // Each fetch ends by its own deadline (hydrationSeconds), or sooner when stop() cancels it.
         for f in starts where !jobs.spawn({ await self.download(f.key, at: f.offset, truncations: f.truncations) }) {
             // Stopping: the fetch does not start, and its readers get EIO now.
-            for w in state.withLock({ $0.fetches.ended(f.key) }) { w(.EIO) }
+            for w in state.withLock({ $0.downloads.fetches.ended(f.key) }) { w(.EIO) }
         }
     }
 
@@ -111,7 +111,7 @@ extension SyncEngine: ContentProvider {
                 // does not fit is refused before a byte of it is written (the reader gets ENOSPC).
                 let what = "chunk \(key.index) of \(key.item)"
                 // A program waiting for it may have other downloaded files evicted to make room.
-                let waited = state.withLock { $0.fetches.hasWaiters(key) }
+                let waited = state.withLock { $0.downloads.fetches.hasWaiters(key) }
                 guard store.roomForDownload(expected, of: what)
                         || (waited && makeRoom(for: expected, reading: key.item) && store.roomForDownload(expected, of: what)) else {
                     throw NoRoomForDownload(message: store.lastError ?? "no room for \(what)")
@@ -159,12 +159,12 @@ extension SyncEngine: ContentProvider {
             }
             let now = options.clock.now, rules = pacingRules
             let arrival = state.withLock { s in
-                s.useClock &+= 1
+                s.cache.useClock &+= 1
                 let arrival = s.items.chunkArrived(key.item, index: key.index, hash: key.hash, offset: offset, generation: target?.generation,
-                                                   truncated: truncated, use: s.useClock, at: now, rules: rules)
-                s.bytesDownloaded += truncated ? 0 : written
+                                                   truncated: truncated, use: s.cache.useClock, at: now, rules: rules)
+                s.downloads.bytesFetched += truncated ? 0 : written
                 switch arrival {
-                case .present, .whole: s.cacheUsed += written
+                case .present, .whole: s.cache.used += written
                 case .replaced, .overwritten: break
                 }
                 return arrival
@@ -186,9 +186,9 @@ extension SyncEngine: ContentProvider {
             store.downloadFoundNoRoom(e.message)
             let now = options.clock.now, rules = pacingRules
             state.withLock { s in
-                s.dropAfterNoRoom.insert(key.item)
+                s.cache.dropAfterNoRoom.insert(key.item)
                 // Prefetches of the item nobody waits for would only fill the disk to its floor.
-                s.fetches.dropUnwaited { $0.item == key.item && $0 != key }
+                s.downloads.fetches.dropUnwaited { $0.item == key.item && $0 != key }
                 s.link.lastError = "download: \(e.message)"
                 s.items[key.item, default: SyncItem()].upload.on(.download(failed: "not downloaded: \(e.message)"), at: now, rules: rules)
             }
@@ -204,7 +204,7 @@ extension SyncEngine: ContentProvider {
             // away silently: the status says so now, and the pull's next answer says online again.
             if let gone { setConnection(gone, error: "download: \(error)") }
         }
-        for w in state.withLock({ $0.fetches.ended(key) }) { w(failure) }
+        for w in state.withLock({ $0.downloads.fetches.ended(key) }) { w(failure) }
         pump()
         if options.cacheLimit != nil { cacheWake.yield() }
     }

@@ -17,7 +17,7 @@ extension SyncEngine {
     /// Bounded by the client's deadline per page.
     public func initialSync() async throws {
         _ = try await client.createContainer(container)
-        guard !state.withLock({ $0.listed }) else { return }
+        guard !state.withLock({ $0.pull.listed }) else { return }
         let started = ContinuousClock.now
         let (all, cursor) = try await listAll()
         let listed = ContinuousClock.now
@@ -41,7 +41,7 @@ extension SyncEngine {
         let listed = Set(all.map(\.id))
         let missing: [ItemID] = try await loop.turn(.listed(all.count)) {
             // Whatever is still skipped after this is recorded again by `apply`.
-            state.withLock { $0.minSkipped = nil }
+            state.withLock { $0.pull.minSkipped = nil }
             try apply(all)
             return state.withLock { s in
                 s.items.bases.compactMap { id, b in !b.record.deleted && id != .root && !listed.contains(id) ? id : nil }.sorted()
@@ -105,18 +105,18 @@ extension SyncEngine {
         var backoff = PullRetry()
         while !Task.isCancelled, !isPaused {
             do {
-                if !state.withLock({ $0.listed }) { try await initialSync() }
+                if !state.withLock({ $0.pull.listed }) { try await initialSync() }
                 // Remote states not shown when the daemon last stopped (held for a writer or a
                 // lock, name taken, folder missing) were retried from memory only, and items a
                 // folder delete took with it after the server moved them out: list again.
-                if state.withLock({ $0.relist.due }) {
+                if state.withLock({ $0.pull.relist.due }) {
                     try await relist()
                     clearRelistMark()
                     setConnection(.online)
                 }
                 // Until the server has answered, ask without waiting: the status says "online"
                 // as soon as it is, not after a long-poll.
-                let (since, online) = state.withLock { ($0.cursor, $0.link.state == .online) }
+                let (since, online) = state.withLock { ($0.pull.cursor, $0.link.state == .online) }
                 let r = try await client.changes(container, since: since, wait: online ? options.longPoll : 0, limit: ProtocolLimits.maxPage)
                 if Task.isCancelled || isPaused { return }  // paused while waiting: apply nothing
                 // The last change per item is its state (docs/protocol.md "Changes").
@@ -214,19 +214,19 @@ extension SyncEngine {
     /// skipped, then a crash: it still gets its new name). Written once per run.
     func markRelist() {
         relistDiskLock.withLock { _ in
-            if state.withLock({ $0.relist.mark() }) { try? store.setMeta("sync.relist", "1") }
+            if state.withLock({ $0.pull.relist.mark() }) { try? store.setMeta("sync.relist", "1") }
         }
     }
 
     /// After the start's relist: the mark goes unless that relist left something not shown.
     func clearRelistMark() {
         relistDiskLock.withLock { _ in
-            if state.withLock({ $0.relist.listed() }) { try? store.setMeta("sync.relist", "0") }
+            if state.withLock({ $0.pull.relist.listed() }) { try? store.setMeta("sync.relist", "0") }
         }
     }
 
     func setCursor(_ c: Int64) throws {
-        state.withLock { s in s.cursor = c; s.listed = true }
+        state.withLock { s in s.pull.cursor = c; s.pull.listed = true }
         try store.setMeta("sync.cursor", "\(c)")
     }
 
@@ -245,7 +245,7 @@ extension SyncEngine {
         var moving: [ItemID: ItemID]?  // the batch's live states: item → folder (folder deletes only)
         defer {
             if relistAfter {
-                state.withLock { $0.relist.due = true }
+                state.withLock { $0.pull.relist.due = true }
                 markRelist()
             }
         }
@@ -264,7 +264,7 @@ extension SyncEngine {
                 }
                 return self.state.withLock { s in
                     ids.map { id in
-                        BelowDeletedFolder(id: id, localWork: open.contains(id) || s.queue.hasWork(id) || s.isWriting(id),
+                        BelowDeletedFolder(id: id, localWork: open.contains(id) || s.push.queue.hasWork(id) || s.isWriting(id),
                                            baseVersion: s.base(id)?.version,
                                            serverParent: moving?[id] ?? s.items[id]?.remote.skipped.flatMap { $0.deleted ? nil : $0.parent })
                     }
@@ -274,7 +274,7 @@ extension SyncEngine {
         items: for item in items {
             // Read before the checks below: a write that starts after them keeps the file.
             let generation = item.kind == .file ? fs.writeState(item.id)?.generation : nil
-            let (old, busy, gone) = state.withLock { s in (s.base(item.id), s.queue.hasWork(item.id), s.deletesShown[item.id]) }
+            let (old, busy, gone) = state.withLock { s in (s.base(item.id), s.push.queue.hasWork(item.id), s.pull.deletesShown[item.id]) }
             let (facts, leaving) = ApplyFacts.gather(item, old: old, pushPending: busy, forced: force.contains(item.id), deleteShown: gone, look)
             let step = state.withLock { s -> ApplyStep in
                 var record = s.items[item.id] ?? SyncItem()
@@ -305,7 +305,7 @@ extension SyncEngine {
                 case .relistAfter:
                     relistAfter = true
                 case .deleteShown(let version):
-                    state.withLock { $0.deletesShown[item.id] = version }
+                    state.withLock { $0.pull.deletesShown[item.id] = version }
                 case .claim:
                     // A program holding the file (a lock) makes the new version wait until it
                     // lets go (SyncEngine+Claims.swift).
@@ -345,16 +345,15 @@ extension SyncEngine {
         if !shown.isEmpty {
             state.withLock { s in for id in shown.keys { s.items[id]?.remote.skippedShown() } }
         }
-        let t3 = ContinuousClock.now
         try persistBases(shown)
         if items.count >= 10_000 {
-            log("applied \(items.count) items: checks \(t1 - t0), tree \(t2 - t1), rows \(t3 - t2), bases \(ContinuousClock.now - t3)")
+            log("applied \(items.count) items: checks \(t1 - t0), tree \(t2 - t1), bases queued \(ContinuousClock.now - t2)")
         }
         // New content of pinned files is downloaded at once.
         let fresh = states.filter { $0.kind == .file && $0.resetContent && !$0.deleted && !skipped.contains($0.id) }.map(\.id)
-        try? fetchWhole(state.withLock { $0.pinned }.covered(fresh, ancestors: fs.ancestors), priority: 1)
+        try? fetchWhole(state.withLock { $0.cache.pinned }.covered(fresh, ancestors: fs.ancestors), priority: 1)
         let versions = Dictionary(items.map { ($0.id, $0.version) }, uniquingKeysWith: max)
-        state.withLock { s in s.minSkipped = SeenCursor.lowestSkipped(s.minSkipped, adding: skipped.compactMap { versions[$0] }) }
+        state.withLock { s in s.pull.minSkipped = SeenCursor.lowestSkipped(s.pull.minSkipped, adding: skipped.compactMap { versions[$0] }) }
         let byID = Dictionary(items.map { ($0.id, $0) }, uniquingKeysWith: { a, b in a.version >= b.version ? a : b })
         for id in skipped {
             // The old base stays: the item is retried on its next change or commit answer.

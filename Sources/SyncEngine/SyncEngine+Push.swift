@@ -31,7 +31,7 @@ extension SyncEngine: ChangeObserver {
             var record = s.items[id] ?? SyncItem()
             let out = record.noticed(what, at: now, rules: rules)
             s.items[id] = record
-            if out.queue { s.queue.append(id) }
+            if out.queue { s.push.queue.append(id) }
             return out
         }
         // Kept on disk at once (SimulationTests: a kill -9 before the push).
@@ -61,7 +61,7 @@ extension SyncEngine: ChangeObserver {
                 // The change stays queued (in memory and on disk) whatever the error: it leaves
                 // the queue only when the server has it.
                 if Task.isCancelled {
-                    await loop.turn(.pushFailed(id)) { state.withLock { s in s.queue.landed(id); s.upload = nil; s.queue.prepend(id) } }
+                    await loop.turn(.pushFailed(id)) { state.withLock { s in s.push.queue.landed(id); s.push.upload = nil; s.push.queue.prepend(id) } }
                     log("upload of \(id) stopped: the engine is stopping; it stays queued and goes at the next start")
                     return
                 }
@@ -88,18 +88,18 @@ extension SyncEngine: ChangeObserver {
     func nextToPush() -> ItemID? {
         let now = options.clock.now
         let next: ItemID? = state.withLock { s in
-            guard !s.queue.isEmpty, !s.paused, s.link.tokenRefused == nil else { return nil }
+            guard !s.push.queue.isEmpty, !s.paused, s.link.tokenRefused == nil else { return nil }
             // An item waiting out its back-off stays in its place; the next ready one goes
             // (one item the server refuses for a while never holds up the others). A paced
             // item (a file that keeps changing, SyncCore `UploadPacing`) waits the same way.
-            return s.queue.takeNext(where: { s.items[$0]?.upload.ready(at: now) ?? true })
+            return s.push.queue.takeNext(where: { s.items[$0]?.upload.ready(at: now) ?? true })
         }
         guard let id = next else { return nil }
         guard let first = folderToCreateFirst(for: id) else { return id }
         // A folder above it is not on the server yet (its queue entry came later, e.g.
         // re-queued after a restart): create that first, or the server answers
         // parent_not_found and the item, retried at the front, would wait forever.
-        state.withLock { $0.queue.sendFirst(first, before: id) }
+        state.withLock { $0.push.queue.sendFirst(first, before: id) }
         return first
     }
 
@@ -114,11 +114,11 @@ extension SyncEngine: ChangeObserver {
         let writing = ws.map { $0.writers > 0 || $0.dirty } ?? false
         let now = options.clock.now, rules = pacingRules
         let (retry, held): ([ServerItem], ServerItem?) = state.withLock { s in
-            let held = s.items[id]?.remote.releaseAfterPush(writing: writing, queued: s.queue.contains(id))
-            s.queue.landed(id); s.upload = nil
+            let held = s.items[id]?.remote.releaseAfterPush(writing: writing, queued: s.push.queue.contains(id))
+            s.push.queue.landed(id); s.push.upload = nil
             s.items[id]?.upload.on(.pushEnded(closed: closed), at: now, rules: rules)
-            s.link.pushesClear(anyQueuedFailure: s.queue.items.contains { s.items[$0]?.upload.failure != nil })
-            return (s.queue.isEmpty ? s.skippedRemote() : [], held)
+            s.link.pushesClear(anyQueuedFailure: s.push.queue.items.contains { s.items[$0]?.upload.failure != nil })
+            return (s.push.queue.isEmpty ? s.skippedRemote() : [], held)
         }
         if let held {
             do { try apply([held]) } catch {
@@ -139,20 +139,20 @@ extension SyncEngine: ChangeObserver {
         let event = UploadState<ContinuousClock.Instant>.Event.failed(
             failure, message: message, missingChunks: (error as? RemoteError)?.code == .missingChunks)
         let (delay, putBack): (Int, Bool) = state.withLock { s in
-            s.queue.landed(id)
-            if s.upload?.item == id { s.upload = nil }
+            s.push.queue.landed(id)
+            if s.push.upload?.item == id { s.push.upload = nil }
             s.link.lastError = "upload of \(id): \(why)"
             var delay = 0, putBack = false
             for action in s.items[id, default: SyncItem()].upload.on(event, at: now, rules: rules) {
                 switch action {
                 case .retryIn(let seconds): delay = seconds
-                case .queueFirst: s.queue.prepend(id)
+                case .queueFirst: s.push.queue.prepend(id)
                 case .waitForToken:
                     s.link.refuseToken("\(error)")
                 case .putBack:
                     // Until the server's state is shown the tree holds a place the server never
                     // had: the next pull (or start) lists the container again.
-                    s.relist.due = true
+                    s.pull.relist.due = true
                     putBack = true
                 case .queue, .keepPlace: break
                 }
@@ -170,7 +170,7 @@ extension SyncEngine: ChangeObserver {
     /// when one is due (called by the tick loop every second).
     func wakeForRetries() {
         let now = options.clock.now
-        let due = state.withLock { s in s.queue.items.contains { s.items[$0]?.upload.failure.map { $0.at <= now } ?? false } }
+        let due = state.withLock { s in s.push.queue.items.contains { s.items[$0]?.upload.failure.map { $0.at <= now } ?? false } }
         if due { wake.yield() }
     }
 
@@ -306,7 +306,7 @@ extension SyncEngine: ChangeObserver {
     /// The chunks uploaded apart for this commit, when they are of the file as it is now (in a
     /// turn); they are used once.
     private func takeContentUp(_ id: ItemID, _ c: CommitWork, fs: any MountedTree) -> [ChunkRef]? {
-        guard let up = state.withLock({ $0.contentUp.removeValue(forKey: id) }) else { return nil }
+        guard let up = state.withLock({ $0.push.contentUp.removeValue(forKey: id) }) else { return nil }
         return up.generation == c.generation && fs.writeState(id)?.generation == c.generation ? up.chunks : nil
     }
 
@@ -317,7 +317,7 @@ extension SyncEngine: ChangeObserver {
         let now = options.clock.now, rules = pacingRules
         state.withLock { s in
             s.items[id, default: SyncItem()].upload.on(.contentApart, at: now, rules: rules)
-            s.queue.prepend(id)
+            s.push.queue.prepend(id)
         }
         trace("push \(id): \(c.size) bytes of content go up apart from the queue")
         jobs.spawn {
@@ -334,7 +334,7 @@ extension SyncEngine: ChangeObserver {
                 let apart = self.state.withLock { s -> Bool in
                     guard s.items[id]?.upload.wait == .content else { return false }  // deleted here since
                     s.items[id]?.upload.on(.contentDone, at: now, rules: rules)
-                    if case .success(let chunks?) = outcome { s.contentUp[id] = (c.generation, chunks) }
+                    if case .success(let chunks?) = outcome { s.push.contentUp[id] = (c.generation, chunks) }
                     return true
                 }
                 guard apart, case .failure(let error) = outcome else { return nil }
@@ -352,7 +352,7 @@ extension SyncEngine: ChangeObserver {
     /// The push's decision (in a turn): the item's facts read at once, `SyncItem.pushStep`, and
     /// what it leads to.
     func decidePush(_ id: ItemID, upTo: Int64, askPresenters: Bool) throws -> PushWork {
-        let (fs, base, cursor) = state.withLock { s in (s.fs, s.base(id), s.cursor) }
+        let (fs, base, cursor) = state.withLock { s in (s.fs, s.base(id), s.pull.cursor) }
         let tree = fs.snapshot(id)
         let local = tree.local
         trace("push \(id): base v\(base?.version ?? -1)\(local == nil ? ", gone here" : "")")
@@ -378,7 +378,7 @@ extension SyncEngine: ChangeObserver {
             // write this device never showed would go with the folder (`SeenCursor`).
             let seen = state.withLock { s in
                 let held = s.items.busyItems.lazy.flatMap(\.item.remote.heldVersions)
-                return SeenCursor.forDelete(cursor: cursor, notShown: held + (s.minSkipped.map { [$0] } ?? []))
+                return SeenCursor.forDelete(cursor: cursor, notShown: held + (s.pull.minSkipped.map { [$0] } ?? []))
             }
             return .delete(base: base, cursor: seen)
         case .keepLocal:
@@ -406,7 +406,7 @@ extension SyncEngine: ChangeObserver {
             return .nothing
         case .paced(let until):
             // A file that keeps changing keeps its place in the queue until then.
-            state.withLock { $0.queue.prepend(id) }
+            state.withLock { $0.push.queue.prepend(id) }
             trace("push \(id): changing again soon after its last upload; paced for \(until - now)")
             return .nothing
         case .commit(let s):
@@ -432,13 +432,13 @@ extension SyncEngine: ChangeObserver {
             let now = options.clock.now, rules = pacingRules
             state.withLock { s in
                 s.items[id, default: SyncItem()].upload.on(.askAgain(until: until), at: now, rules: rules)
-                s.queue.prepend(id)
+                s.push.queue.prepend(id)
             }
         }
         let clock = options.clock
         jobs.spawn {
             await clock.sleep(for: until - clock.now)
-            if !keepingPlace { self.state.withLock { $0.queue.append(id) } }
+            if !keepingPlace { self.state.withLock { $0.push.queue.append(id) } }
             self.wake.yield()
         }
     }
@@ -467,7 +467,7 @@ extension SyncEngine: ChangeObserver {
         guard let ws = fs.writeState(id) else { return }
         let held: ServerItem? = state.withLock { s in
             guard let held = s.items[id]?.remote.releaseAfterPush(writing: ws.writers > 0 || ws.dirty, queued: false) else { return nil }
-            s.queue.landed(id)
+            s.push.queue.landed(id)
             return held
         }
         if let held { try apply([held]) }
@@ -529,7 +529,7 @@ extension SyncEngine: ChangeObserver {
         try await loop.turn(.pushEnded(id)) {
             let newer: ServerItem? = state.withLock { s in
                 guard let held = s.items[id]?.remote.takeForWriter() else { return nil }
-                s.queue.landed(id)
+                s.push.queue.landed(id)
                 return held
             }
             if let newer {
@@ -620,10 +620,10 @@ extension SyncEngine: ChangeObserver {
             try saveBase(id, b)
         case .showAsPulled:
             // The push of this item is over: `apply` shows it (it holds states of items in flight).
-            state.withLock { $0.queue.landed(id) }
+            state.withLock { $0.push.queue.landed(id) }
             try apply([item])
         case .deleteShown(let version):
-            state.withLock { $0.deletesShown[id] = version }
+            state.withLock { $0.pull.deletesShown[id] = version }
         case .listAgain:
             break  // after the turn (pushDelete)
         case .logConflict:
@@ -677,7 +677,7 @@ extension SyncEngine: ChangeObserver {
             lockedExclusively: isFile && services?.coordinator.programLock(on: id) == .exclusive,
             written: ws?.written ?? 0, unnoticedChange: ws?.unnoticed == true,
             belowStillToPush: local == nil && base?.record.kind == .folder && state.withLock { s in
-                let pending = s.items.busyItems.compactMap { e in s.queue.hasWork(e.id) ? e.id : nil }
+                let pending = s.items.busyItems.compactMap { e in s.push.queue.hasWork(e.id) ? e.id : nil }
                 return CommitPlan.deleteWaitsForBelow(id, pending: pending) { s.base($0)?.record.parent }
             },
             now: options.clock.now)
@@ -756,7 +756,7 @@ extension SyncEngine: ChangeObserver {
         let missing = Set(try await client.missingChunks(Set(refs.map(\.hash)).sorted()))
         var sent = Set<ContentHash>()
         let total = spans.filter { missing.contains($0.ref.hash) }.reduce(Int64(0)) { $0 + $1.ref.size }
-        state.withLock { $0.upload = (id, 0, total) }
+        state.withLock { $0.push.upload = (id, 0, total) }
         // Every attempt counts for pacing, also one the file's next change cut short.
         var put: Int64 = 0
         defer {
@@ -776,8 +776,8 @@ extension SyncEngine: ChangeObserver {
             try await client.putChunk(s.ref.hash, bytes)
             put += s.ref.size
             state.withLock { st in
-                st.bytesUploaded += s.ref.size
-                if st.upload?.item == id { st.upload!.sent += s.ref.size }
+                st.push.bytesSent += s.ref.size
+                if st.push.upload?.item == id { st.push.upload!.sent += s.ref.size }
             }
         }
         return refs

@@ -90,6 +90,59 @@ public final class SyncEngine: Sendable {
     /// Where every decision about items is made, one turn at a time (EngineLoop.swift).
     let loop = EngineLoop()
 
+    /// What the puller owns (SyncEngine+Pull.swift): where the journal was read to, and what
+    /// was seen of the server's states that are not shown here.
+    struct PullState {
+        var cursor: Int64 = 0
+        /// The lowest version among remote items skipped here (not shown yet). A folder delete
+        /// must not claim to have seen them: its `seenCursor` stays below this.
+        var minSkipped: Int64?
+        /// The first listing is done (the cursor may legitimately be 0 for an empty container).
+        var listed = false
+        /// Deletes shown here since the start, by item: their bases are gone, and a live state
+        /// no newer than one is old news (`ApplyFacts.deleteShown`).
+        var deletesShown: [ItemID: Int64] = [:]
+        /// The pull lists the container before its next page (the last run left remote states
+        /// not shown, or a folder delete took items the server had moved out), and the mark on
+        /// disk that says so (SyncCore `RelistMark`).
+        var relist = RelistMark(due: false)
+    }
+
+    /// What the pusher owns (SyncEngine+Push.swift).
+    struct PushState {
+        /// Items waiting to be pushed, in order, without repeats, and the one being pushed.
+        var queue = UploadQueue<ItemID>()
+        /// Content uploaded apart from the queue (big files): the chunks of the file at a write
+        /// generation, for its commit when it comes up again.
+        var contentUp: [ItemID: (generation: UInt64?, chunks: [ChunkRef])] = [:]
+        /// The upload under way: bytes of new chunks sent of those to send.
+        var upload: (item: ItemID, sent: Int64, total: Int64)?
+        var bytesSent: Int64 = 0
+    }
+
+    /// What the downloader owns (SyncEngine+Hydrate.swift; SyncCore `FetchQueue`): the chunks
+    /// asked for and their readers, at most `parallelDownloads` fetched at once.
+    struct DownloadState {
+        var fetches = FetchQueue<ChunkKey, ChunkFetch, @Sendable (Errno?) -> Void>()
+        var bytesFetched: Int64 = 0
+    }
+
+    /// What the cache keeper owns (SyncEngine+Cache.swift).
+    struct CacheState {
+        /// Explicit pins (folders pin what is below them).
+        var pinned = Pins()
+        /// The logical clock of `CacheUse.lastUse`.
+        var useClock: UInt64 = 0
+        var used: Int64 = 0
+        var evicted: Int = 0
+        /// Files whose download found no room on the state disk: what came of them is evicted
+        /// once they are closed (the tick loop), so a read that cannot fit leaves no partial cache.
+        var dropAfterNoRoom: Set<ItemID> = []
+    }
+
+    /// The engine's memory, behind `state`. Each component owns its part (`pull`, `push`,
+    /// `downloads`, `cache`) and writes no other component's; `items` is the one shared table,
+    /// where each writes through SyncCore's events of its own kind.
     struct State {
         /// The mounted tree and what it shares with the engine (`attach`).
         var fs: any MountedTree = DetachedTree()
@@ -98,47 +151,17 @@ public final class SyncEngine: Sendable {
         /// its cache file's use, its local changes on their way up and the server states held
         /// back here (for a lock, a writer, a taken name or a missing folder).
         var items = ItemTable()
-        /// Items waiting to be pushed, in order, without repeats, and the one being pushed.
-        var queue = UploadQueue<ItemID>()
-        /// Content uploaded apart from the queue (big files): the chunks of the file at a write
-        /// generation, for its commit when it comes up again.
-        var contentUp: [ItemID: (generation: UInt64?, chunks: [ChunkRef])] = [:]
-        /// The download scheduler (SyncEngine+Hydrate.swift; SyncCore `FetchQueue`): the chunks
-        /// asked for and their readers, at most `parallelDownloads` fetched at once.
-        var fetches = FetchQueue<ChunkKey, ChunkFetch, @Sendable (Errno?) -> Void>()
-        var cursor: Int64 = 0
-        /// The lowest version among remote items skipped here (not shown yet). A folder delete
-        /// must not claim to have seen them: its `seenCursor` stays below this.
-        var minSkipped: Int64?
-        /// The first listing is done (the cursor may legitimately be 0 for an empty container).
-        var listed = false
+        var pull = PullState()
+        var push = PushState()
+        var downloads = DownloadState()
+        var cache = CacheState()
         /// The connection to the server, the engine's last error, a refused token (SyncCore
         /// `Connection`).
         var link = Connection()
         /// The task running the engine's task tree (`start`, `run`).
         var running: Task<Void, Never>?
-        /// Deletes shown here since the start, by item: their bases are gone, and a live state
-        /// no newer than one is old news (`ApplyFacts.deleteShown`).
-        var deletesShown: [ItemID: Int64] = [:]
-        /// The pull lists the container before its next page (the last run left remote states
-        /// not shown, or a folder delete took items the server had moved out), and the mark on
-        /// disk that says so (SyncCore `RelistMark`).
-        var relist = RelistMark(due: false)
-        /// Cache (SyncEngine+Cache.swift): explicit pins, and the logical clock of
-        /// `CacheUse.lastUse`.
-        var pinned = Pins()
-        var useClock: UInt64 = 0
-        var cacheUsed: Int64 = 0
-        var evicted: Int = 0
-        /// Files whose download found no room on the state disk: what came of them is evicted
-        /// once they are closed (the tick loop), so a read that cannot fit leaves no partial cache.
-        var dropAfterNoRoom: Set<ItemID> = []
         /// `nimbus pause`: no network until `nimbus resume` (persisted in meta `sync.paused`).
         var paused = false
-        /// The upload under way: bytes of new chunks sent of those to send.
-        var upload: (item: ItemID, sent: Int64, total: Int64)?
-        var bytesDownloaded: Int64 = 0
-        var bytesUploaded: Int64 = 0
 
         /// The base of an item: the server state shown here (nil: not committed yet).
         func base(_ id: ItemID) -> Base? { items[id]?.base }
@@ -155,7 +178,7 @@ public final class SyncEngine: Sendable {
             for action in items[id]?.upload.on(event, at: now, rules: rules) ?? [] {
                 switch action {
                 case .queue:
-                    queue.append(id)
+                    push.queue.append(id)
                     queued = true
                 case .retryIn, .queueFirst, .waitForToken, .putBack, .keepPlace:
                     break
@@ -175,8 +198,8 @@ public final class SyncEngine: Sendable {
                 StatusFacts.Base(version: b.version, conflicts: b.record.conflicts, complete: b.present == nil,
                                  anyPresent: b.present?.contains(true) ?? true)
             }
-            return StatusFacts(base: base, isRoot: item.isRoot, queued: queue.hasWork(item),
-                               downloading: base?.complete == false && fetches.contains(where: { $0.item == item }),
+            return StatusFacts(base: base, isRoot: item.isRoot, queued: push.queue.hasWork(item),
+                               downloading: base?.complete == false && downloads.fetches.contains(where: { $0.item == item }),
                                unauthorized: link.tokenRefused != nil)
         }
         /// Remote states not shown here yet for a taken name, a missing folder or local work,
@@ -225,11 +248,11 @@ public final class SyncEngine: Sendable {
             s.setBase(id, Base(record: try BaseCoding.decode(b.record), present: BaseCoding.bools(b.present)))
         }
         if let c = try store.meta("sync.cursor").flatMap({ Int64($0) }) {
-            s.cursor = c
-            s.listed = true
+            s.pull.cursor = c
+            s.pull.listed = true
         }
-        s.relist = RelistMark(due: try store.meta("sync.relist") == "1")
-        s.pinned = Pins(try store.pins())
+        s.pull.relist = RelistMark(due: try store.meta("sync.relist") == "1")
+        s.cache.pinned = Pins(try store.pins())
         s.paused = try store.meta("sync.paused") == "1"
         s.link.pause(s.paused)
         state = RankedMutex(.engineState, s)
@@ -261,7 +284,7 @@ public final class SyncEngine: Sendable {
         state.withLock { s in
             s.fs = fs
             s.services = services
-            for id in ids { s.queue.append(id) }
+            for id in ids { s.push.queue.append(id) }
         }
         services.coordinator.setReleaseHandler { [weak self] id in self?.locksReleased(id) }
     }
@@ -381,13 +404,13 @@ public final class SyncEngine: Sendable {
     public func statusLines() -> [(String, String)] {
         state.withLock { s in
             var lines = [("connection", s.link.state.description), ("server", client.baseURL), ("container", container),
-                         ("cursor", "\(s.cursor)"), ("upload-queue", "\(s.queue.workCount)"),
-                         ("download-queue", "\(s.fetches.count)"), ("downloads-active", "\(s.fetches.active)"),
+                         ("cursor", "\(s.pull.cursor)"), ("upload-queue", "\(s.push.queue.workCount)"),
+                         ("download-queue", "\(s.downloads.fetches.count)"), ("downloads-active", "\(s.downloads.fetches.active)"),
                          ("placeholders", "\(s.items.placeholders)"), ("conflicts", "\(s.items.conflicted)")]
-            if let u = s.upload { lines.append(("uploading", "\(u.item) \(u.sent)/\(u.total)")) }
-            lines += [("bytes-downloaded", "\(s.bytesDownloaded)"), ("bytes-uploaded", "\(s.bytesUploaded)"),
-                      ("cache-used", "\(s.cacheUsed)"), ("cache-limit", options.cacheLimit.map { "\($0)" } ?? "none"),
-                      ("cache-evicted", "\(s.evicted)"), ("pinned", "\(s.pinned.count)"),
+            if let u = s.push.upload { lines.append(("uploading", "\(u.item) \(u.sent)/\(u.total)")) }
+            lines += [("bytes-downloaded", "\(s.downloads.bytesFetched)"), ("bytes-uploaded", "\(s.push.bytesSent)"),
+                      ("cache-used", "\(s.cache.used)"), ("cache-limit", options.cacheLimit.map { "\($0)" } ?? "none"),
+                      ("cache-evicted", "\(s.cache.evicted)"), ("pinned", "\(s.cache.pinned.count)"),
                       ("read-timeout", "\(options.hydrationSeconds) s")]
             // Items the server refused for the account's quota (shown only while some wait).
             lines += s.items.quotaLine.map { [("quota", $0)] } ?? []
@@ -478,11 +501,11 @@ extension SyncEngine: SyncStatusSource {
             switch name {
             case .version: return s.base(item).map { "\($0.version)" } ?? "none"
             case .conflicts: return "\(s.base(item)?.record.conflicts ?? 0)"
-            case .pinned: return s.pinned.covers(item, ancestors: ancestors) ? "1" : "0"
+            case .pinned: return s.cache.pinned.covers(item, ancestors: ancestors) ? "1" : "0"
             case .error:
                 return (s.items[item] ?? SyncItem()).errorText(s.statusFacts(item))
             case .progress:
-                return ProgressText.of(uploading: s.upload.flatMap { $0.item == item ? ($0.sent, $0.total) : nil }, base: s.base(item))
+                return ProgressText.of(uploading: s.push.upload.flatMap { $0.item == item ? ($0.sent, $0.total) : nil }, base: s.base(item))
             case .status, .itemid, .evict, .download, .paused, .versions, .resolve, .restore, .discard: return nil
             }
         }
