@@ -457,7 +457,11 @@ public final class LocalStore: @unchecked Sendable {
     /// One commit attempt of `batch` (with writeOrder held). On a full disk the reserve goes
     /// and the batch is tried once more at once.
     private func commit(_ batch: [Queued], full: Bool) -> StoreFailure? {
-        func attempt() throws {
+        /// `isolated`: each of the engine's writes in a savepoint of its own, and one the
+        /// database refuses as it is (a broken invariant, never the disk) dropped, loudly, so it
+        /// cannot refuse every retry and hold back the whole queue. Only after a plain attempt
+        /// was refused that way: a savepoint per write costs the common case.
+        func attempt(isolated: Bool) throws {
             try simulatedFault()
             // A full commit fsyncs the WAL, and with it every commit made before in NORMAL mode.
             // With nothing queued, a one-row mark gives it something to commit.
@@ -470,15 +474,13 @@ public final class LocalStore: @unchecked Sendable {
                     for q in batch {
                         switch q {
                         case .change(let change): try Self.apply(change, db)
-                        case .direct(let body):
-                            // A write the database refuses as it is (a broken invariant, never the
-                            // disk) would refuse every retry and hold back the whole queue: it is
-                            // dropped, loudly, and the batch goes on.
+                        case .direct(let body) where isolated:
                             do {
                                 try db.inSavepoint { try body(db); return .commit }
                             } catch let e where !StoreFailure(e, directory: directory.path).retryable {
                                 LogLine.write("nimbus store", "a write of the sync state was refused and dropped: \(e)", level: .error)
                             }
+                        case .direct(let body): try body(db)
                         }
                     }
                     if mark {
@@ -488,6 +490,12 @@ public final class LocalStore: @unchecked Sendable {
                 }
             }
             commitsSinceDurable = !full
+        }
+        func attempt() throws {
+            do { try attempt(isolated: false) } catch {
+                guard !StoreFailure(error, directory: directory.path).retryable else { throw error }
+                try attempt(isolated: true)
+            }
         }
         do { try attempt(); return nil } catch {
             let f = StoreFailure(error, directory: directory.path)

@@ -84,11 +84,15 @@ extension ItemTable {
     /// The `quota:` line of `.nimbus/status` while items wait for room on the account: the
     /// figures of the latest refusal and how many wait; nil when none does.
     public var quotaLine: String? {
-        let waiting = busyItems.compactMap { e -> (at: Instant, figures: QuotaFigures?)? in
-            guard case .overQuota(let at, let figures)? = e.item.upload.failure else { return nil }
-            return (at, figures)
+        // Read on every status read: only the waiting records are gathered, and the latest is
+        // found without sorting (ties go to the highest id, so the line does not depend on
+        // hashing order).
+        var waiting: [(id: ItemID, at: Instant, figures: QuotaFigures?)] = []
+        for id in busy {
+            guard case .overQuota(let at, let figures)? = all[id]?.upload.failure else { continue }
+            waiting.append((id, at, figures))
         }
-        guard let latest = waiting.max(by: { $0.at < $1.at }) else { return nil }
+        guard let latest = waiting.max(by: { ($0.at, $0.id) < ($1.at, $1.id) }) else { return nil }
         let numbers = latest.figures.map { f in "uses \(f.usage) bytes" + (f.quota.map { " of \($0)" } ?? "") } ?? "no figures"
         return "over (\(numbers)); \(waiting.count) item(s) wait for room, retried every \(UploadState<Instant>.quotaRetrySeconds) s"
     }

@@ -9,7 +9,9 @@ import Testing
 /// delete based on a version holding it took it (`SimChecks.lostContents`).
 ///
 /// `NIMBUS_SIM_SEEDS=7` (or `1-200`, `3,9`) runs those seeds; otherwise the run takes seeds
-/// from 1 on for `NIMBUS_SIM_SECONDS` (default 180) of real time. `NIMBUS_SIM_ROUNDS` sets the
+/// from 1 on for `NIMBUS_SIM_SECONDS` (default 180) of real time, and at least
+/// `NIMBUS_SIM_MIN_SEEDS` of them, whichever ends later (by default 1,000 when
+/// `NIMBUS_SIM_SECONDS` is not set; none for the content-apart run). `NIMBUS_SIM_ROUNDS` sets the
 /// steps per seed (default 200), `NIMBUS_SIM_MAX_FAILURES` how many failing seeds end the run
 /// (default 3). `scripts/mutate` breaks one rule at a time and reports the first seed that
 /// catches it.
@@ -26,7 +28,10 @@ import Testing
     }
 
     @Test func seedsConvergeAndKeepEveryLastWrite() async throws {
-        await Self.runSeeds(budget: Double(ProcessInfo.processInfo.environment["NIMBUS_SIM_SECONDS"] ?? "") ?? 180, apart: false)
+        let env = ProcessInfo.processInfo.environment
+        let seconds = Double(env["NIMBUS_SIM_SECONDS"] ?? "")
+        await Self.runSeeds(budget: seconds ?? 180, atLeast: UInt64(env["NIMBUS_SIM_MIN_SEEDS"] ?? "") ?? (seconds == nil ? 1_000 : 0),
+                            apart: false)
     }
 
     /// The same with device a sending every file's content apart from its upload queue, as big
@@ -34,7 +39,7 @@ import Testing
     @Test func seedsWithContentApartConvergeAndKeepEveryLastWrite() async throws {
         let env = ProcessInfo.processInfo.environment
         if Self.explicitSeeds != nil, env["NIMBUS_SIM_APART"] == nil { return }
-        await Self.runSeeds(budget: Double(env["NIMBUS_SIM_APART_SECONDS"] ?? "") ?? 30, apart: true)
+        await Self.runSeeds(budget: Double(env["NIMBUS_SIM_APART_SECONDS"] ?? "") ?? 30, atLeast: 0, apart: true)
     }
 
     static func plan(_ seed: UInt64, apart: Bool) -> SimPlan {
@@ -43,7 +48,7 @@ import Testing
         return p
     }
 
-    static func runSeeds(budget: Double, apart: Bool) async {
+    static func runSeeds(budget: Double, atLeast minimum: UInt64, apart: Bool) async {
         let env = ProcessInfo.processInfo.environment
         let maxFailures = Int(env["NIMBUS_SIM_MAX_FAILURES"] ?? "") ?? 3
         let started = ContinuousClock.now
@@ -60,7 +65,7 @@ import Testing
                 index += 1
                 return explicit[index - 1]
             }
-            guard ContinuousClock.now - started < .seconds(budget), failures < maxFailures else { return nil }
+            guard next <= minimum || ContinuousClock.now - started < .seconds(budget), failures < maxFailures else { return nil }
             next += 1
             return next - 1
         }
