@@ -34,14 +34,7 @@ import Testing
             String(decoding: try fs.getxattr(node: try fs.lookup(parent: .root, name: name).node, name: "user.nimbus.itemid"), as: UTF8.self)
         }
 
-        func read(_ name: String) throws -> String {
-            let e = try fs.lookup(parent: .root, name: name)
-            let h = try fs.open(node: e.node, flags: O_RDONLY)
-            defer { fs.release(node: e.node, handle: h.handle) }
-            var buf = [UInt8](repeating: 0, count: 256)
-            let n = pread(try #require(fs.descriptor(h.handle)), &buf, buf.count, 0)
-            return String(decoding: buf.prefix(max(n, 0)), as: UTF8.self)
-        }
+        func read(_ name: String) throws -> String { try fs.readText(name) }
     }
 
     @Test func aSaveKeepsTheDocumentsIdentityOnlyWhileTheStoreCommits() throws {

@@ -66,14 +66,7 @@ import Testing
             return node
         }
 
-        func read(_ name: String) throws -> String {
-            let e = try fs.lookup(parent: .root, name: name)
-            let h = try fs.open(node: e.node, flags: O_RDONLY)
-            defer { fs.release(node: e.node, handle: h.handle) }
-            var buf = [UInt8](repeating: 0, count: 256)
-            let n = pread(try #require(fs.descriptor(h.handle)), &buf, buf.count, 0)
-            return String(decoding: buf.prefix(max(n, 0)), as: UTF8.self)
-        }
+        func read(_ name: String) throws -> String { try fs.readText(name) }
 
         /// The server's next version of `name`: other content of `size` bytes.
         func newVersion(of name: String, size: Int64, deleted: Bool = false) throws -> RemoteState {
