@@ -63,6 +63,11 @@ public enum Mutation: String, CaseIterable, Sendable {
     /// placeholder.
     case placeholderSizeAfterCrash = "placeholder-size-after-crash"
 
+    /// A file deleted here while its commit was on its way is deleted on the answer although
+    /// the answer holds content from elsewhere (a create sent again after its first answer was
+    /// lost, onto an item another device edited meanwhile).
+    case deleteOnForeignAnswer = "delete-on-foreign-answer"
+
     /// This mutation is the one the run breaks.
     public var isOn: Bool {
         #if DEBUG

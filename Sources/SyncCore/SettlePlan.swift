@@ -16,17 +16,14 @@ public struct SettleFacts: Sendable, Equatable {
     public var samePlace: Bool
     /// The item is in the tree here (not deleted here while the commit was on its way).
     public var existsHere: Bool
-    /// There was a base before this commit.
-    public var hadBase: Bool
 
     public init(deletedElsewhere: Bool = false, writtenSince: Bool = false, sameContent: Bool = true, samePlace: Bool = true,
-                existsHere: Bool = true, hadBase: Bool = true) {
+                existsHere: Bool = true) {
         self.deletedElsewhere = deletedElsewhere
         self.writtenSince = writtenSince
         self.sameContent = sameContent
         self.samePlace = samePlace
         self.existsHere = existsHere
-        self.hadBase = hadBase
     }
 }
 
@@ -39,8 +36,9 @@ public enum SettleStep: Sendable, Equatable {
     /// The server kept what was sent: the answer becomes the base, nothing to show.
     case record
     /// Deleted here while the commit was on its way: showing the answer would bring it back.
-    /// The queued delete goes next, on the answer when it holds what was sent (or there was no
-    /// base), else on the previous base, so content from elsewhere wins over the delete.
+    /// The queued delete goes next, on the answer when it holds what was sent, else on the
+    /// previous base (none for a create: the delete then goes on the item's first version), so
+    /// content from elsewhere that this device never showed wins over the delete.
     case deletedHere(onAnswer: Bool)
     /// The server's state differs from what was sent (a merge, a rename for a taken name, our
     /// edit kept as a conflict version): it is shown here (`resetContent`: other bytes). When it
@@ -54,7 +52,7 @@ extension SyncItem {
     public func planSettle(_ f: SettleFacts, isFile: Bool) -> SettleStep {
         if f.deletedElsewhere { return .deletedElsewhere(keptForWrite: isFile && f.writtenSince) }
         if f.sameContent && f.samePlace { return .record }
-        if !f.existsHere { return .deletedHere(onAnswer: f.sameContent || !f.hadBase) }
+        if !f.existsHere { return .deletedHere(onAnswer: f.sameContent || Mutation.deleteOnForeignAnswer.isOn) }
         return .show(resetContent: isFile && !f.sameContent)
     }
 }

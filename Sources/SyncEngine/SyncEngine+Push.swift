@@ -584,7 +584,7 @@ extension SyncEngine: ChangeObserver {
             writtenSince: generation.map { fs.writeState(id)?.generation != $0 } ?? false,
             sameContent: sameContent,
             samePlace: shown.parent == sent.parent && shown.name == sent.name && shown.mode == sent.mode,
-            existsHere: fs.localState(id) != nil, hadBase: previous != nil)
+            existsHere: fs.localState(id) != nil)
         // A file written (O_TRUNC) while the commit was on its way is whole here now, even if it
         // was a placeholder when the push began: it must not be marked "not downloaded" again, or
         // the next push sends the old chunks ("nothing to send") and the write never leaves.

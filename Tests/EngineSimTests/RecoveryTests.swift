@@ -58,20 +58,12 @@ import Testing
     @Test func aDeleteAfterALostCreateAnswerReachesTheServer() async throws {
         try await Self.twoDevices { a, b, client, sim in
             let devices = [a, b]
-            // The create reaches the server, its answer is lost, and b is offline.
-            func createLosingTheAnswer(_ name: String) async throws {
-                b.relay.loseNextAnswer(after: "/commit")
-                _ = try b.writeFile(node: nil, parent: NodeID.root, name: name, content: "b made \(name)\n")
-                let deadline = ContinuousClock.now + .seconds(20)
-                while !b.relay.isCut, ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(20)) }
-                guard b.relay.isCut else { throw SimFailure("b's commit of \(name) never went out") }
-            }
-            try await createLosingTheAnswer("gone.txt")
+            try await Self.createLosingTheAnswer("gone.txt", on: b)
             try b.fs.unlink(parent: NodeID.root, name: "gone.txt")
             b.relay.restore()
             if let why = await sim.settle(devices, client: client, within: .seconds(30)) { throw SimFailure("the devices did not agree: \(why)") }
 
-            try await createLosingTheAnswer("kept.txt")
+            try await Self.createLosingTheAnswer("kept.txt", on: b)
             // a sees it (the server has it) and edits it.
             let deadline = ContinuousClock.now + .seconds(20)
             while ContinuousClock.now < deadline, a.lookup(NodeID.root, "kept.txt") == nil { try await Task.sleep(for: .milliseconds(20)) }
@@ -83,10 +75,56 @@ import Testing
             if let why = await sim.settle(devices, client: client, within: .seconds(30)) { throw SimFailure("the devices did not agree: \(why)") }
             for d in devices {
                 let tree = await d.tree() ?? [:]
-                #expect(tree["gone.txt"] == nil, "device \(d.name): the delete reached the server")
-                #expect(tree["kept.txt"] == "edited on a\n", "device \(d.name): the edit made elsewhere wins over the delete")
+                #expect(tree["gone.txt"] == nil, "device \(d.name): the delete reached the server; tree \(tree)")
+                #expect(tree["kept.txt"] == "edited on a\n", "device \(d.name): the edit made elsewhere wins over the delete; tree \(tree)")
             }
         }
+    }
+
+    /// b creates a file; the server stores it, but the answer is lost and b goes offline. a
+    /// edits the file. Back online, b sends its create again — decided while the file was still
+    /// there, and b's program deletes it while the commit is on its way (held in the relay).
+    /// The server keeps a's edit as current and b's state as a conflict version. b never
+    /// showed a's edit, so its delete must not take it: before the fix the delete went on the
+    /// answer's version, which held a's edit, and the file was gone everywhere.
+    @Test func aCreateSentAgainOntoAnEditMadeElsewhereIsNotDeletedByADeleteHere() async throws {
+        try await Self.twoDevices { a, b, client, sim in
+            let devices = [a, b]
+            try await Self.createLosingTheAnswer("kept.txt", on: b)
+            let deadline = ContinuousClock.now + .seconds(20)
+            while ContinuousClock.now < deadline, a.lookup(NodeID.root, "kept.txt") == nil { try await Task.sleep(for: .milliseconds(20)) }
+            guard let kept = a.lookup(NodeID.root, "kept.txt") else { throw SimFailure("a never saw kept.txt") }
+            let id = try a.writeFile(node: kept, parent: .absent, name: "kept.txt", content: "edited on a\n")
+            // a's edit is on the server (its version is past b's create).
+            let first = try await client.versions("docs", id).map(\.version).min() ?? 0
+            while ContinuousClock.now < deadline, (try? await client.item("docs", id))?.version ?? 0 <= first {
+                try await Task.sleep(for: .milliseconds(20))
+            }
+            #expect((try? await client.item("docs", id))?.version ?? 0 > first, "a's edit never reached the server")
+
+            // b's push of its create is decided with the file there; its content check is held.
+            b.relay.holdNextAnswer(after: "/chunks/missing")
+            b.relay.restore()
+            while ContinuousClock.now < deadline, !b.relay.holdMatched { try await Task.sleep(for: .milliseconds(10)) }
+            #expect(b.relay.holdMatched, "b never sent its create again")
+            try b.fs.unlink(parent: NodeID.root, name: "kept.txt")
+            b.relay.releaseHeld()
+            if let why = await sim.settle(devices, client: client, within: .seconds(30)) { throw SimFailure("the devices did not agree: \(why)") }
+            for d in devices {
+                let tree = await d.tree() ?? [:]
+                #expect(tree["kept.txt"] == "edited on a\n", "device \(d.name): the edit made elsewhere wins over the delete; tree \(tree)")
+            }
+        }
+    }
+
+    /// b writes `name` as a new file; the commit reaches the server, its answer is lost, and b
+    /// goes offline.
+    static func createLosingTheAnswer(_ name: String, on b: SimDevice) async throws {
+        b.relay.loseNextAnswer(after: "/commit")
+        _ = try b.writeFile(node: nil, parent: NodeID.root, name: name, content: "b made \(name)\n")
+        let deadline = ContinuousClock.now + .seconds(20)
+        while !b.relay.isCut, ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(20)) }
+        guard b.relay.isCut else { throw SimFailure("b's commit of \(name) never went out") }
     }
 
     /// Two devices (a, b) on a live server, started; `body` runs; both are stopped whatever

@@ -14,9 +14,9 @@ import Testing
         (F(deletedElsewhere: true, writtenSince: true), true, .deletedElsewhere(keptForWrite: true)),
         (F(deletedElsewhere: true, writtenSince: true), false, .deletedElsewhere(keptForWrite: false)),
         // Deleted here meanwhile: never brought back; the delete goes on the answer when it
-        // holds what was sent (or nothing came before), else on the previous base.
+        // holds what was sent, else on the previous base (a create: on its first version), so
+        // an edit made elsewhere that this device never showed wins.
         (F(sameContent: false, existsHere: false), true, .deletedHere(onAnswer: false)),
-        (F(sameContent: false, existsHere: false, hadBase: false), true, .deletedHere(onAnswer: true)),
         (F(samePlace: false, existsHere: false), true, .deletedHere(onAnswer: true)),
         // The server's state differs: shown, with other bytes when the content differs.
         (F(sameContent: false), true, .show(resetContent: true)),
