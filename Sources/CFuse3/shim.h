@@ -86,9 +86,17 @@ static inline void cfuse_conn_tune(struct fuse_conn_info *conn, unsigned max_bac
     if (conn->capable & FUSE_CAP_ATOMIC_O_TRUNC) conn->want |= FUSE_CAP_ATOMIC_O_TRUNC;
     // The server decides about writeback caching later; write-through keeps mtime/size ours.
     conn->want &= ~FUSE_CAP_WRITEBACK_CACHE;
+    // Cached pages stay when a getattr shows a new mtime or size: every change the kernel did
+    // not make itself (a remote version) is invalidated explicitly (ContainerFS KernelAction),
+    // so a file just written is read from the page cache, not again from the daemon.
+    conn->want &= ~FUSE_CAP_AUTO_INVAL_DATA;
 }
 
 static inline int cfuse_errno(void) { return errno; }
+
+/// Request counters (FuseKit `FuseRequestCounts`): relaxed atomics, one add per request.
+static inline void cfuse_count_add(uint64_t *slot) { __atomic_fetch_add(slot, 1, __ATOMIC_RELAXED); }
+static inline uint64_t cfuse_count_load(uint64_t *slot) { return __atomic_load_n(slot, __ATOMIC_RELAXED); }
 
 /// Calls back into Swift when the kernel interrupts `req` (a signal reached the waiting caller).
 void cfuse_interrupted(fuse_req_t req, void *token);

@@ -12,6 +12,7 @@ import Synchronization
 /// What the files of `.nimbus/` show of the tree, filtered for who reads (ContainerFS+Access.swift).
 protocol ControlSource: AnyObject, Sendable {
     func statusText() -> String
+    func requestsText() -> String
     func claimsText(for caller: Caller) -> String
     func conflictsText(for caller: Caller) -> String
     /// Whether `caller` sees every item (no filtering needed).
@@ -24,9 +25,10 @@ protocol ControlSource: AnyObject, Sendable {
 /// this folder, but `VersionsFS` answers for its node.
 final class ControlFS: Sendable {
     enum File: Hashable, Sendable {
-        case folder, status, claims, events, conflicts
+        case folder, status, claims, events, conflicts, requests
         /// The generated files, in listing order.
-        static let files: [(name: String, file: File)] = [("status", .status), ("claims", .claims), ("events", .events), ("conflicts", .conflicts)]
+        static let files: [(name: String, file: File)] = [("status", .status), ("claims", .claims), ("events", .events), ("conflicts", .conflicts),
+                                                          ("requests", .requests)]
     }
     private struct State {
         /// Open control files: handle → the bytes fixed at open.
@@ -117,6 +119,7 @@ final class ControlFS: Sendable {
         let text = switch f {
         case .claims: source.claimsText(for: caller)
         case .conflicts: source.conflictsText(for: caller)
+        case .requests: source.requestsText()
         default: source.statusText()
         }
         let bytes = Array(text.utf8)
@@ -165,6 +168,13 @@ extension ContainerFS: ControlSource {
     public func conflictsText(for caller: Caller = .process) -> String {
         let items = (syncStatus?.conflictedItems() ?? []).filter { reachable($0.0, by: caller) }
         return items.map { (path(of: $0.0), $0.1) }.sorted { $0.0 < $1.0 }.map { "\($0.1) \(EventLog.escape($0.0))\n" }.joined()
+    }
+
+    /// The text of `.nimbus/requests`: `KIND COUNT` per kind of request the kernel sent this
+    /// mount since it started (every kind, in a fixed order; counted, not timed).
+    public func requestsText() -> String {
+        guard let k = kernel.withLock({ $0 }) else { return "" }
+        return k.requestCounts().map { "\($0.kind) \($0.count)\n" }.joined()
     }
 
     /// The text of `.nimbus/status`: one `key: value` per line, stable keys for scripts.

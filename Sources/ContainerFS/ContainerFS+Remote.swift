@@ -10,6 +10,12 @@ public protocol KernelCache: Sendable {
     func invalidateNode(_ node: NodeID)
     func invalidateEntry(parent: NodeID, name: String)
     func notifyDelete(parent: NodeID, child: NodeID, name: String)
+    /// How many requests of each kind the kernel sent (`.nimbus/requests`); none by default.
+    func requestCounts() -> [(kind: String, count: UInt64)]
+}
+
+extension KernelCache {
+    public func requestCounts() -> [(kind: String, count: UInt64)] { [] }
 }
 
 /// A kernel cache invalidation owed after a remote change (sent through `KernelCache`, never
@@ -253,6 +259,7 @@ extension ContainerFS {
                     if old.children[n.rec.name] == n.node { old.children[n.rec.name] = nil }
                     if n.isDir { old.subdirs -= 1 }
                     actions.append(.entry(parent: old.node, name: n.rec.name))
+                    actions.append(.node(old.node))  // its link count and times
                 }
                 p.children[s.name] = n.node
                 if n.isDir { p.subdirs += 1 }
@@ -260,6 +267,7 @@ extension ContainerFS {
                 n.rec.parent = s.parent
                 n.rec.name = s.name
                 actions.append(.entry(parent: p.node, name: s.name))
+                actions.append(.node(p.node))
             }
             n.rec.mode = (n.rec.mode & UInt32(S_IFMT)) | (s.perm & ItemLimits.syncedPermissions)
             n.rec.mtime = s.mtime

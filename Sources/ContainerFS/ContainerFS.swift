@@ -20,12 +20,15 @@ import Synchronization
 public final class ContainerFS: @unchecked Sendable {
     // @unchecked: `t` is guarded by `lock`; the rest is immutable after init.
     public struct Options: Sendable {
-        /// How long the kernel may cache names and attributes. Changes made through the mount
-        /// keep the kernel's view right by themselves; remote changes invalidate explicitly.
+        /// How long the kernel may cache the tree's names and attributes. Changes made through the
+        /// mount keep the kernel's view right by themselves; remote changes invalidate explicitly.
         public var entryTimeout = 1.0
         public var attrTimeout = 1.0
-        /// Negative lookups ("no such name") are cached this long.
+        /// Negative lookups ("no such name") in the tree are cached this long.
         public var negativeTimeout = 1.0
+        /// The same for `.nimbus/` and `.nimbus/versions/`, whose contents change with no
+        /// invalidation (the events file grows, versions arrive): kept short.
+        public var controlTimeout = 1.0
         /// How long an ask to presenters may take (docs/presenters.md).
         public var presenterTimeout: Duration = .seconds(2)
         /// Times and new item ids (MountClock.swift).
@@ -69,7 +72,7 @@ public final class ContainerFS: @unchecked Sendable {
     private(set) var control: ControlFS!
     /// What `.nimbus/` shows of the mount (its owner, its time, the kernel's timeouts).
     var presentation: Presentation {
-        Presentation(uid: owner.uid, gid: owner.gid, mountTime: mountTime, attrTimeout: options.attrTimeout, entryTimeout: options.entryTimeout)
+        Presentation(uid: owner.uid, gid: owner.gid, mountTime: mountTime, attrTimeout: options.controlTimeout, entryTimeout: options.controlTimeout)
     }
     /// The kernel's caches, told what remote states and evictions change (`setKernel`; none
     /// when the filesystem is driven without a mount).

@@ -35,7 +35,7 @@ public final class FuseAdapter: FuseFilesystem {
 
     private func lookupVersions(_ v: VersionsFS.VNode, name: String, reply: consuming FuseReply) {
         let box = ReplyBox(reply)
-        let negative = fs.options.negativeTimeout
+        let negative = fs.options.controlTimeout
         fs.versions.lookup(parent: v, name: name) { r in
             guard let reply = box.take() else { return }
             switch r {
@@ -53,12 +53,12 @@ public final class FuseAdapter: FuseFilesystem {
 
     public func getattr(node: NodeID, handle: HandleID?, reply: consuming FuseReply) {
         do {
-            let st = switch fs.ids.owner(of: node) {
-            case .item: try fs.getattr(node: node)
-            case .control(let f): fs.control.attr(f)
-            case .versions(let v): try fs.versions.attr(v)
+            let (st, timeout) = switch fs.ids.owner(of: node) {
+            case .item: (try fs.getattr(node: node), fs.options.attrTimeout)
+            case .control(let f): (fs.control.attr(f), fs.options.controlTimeout)
+            case .versions(let v): (try fs.versions.attr(v), fs.options.controlTimeout)
             }
-            reply.attr(st, timeout: fs.options.attrTimeout)
+            reply.attr(st, timeout: timeout)
         } catch { reply.error(error) }
     }
 
@@ -367,6 +367,7 @@ public struct SessionKernelCache: KernelCache {
     public func invalidateNode(_ node: NodeID) { session.invalidateNode(node) }
     public func invalidateEntry(parent: NodeID, name: String) { session.invalidateEntry(parent: parent, name: name) }
     public func notifyDelete(parent: NodeID, child: NodeID, name: String) { session.notifyDelete(parent: parent, child: child, name: name) }
+    public func requestCounts() -> [(kind: String, count: UInt64)] { session.requests.snapshot().map { ($0.op.name, $0.count) } }
 }
 
 /// Carries a reply into a provider's completion (which may run on any thread, exactly once).

@@ -35,6 +35,7 @@ final class IDTable: Sendable {
     static let fixedNodes: [(NodeID, NodeOwner)] = [
         (NodeID(rawValue: 2), .control(.folder)), (NodeID(rawValue: 3), .control(.status)), (NodeID(rawValue: 4), .control(.claims)),
         (NodeID(rawValue: 5), .control(.events)), (NodeID(rawValue: 6), .control(.conflicts)), (NodeID(rawValue: 7), .versions(.mirror(.root))),
+        (NodeID(rawValue: 8), .control(.requests)),
     ]
     /// The first id the counter gives out (the ids below it are the root's and `fixedNodes`').
     static let firstCountedNode = NodeID(rawValue: 16)

@@ -39,6 +39,8 @@ public final class FuseSession: @unchecked Sendable {
     // @unchecked: the C session pointer is used from worker threads per libfuse's rules above.
     public let filesystem: any FuseFilesystem
     public let mountpoint: String
+    /// What the kernel asked of this session so far, by kind.
+    public let requests = FuseRequestCounts()
     private var session: OpaquePointer?
     private var loopThread: pthread_t?
     private let aliveLock = NSLockLite()

@@ -13,6 +13,14 @@ private func fs(_ req: fuse_req_t?) -> any FuseFilesystem {
     Unmanaged<FuseSession>.fromOpaque(fuse_req_userdata(req)!).takeUnretainedValue().filesystem
 }
 
+/// The filesystem, counting the request (`FuseSession.requests`).
+@inline(__always)
+private func fs(_ req: fuse_req_t?, _ op: FuseRequestCounts.Op) -> any FuseFilesystem {
+    let s = Unmanaged<FuseSession>.fromOpaque(fuse_req_userdata(req)!).takeUnretainedValue()
+    s.requests.add(op)
+    return s.filesystem
+}
+
 @inline(__always)
 private func name(_ p: UnsafePointer<CChar>?) -> String? {
     guard let p else { return nil }
@@ -46,128 +54,128 @@ func makeOperations() -> fuse_lowlevel_ops {
     o.lookup = { req, parent, n in
         let r = FuseReply(req!)
         guard let n = name(n) else { return r.error(.EILSEQ) }
-        fs(req).lookup(parent: NodeID(rawValue: parent), name: n, reply: r)
+        fs(req, .lookup).lookup(parent: NodeID(rawValue: parent), name: n, reply: r)
     }
     o.forget = { req, node, count in
-        fs(req).forget(node: NodeID(rawValue: node), count: count)
+        fs(req, .forget).forget(node: NodeID(rawValue: node), count: count)
         fuse_reply_none(req)
     }
     o.forget_multi = { req, count, list in
-        let f = fs(req)
+        let f = fs(req, .forgetMulti)
         for i in 0..<count { f.forget(node: NodeID(rawValue: list![i].ino), count: list![i].nlookup) }
         fuse_reply_none(req)
     }
     o.getattr = { req, node, fi in
-        fs(req).getattr(node: NodeID(rawValue: node), handle: fi.map { HandleID(rawValue: $0.pointee.fh) }, reply: FuseReply(req!))
+        fs(req, .getattr).getattr(node: NodeID(rawValue: node), handle: fi.map { HandleID(rawValue: $0.pointee.fh) }, reply: FuseReply(req!))
     }
     o.setattr = { req, node, st, toSet, fi in
-        fs(req).setattr(node: NodeID(rawValue: node), setAttrChanges(st!.pointee, toSet), handle: fi.map { HandleID(rawValue: $0.pointee.fh) }, reply: FuseReply(req!))
+        fs(req, .setattr).setattr(node: NodeID(rawValue: node), setAttrChanges(st!.pointee, toSet), handle: fi.map { HandleID(rawValue: $0.pointee.fh) }, reply: FuseReply(req!))
     }
-    o.readlink = { req, node in fs(req).readlink(node: NodeID(rawValue: node), reply: FuseReply(req!)) }
+    o.readlink = { req, node in fs(req, .readlink).readlink(node: NodeID(rawValue: node), reply: FuseReply(req!)) }
     o.mknod = { req, parent, n, mode, rdev in
         let r = FuseReply(req!)
         guard let n = name(n) else { return r.error(.EILSEQ) }
-        fs(req).mknod(parent: NodeID(rawValue: parent), name: n, mode: mode, rdev: rdev, reply: r)
+        fs(req, .mknod).mknod(parent: NodeID(rawValue: parent), name: n, mode: mode, rdev: rdev, reply: r)
     }
     o.mkdir = { req, parent, n, mode in
         let r = FuseReply(req!)
         guard let n = name(n) else { return r.error(.EILSEQ) }
-        fs(req).mkdir(parent: NodeID(rawValue: parent), name: n, mode: mode, reply: r)
+        fs(req, .mkdir).mkdir(parent: NodeID(rawValue: parent), name: n, mode: mode, reply: r)
     }
     o.unlink = { req, parent, n in
         let r = FuseReply(req!)
         guard let n = name(n) else { return r.error(.EILSEQ) }
-        fs(req).unlink(parent: NodeID(rawValue: parent), name: n, reply: r)
+        fs(req, .unlink).unlink(parent: NodeID(rawValue: parent), name: n, reply: r)
     }
     o.rmdir = { req, parent, n in
         let r = FuseReply(req!)
         guard let n = name(n) else { return r.error(.EILSEQ) }
-        fs(req).rmdir(parent: NodeID(rawValue: parent), name: n, reply: r)
+        fs(req, .rmdir).rmdir(parent: NodeID(rawValue: parent), name: n, reply: r)
     }
     o.symlink = { req, target, parent, n in
         let r = FuseReply(req!)
         guard let n = name(n), let target else { return r.error(.EILSEQ) }
         let bytes = Array(UnsafeRawBufferPointer(start: target, count: strlen(target)))
-        fs(req).symlink(target: bytes, parent: NodeID(rawValue: parent), name: n, reply: r)
+        fs(req, .symlink).symlink(target: bytes, parent: NodeID(rawValue: parent), name: n, reply: r)
     }
     o.rename = { req, parent, n, newParent, newName, flags in
         let r = FuseReply(req!)
         guard let n = name(n), let nn = name(newName) else { return r.error(.EILSEQ) }
-        fs(req).rename(parent: NodeID(rawValue: parent), name: n, newParent: NodeID(rawValue: newParent), newName: nn, flags: RenameFlags(rawValue: flags), reply: r)
+        fs(req, .rename).rename(parent: NodeID(rawValue: parent), name: n, newParent: NodeID(rawValue: newParent), newName: nn, flags: RenameFlags(rawValue: flags), reply: r)
     }
     o.link = { req, node, newParent, newName in
         let r = FuseReply(req!)
         guard let nn = name(newName) else { return r.error(.EILSEQ) }
-        fs(req).link(node: NodeID(rawValue: node), newParent: NodeID(rawValue: newParent), newName: nn, reply: r)
+        fs(req, .link).link(node: NodeID(rawValue: node), newParent: NodeID(rawValue: newParent), newName: nn, reply: r)
     }
     o.open = { req, node, fi in
-        fs(req).open(node: NodeID(rawValue: node), flags: fi!.pointee.flags, reply: FuseReply(req!))
+        fs(req, .open).open(node: NodeID(rawValue: node), flags: fi!.pointee.flags, reply: FuseReply(req!))
     }
     o.create = { req, parent, n, mode, fi in
         let r = FuseReply(req!)
         guard let n = name(n) else { return r.error(.EILSEQ) }
-        fs(req).create(parent: NodeID(rawValue: parent), name: n, mode: mode, flags: fi!.pointee.flags, reply: r)
+        fs(req, .create).create(parent: NodeID(rawValue: parent), name: n, mode: mode, flags: fi!.pointee.flags, reply: r)
     }
     o.read = { req, node, size, off, fi in
-        fs(req).read(node: NodeID(rawValue: node), handle: HandleID(rawValue: fi!.pointee.fh), offset: Int64(off), size: size, reply: FuseReply(req!))
+        fs(req, .read).read(node: NodeID(rawValue: node), handle: HandleID(rawValue: fi!.pointee.fh), offset: Int64(off), size: size, reply: FuseReply(req!))
     }
     o.write = { req, node, buf, size, off, fi in
-        fs(req).write(node: NodeID(rawValue: node), handle: HandleID(rawValue: fi!.pointee.fh), offset: Int64(off),
+        fs(req, .write).write(node: NodeID(rawValue: node), handle: HandleID(rawValue: fi!.pointee.fh), offset: Int64(off),
                       data: UnsafeRawBufferPointer(start: buf, count: size), reply: FuseReply(req!))
     }
     o.flush = { req, node, fi in
-        let f = fs(req)
+        let f = fs(req, .flush)
         // A close: the closing process's POSIX locks on this file end (fcntl semantics).
         if f.handlesLocks { f.releaseLocks(node: NodeID(rawValue: node), owner: fi!.pointee.lock_owner, flock: false) }
         f.flush(node: NodeID(rawValue: node), handle: HandleID(rawValue: fi!.pointee.fh), reply: FuseReply(req!))
     }
     o.release = { req, node, fi in
-        let f = fs(req)
+        let f = fs(req, .release)
         if f.handlesLocks && fi!.pointee.flock_release != 0 { f.releaseLocks(node: NodeID(rawValue: node), owner: fi!.pointee.lock_owner, flock: true) }
         f.release(node: NodeID(rawValue: node), handle: HandleID(rawValue: fi!.pointee.fh), reply: FuseReply(req!))
     }
     o.getlk = { req, node, fi, lock in
         let l = lock!.pointee
-        fs(req).getlk(node: NodeID(rawValue: node), handle: HandleID(rawValue: fi!.pointee.fh), owner: fi!.pointee.lock_owner,
+        fs(req, .getlk).getlk(node: NodeID(rawValue: node), handle: HandleID(rawValue: fi!.pointee.fh), owner: fi!.pointee.lock_owner,
                       lock: FuseLock(type: l.l_type, start: UInt64(max(0, l.l_start)), length: UInt64(max(0, l.l_len)), pid: l.l_pid),
                       reply: FuseReply(req!))
     }
     o.setlk = { req, node, fi, lock, sleep in
         let l = lock!.pointee
-        fs(req).setlk(node: NodeID(rawValue: node), handle: HandleID(rawValue: fi!.pointee.fh), owner: fi!.pointee.lock_owner,
+        fs(req, .setlk).setlk(node: NodeID(rawValue: node), handle: HandleID(rawValue: fi!.pointee.fh), owner: fi!.pointee.lock_owner,
                       lock: FuseLock(type: l.l_type, start: UInt64(max(0, l.l_start)), length: UInt64(max(0, l.l_len)), pid: l.l_pid),
                       wait: sleep != 0, reply: FuseReply(req!))
     }
     o.flock = { req, node, fi, op in
-        fs(req).flock(node: NodeID(rawValue: node), handle: HandleID(rawValue: fi!.pointee.fh), owner: fi!.pointee.lock_owner, operation: op, reply: FuseReply(req!))
+        fs(req, .flock).flock(node: NodeID(rawValue: node), handle: HandleID(rawValue: fi!.pointee.fh), owner: fi!.pointee.lock_owner, operation: op, reply: FuseReply(req!))
     }
     o.fsync = { req, node, datasync, fi in
-        fs(req).fsync(node: NodeID(rawValue: node), handle: HandleID(rawValue: fi!.pointee.fh), dataOnly: datasync != 0, reply: FuseReply(req!))
+        fs(req, .fsync).fsync(node: NodeID(rawValue: node), handle: HandleID(rawValue: fi!.pointee.fh), dataOnly: datasync != 0, reply: FuseReply(req!))
     }
     o.fallocate = { req, node, mode, off, len, fi in
-        fs(req).fallocate(node: NodeID(rawValue: node), handle: HandleID(rawValue: fi!.pointee.fh), mode: mode, offset: Int64(off), length: Int64(len), reply: FuseReply(req!))
+        fs(req, .fallocate).fallocate(node: NodeID(rawValue: node), handle: HandleID(rawValue: fi!.pointee.fh), mode: mode, offset: Int64(off), length: Int64(len), reply: FuseReply(req!))
     }
-    o.opendir = { req, node, _ in fs(req).opendir(node: NodeID(rawValue: node), reply: FuseReply(req!)) }
+    o.opendir = { req, node, _ in fs(req, .opendir).opendir(node: NodeID(rawValue: node), reply: FuseReply(req!)) }
     o.readdir = { req, node, size, off, fi in readdir(req!, NodeID(rawValue: node), size, off, HandleID(rawValue: fi!.pointee.fh), plus: false) }
     o.readdirplus = { req, node, size, off, fi in readdir(req!, NodeID(rawValue: node), size, off, HandleID(rawValue: fi!.pointee.fh), plus: true) }
-    o.releasedir = { req, node, fi in fs(req).releasedir(node: NodeID(rawValue: node), handle: HandleID(rawValue: fi!.pointee.fh), reply: FuseReply(req!)) }
-    o.fsyncdir = { req, node, _, fi in fs(req).fsyncdir(node: NodeID(rawValue: node), handle: HandleID(rawValue: fi!.pointee.fh), reply: FuseReply(req!)) }
-    o.statfs = { req, node in fs(req).statfs(node: NodeID(rawValue: node), reply: FuseReply(req!)) }
+    o.releasedir = { req, node, fi in fs(req, .releasedir).releasedir(node: NodeID(rawValue: node), handle: HandleID(rawValue: fi!.pointee.fh), reply: FuseReply(req!)) }
+    o.fsyncdir = { req, node, _, fi in fs(req, .fsyncdir).fsyncdir(node: NodeID(rawValue: node), handle: HandleID(rawValue: fi!.pointee.fh), reply: FuseReply(req!)) }
+    o.statfs = { req, node in fs(req, .statfs).statfs(node: NodeID(rawValue: node), reply: FuseReply(req!)) }
     o.setxattr = { req, node, n, value, size, flags in
         let r = FuseReply(req!)
         guard let n = name(n) else { return r.error(.EILSEQ) }
-        fs(req).setxattr(node: NodeID(rawValue: node), name: n, value: UnsafeRawBufferPointer(start: value, count: size), flags: flags, reply: r)
+        fs(req, .setxattr).setxattr(node: NodeID(rawValue: node), name: n, value: UnsafeRawBufferPointer(start: value, count: size), flags: flags, reply: r)
     }
     o.getxattr = { req, node, n, size in
         let r = FuseReply(req!)
         guard let n = name(n) else { return r.error(.ENODATA) }
-        fs(req).getxattr(node: NodeID(rawValue: node), name: n, size: size, reply: r)
+        fs(req, .getxattr).getxattr(node: NodeID(rawValue: node), name: n, size: size, reply: r)
     }
-    o.listxattr = { req, node, size in fs(req).listxattr(node: NodeID(rawValue: node), size: size, reply: FuseReply(req!)) }
+    o.listxattr = { req, node, size in fs(req, .listxattr).listxattr(node: NodeID(rawValue: node), size: size, reply: FuseReply(req!)) }
     o.removexattr = { req, node, n in
         let r = FuseReply(req!)
         guard let n = name(n) else { return r.error(.ENODATA) }
-        fs(req).removexattr(node: NodeID(rawValue: node), name: n, reply: r)
+        fs(req, .removexattr).removexattr(node: NodeID(rawValue: node), name: n, reply: r)
     }
     return o
 }
@@ -175,7 +183,7 @@ func makeOperations() -> fuse_lowlevel_ops {
 private func readdir(_ req: fuse_req_t, _ node: NodeID, _ size: Int, _ off: off_t, _ handle: HandleID, plus: Bool) {
     let r = FuseReply(req)
     var buf = DirectoryBuffer(req: req, capacity: size, plus: plus)
-    if let e = fs(req).readdir(node: node, handle: handle, offset: Int64(off), into: &buf, plus: plus) {
+    if let e = fs(req, plus ? .readdirplus : .readdir).readdir(node: node, handle: handle, offset: Int64(off), into: &buf, plus: plus) {
         return r.error(e)
     }
     r.buffer(buf.bytes)

@@ -55,8 +55,8 @@ struct Mount: ParsableCommand {
     @Option(help: "Seconds to wait for the mount to become ready.")
     var timeout: Double = 30
 
-    @Option(help: "Kernel cache timeout for names and attributes, in seconds.")
-    var cacheTimeout: Double = 1
+    @Option(help: "How long the kernel caches names and attributes, in seconds (changes from other devices are invalidated at once).")
+    var cacheTimeout: Double = 60
 
     func validate() throws {
         if server != nil && container == nil { throw ValidationError("--server needs --container NAME (the container to sync)") }

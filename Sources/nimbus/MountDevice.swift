@@ -59,7 +59,7 @@ enum MountTable {
     /// The uid that mounted the Nimbus file system whose mount point is `real` (FUSE's `user_id`),
     /// or nil when no Nimbus file system is mounted there.
     static func nimbusMountOwner(at real: String) -> uid_t? {
-        guard let text = try? String(contentsOfFile: "/proc/self/mountinfo", encoding: .utf8) else { return nil }
+        guard let text = ProcFile.text("/proc/self/mountinfo") else { return nil }
         var owner: uid_t?
         for line in text.split(separator: "\n") {
             // ID PARENT MAJ:MIN ROOT MOUNTPOINT OPTIONS [OPTIONAL…] - FSTYPE SOURCE SUPER-OPTIONS

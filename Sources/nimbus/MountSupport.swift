@@ -7,7 +7,7 @@ import LocalStore
 enum MountSupport {
     /// Whether `path` is a mountpoint of a nimbus FUSE filesystem (from /proc/self/mountinfo).
     static func isNimbusMount(_ path: String) -> Bool {
-        guard let text = try? String(contentsOfFile: "/proc/self/mountinfo", encoding: .utf8) else { return false }
+        guard let text = ProcFile.text("/proc/self/mountinfo") else { return false }
         for line in text.split(separator: "\n") {
             let f = line.split(separator: " ")
             guard f.count > 4, let dash = f.firstIndex(of: "-"), dash + 1 < f.count else { continue }
@@ -111,7 +111,7 @@ enum MountSupport {
         var out: [(pid: pid_t, state: String?)] = []
         for e in entries {
             guard let pid = pid_t(e), pid != getpid(),
-                  let data = FileManager.default.contents(atPath: "/proc/\(e)/cmdline") else { continue }
+                  let data = ProcFile.bytes("/proc/\(e)/cmdline") else { continue }
             let args = data.split(separator: 0).map { String(decoding: $0, as: UTF8.self) }
             guard args.contains("mount"), args.contains("--foreground"), args.contains(mp) else { continue }
             let state = args.firstIndex(of: "--state").flatMap { $0 + 1 < args.count ? args[$0 + 1] : nil }
@@ -121,7 +121,7 @@ enum MountSupport {
     }
 
     static func isZombie(_ pid: pid_t) -> Bool {
-        guard let s = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
+        guard let s = ProcFile.text("/proc/\(pid)/stat"),
               let close = s.lastIndex(of: ")") else { return true }
         return s[s.index(close, offsetBy: 2)...].hasPrefix("Z")
     }

@@ -20,6 +20,25 @@ struct BasicMountTests {
         }
     }
 
+    /// `/proc/self/mountinfo` longer than a page (a machine with many mounts): a reader that
+    /// reads it once sees only the first 4 KiB, and `nimbus mount` waited for a mount listed past
+    /// it until it gave up. Forty tmpfs mounts with long paths make the table long enough.
+    @Test func aMountIsFoundWhenTheMountTableIsLongerThanAPage() throws {
+        let dir = try sh("mktemp -d /tmp/nimbus-mt-table-XXXXXX").trimmingCharacters(in: .whitespacesAndNewlines)
+        let long = String(repeating: "a-long-mount-point-name-", count: 4)
+        defer {
+            _ = shStatus("for d in \(q(dir))/\(long)*; do umount -l \"$d\"; done; rm -rf \(q(dir))")
+        }
+        try sh("set -e; for i in $(seq 1 40); do mkdir \(q(dir))/\(long)$i; mount -t tmpfs -o size=1m tmpfs \(q(dir))/\(long)$i; done")
+        #expect(Int(try sh("wc -c < /proc/self/mountinfo").trimmingCharacters(in: .whitespacesAndNewlines)) ?? 0 > 8192)
+        try withMount("table") { m in
+            try sh("set -e; cd \(q(m.mp)); echo found > a.txt; test \"$(cat a.txt)\" = found")
+            try m.unmount()
+            try m.mount()
+            #expect(try sh("cat \(q(m.mp))/a.txt") == "found\n")
+        }
+    }
+
     @Test func controlFolderIsHiddenAndProtected() throws {
         try withMount("control") { m in
             try sh("""

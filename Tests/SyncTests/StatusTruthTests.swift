@@ -14,7 +14,7 @@ struct StatusTruthTests {
             let a = try await w.mount("a"), b = try await w.mount("b")
             try sh("head -c 300000 /dev/urandom > \(q(a))/big.bin")
             try await eventually("big.bin on B", "test \"$(stat -c %s \(q(b))/big.bin)\" = 300000")
-            for file in ["status", "events", "conflicts", "claims"] {
+            for file in ["status", "events", "conflicts", "claims", "requests"] {
                 let (s, out) = shStatus("echo x > \(q(b))/.nimbus/\(file)")
                 #expect(s != 0 && out.contains("Operation not permitted"), "\(file): \(s) \(out)")
             }
