@@ -67,4 +67,18 @@ struct RequestBudgetTests {
             Self.check("rm -r", remove, ["unlink": n, "forget": n + slack, "getattr": n + slack], other: slack)
         }
     }
+
+    /// A file just written and fsynced is read back from the kernel's page cache: its pages stay
+    /// when the kernel sees the new size and time (no `auto_inval_data`), and a second open keeps
+    /// them (`keep_cache`). Before, the first read fetched all 8 MiB from the daemon again.
+    @Test func aFileJustWrittenIsReadFromThePageCache() throws {
+        try withMount("pages") { m in
+            _ = try Self.cost(m, "dd if=/dev/urandom of=big bs=1M count=8 conv=fsync status=none")
+            let first = try Self.cost(m, "cat big > /dev/null")
+            let again = try Self.cost(m, "cat big > /dev/null")
+            print("requests of reading 8 MiB just written: \(first.sorted { $0.key < $1.key }), again: \(again.sorted { $0.key < $1.key })")
+            Self.check("first read", first, [:], other: 5)
+            Self.check("second read", again, [:], other: 5)
+        }
+    }
 }
