@@ -33,6 +33,12 @@ public enum ProtocolLimits {
     public static let maxSymlinkTarget = 4095
     /// Largest `extra` object, bytes of JSON.
     public static let maxExtraBytes = 16 * 1024
+    /// A file of one chunk of at most this many bytes has its bytes in the changes page that
+    /// carries it (`ChangesResponse.inline`), up to `inlinePageBytes` and `inlinePageChunks`
+    /// per page (each is one read of the chunk store: a local file, or an S3 GET).
+    public static let inlineFileBytes = 64 * 1024
+    public static let inlinePageBytes = 1024 * 1024
+    public static let inlinePageChunks = 16
 }
 
 /// An item as the server reports it: its current state plus bookkeeping.
@@ -198,10 +204,26 @@ public struct ChangesResponse: Hashable, Sendable, Codable {
     public var cursor: Int64
     /// More changes are waiting: ask again at once.
     public var more: Bool
-    public init(changes: [Change], cursor: Int64, more: Bool) {
+    /// The bytes of the small files of this page (absent: none): a device shows them without
+    /// asking for their chunk. Only a file of one chunk of at most `inlineFileBytes`, up to
+    /// `inlinePageBytes` and `inlinePageChunks` in all; a file left out is fetched as usual.
+    public var inline: [InlineChunk]?
+    public init(changes: [Change], cursor: Int64, more: Bool, inline: [InlineChunk]? = nil) {
         self.changes = changes
         self.cursor = cursor
         self.more = more
+        self.inline = inline
+    }
+}
+
+/// A chunk's bytes carried in an answer (base64 in JSON). The receiver checks them against
+/// `hash` like any downloaded chunk.
+public struct InlineChunk: Hashable, Sendable, Codable {
+    public var hash: ContentHash
+    public var bytes: Data
+    public init(hash: ContentHash, bytes: Data) {
+        self.hash = hash
+        self.bytes = bytes
     }
 }
 

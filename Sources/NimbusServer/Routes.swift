@@ -1,6 +1,7 @@
 import Foundation
 import HTTPTypes
 import Hummingbird
+import Logging
 import NIOCore
 import NimbusCore
 import NimbusProtocol
@@ -158,6 +159,7 @@ struct Routes: Sendable {
                           deadline - ContinuousClock.now > .milliseconds(50) else { break }
                 }
             }
+            page.inline = await self.inlineChunks(page.changes, logger: ctx.logger)
             return JSONResponse.make(page)
         }
         v1.post("chunks/missing") { req, ctx in
@@ -226,6 +228,37 @@ struct Routes: Sendable {
             }
             return Response(status: status, headers: headers, body: body)
         }
+    }
+
+    /// The bytes of the small files of a changes page (`ChangesResponse.inline`): each live file
+    /// of one chunk of at most `inlineFileBytes`, its last state in the page only, each chunk
+    /// once, up to `inlinePageBytes` and `inlinePageChunks` in all, the newest changes first (a
+    /// page that ends a burst carries what was written last). A chunk the store cannot read is left out (the
+    /// device fetches it, and is told then what is wrong); nil when there is none.
+    func inlineChunks(_ changes: [Change], logger: Logger) async -> [InlineChunk]? {
+        var last: [ItemID: ItemRecord] = [:]
+        for c in changes { last[c.item.id] = c.item }
+        var out: [InlineChunk] = []
+        var seen = Set<ContentHash>()
+        var total = 0
+        for c in changes.reversed() where last[c.item.id]?.version == c.item.version {
+            if out.count == ProtocolLimits.inlinePageChunks { break }
+            let item = c.item
+            guard item.kind == .file, !item.deleted, item.chunks.count == 1, let chunk = item.chunks.first,
+                  chunk.size <= Int64(ProtocolLimits.inlineFileBytes), total + Int(chunk.size) <= ProtocolLimits.inlinePageBytes,
+                  seen.insert(chunk.hash).inserted else { continue }
+            do {
+                guard let reader = try await chunks.open(chunk.hash, range: nil), reader.length == chunk.size else { continue }
+                var bytes = Data(capacity: Int(chunk.size))
+                for try await piece in reader { bytes.append(contentsOf: piece.readableBytesView) }
+                guard bytes.count == Int(chunk.size) else { continue }
+                out.append(InlineChunk(hash: chunk.hash, bytes: bytes))
+                total += bytes.count
+            } catch {
+                logger.warning("changes: chunk \(chunk.hash) of \(item.id) not sent inline: \(error)")
+            }
+        }
+        return out.isEmpty ? nil : out
     }
 
     private func committed(_ c: ContainerRecord, _ r: CommitResponse) {

@@ -118,12 +118,17 @@ extension SyncEngine: ContentProvider {
                 }
                 defer { store.downloadEnded(expected) }
                 var hasher = SHA256()
+                // Bytes that came inside a changes page are used once, instead of asking.
+                let inline = state.withLock { $0.downloads.inline.take(key.hash) }
                 // A server in trouble (5xx) before any byte came is asked again, twice, after
                 // 0.2 and 0.6 s: one busy answer does not fail the program's read.
                 var attempt = 0
                 while true {
                     do {
-                        _ = try await fetchClient.streamChunk(key.hash) { part in
+                        let stream: (_ part: (UnsafeRawBufferPointer) throws -> Void) async throws -> Void = { each in
+                            if let inline { try inline.withUnsafeBytes { try each($0) } } else { _ = try await self.fetchClient.streamChunk(key.hash, each) }
+                        }
+                        try await stream { part in
                             hasher.update(bufferPointer: part)
                             guard !truncated else { return }
                             guard written + Int64(part.count) <= expected else {

@@ -119,6 +119,10 @@ extension SyncEngine {
                 let (since, online) = state.withLock { ($0.pull.cursor, $0.link.state == .online) }
                 let r = try await client.changes(container, since: since, wait: online ? options.longPoll : 0, limit: ProtocolLimits.maxPage)
                 if Task.isCancelled || isPaused { return }  // paused while waiting: apply nothing
+                // Small files' bytes came with the page: the files shown are filled from them.
+                if let inline = r.inline {
+                    state.withLock { s in for c in inline { s.downloads.inline.add(c.hash, Array(c.bytes)) } }
+                }
                 // The last change per item is its state (docs/protocol.md "Changes").
                 var last: [ItemID: Change] = [:]
                 for c in r.changes { last[c.item.id] = c }
@@ -349,9 +353,15 @@ extension SyncEngine {
         if items.count >= 10_000 {
             log("applied \(items.count) items: checks \(t1 - t0), tree \(t2 - t1), bases queued \(ContinuousClock.now - t2)")
         }
-        // New content of pinned files is downloaded at once.
+        // New content of pinned files is downloaded at once, and so is that of small files whose
+        // bytes came with the page (no request: the download takes them).
         let fresh = states.filter { $0.kind == .file && $0.resetContent && !$0.deleted && !skipped.contains($0.id) }.map(\.id)
-        try? fetchWhole(state.withLock { $0.cache.pinned }.covered(fresh, ancestors: fs.ancestors), priority: 1)
+        let chunkOf = Dictionary(items.map { ($0.id, $0.chunks) }, uniquingKeysWith: { _, b in b })
+        let (pins, inlined) = state.withLock { s in
+            (s.cache.pinned, fresh.filter { id in chunkOf[id].map { $0.count == 1 && s.downloads.inline.holds($0[0].hash) } ?? false })
+        }
+        let pinned = pins.covered(fresh, ancestors: fs.ancestors)
+        try? fetchWhole(pinned + inlined.filter { !pinned.contains($0) }, priority: 1)
         let versions = Dictionary(items.map { ($0.id, $0.version) }, uniquingKeysWith: max)
         state.withLock { s in s.pull.minSkipped = SeenCursor.lowestSkipped(s.pull.minSkipped, adding: skipped.compactMap { versions[$0] }) }
         let byID = Dictionary(items.map { ($0.id, $0) }, uniquingKeysWith: { a, b in a.version >= b.version ? a : b })

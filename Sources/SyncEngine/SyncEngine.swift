@@ -125,6 +125,9 @@ public final class SyncEngine: Sendable {
     struct DownloadState {
         var fetches = FetchQueue<ChunkKey, ChunkFetch, @Sendable (Errno?) -> Void>()
         var bytesFetched: Int64 = 0
+        /// Chunks of small files that came inside a changes page (`ChangesResponse.inline`):
+        /// a download takes its bytes from here instead of the server. Bounded: the oldest go.
+        var inline = InlineChunks()
     }
 
     /// What the cache keeper owns (SyncEngine+Cache.swift).

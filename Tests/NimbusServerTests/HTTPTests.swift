@@ -1,3 +1,4 @@
+import Crypto
 import Foundation
 import NIOCore
 import NimbusCore
@@ -37,6 +38,37 @@ import Testing
             #expect(m.text.contains("nimbus_http_requests_total"))
             #expect(m.text.contains("nimbus_longpolls_waiting"))
             #expect(m.header("Nimbus-Protocol") == "1")
+        }
+    }
+
+    /// A changes page carries the bytes of its small files (`inline`): live files of one chunk
+    /// of at most 64 KiB, their last state only, newest first, at most 16 chunks per page; not a
+    /// bigger file, a deleted one or a folder.
+    @Test func aChangesPageCarriesTheBytesOfItsSmallFiles() async throws {
+        try await LiveServer.with { s in
+            let client = NimbusClient(baseURL: s.url, token: try await s.token())
+            _ = try await client.createContainer(Self.container)
+            var small: [ChunkRef] = []
+            for i in 0..<20 {
+                let chunk = try await client.upload(Array("small file \(i)\n".utf8))
+                small.append(chunk)
+                try await client.commit(Self.container, CommitRequest(item: ItemID(UUID()), baseVersion: nil, state: Self.draft("s\(i).txt", chunks: [chunk])))
+            }
+            let big = try await client.upload([UInt8](repeating: 7, count: ProtocolLimits.inlineFileBytes + 1))
+            try await client.commit(Self.container, CommitRequest(item: ItemID(UUID()), baseVersion: nil, state: Self.draft("big.bin", chunks: [big])))
+            let gone = ItemID(UUID())
+            let goneChunk = try await client.upload(Array("deleted\n".utf8))
+            let v = try await client.commit(Self.container, CommitRequest(item: gone, baseVersion: nil, state: Self.draft("gone.txt", chunks: [goneChunk]))).item.version
+            var d = Self.draft("gone.txt", chunks: [goneChunk])
+            d.deleted = true
+            try await client.commit(Self.container, CommitRequest(item: gone, baseVersion: v, state: d))
+            try await client.commit(Self.container, CommitRequest(item: ItemID(UUID()), baseVersion: nil, state: Self.draft("folder", kind: .folder)))
+
+            let page = try await client.changes(Self.container, since: 0)
+            let inline = page.inline ?? []
+            #expect(inline.map(\.hash) == small.suffix(16).reversed().map(\.hash), "the 16 newest small files, newest first")
+            for c in inline { #expect(ContentHash(digest: SHA256.hash(data: c.bytes)) == c.hash) }
+            #expect(try await client.changes(Self.container, since: page.cursor).inline == nil, "an empty page carries nothing")
         }
     }
 

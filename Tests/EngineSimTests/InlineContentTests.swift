@@ -1,0 +1,53 @@
+import ContainerFS
+import Foundation
+import FuseKit
+import Glibc
+import MountPorts
+import NimbusCore
+import NimbusProtocol
+import NimbusRemote
+import NimbusTesting
+import Testing
+
+/// Small files travel inside the changes page that carries them (`ChangesResponse.inline`): the
+/// other device shows their bytes without asking for the chunk, so it sees an edit half a round
+/// trip after the server has it. Two devices on the relay harness and a live server; the server's
+/// `nimbus_chunk_bytes_out_total` says whether a chunk was fetched.
+@Suite(.serialized) struct InlineContentTests {
+    @Test func aSmallFileArrivesWithItsBytesAndABigOneIsFetched() async throws {
+        try await RecoveryTests.twoDevices { a, b, client, sim in
+            let devices = [a, b]
+            let small = String(repeating: "s", count: 1000) + "\n"
+            let id = try a.writeFile(node: nil, parent: NodeID.root, name: "small.txt", content: small)
+            if let why = await sim.settle(devices, client: client, within: .seconds(30)) { throw SimFailure("small.txt did not reach b: \(why)") }
+            // Shown on b with its bytes (settling reads every device's tree): no chunk was asked for.
+            let deadline = ContinuousClock.now + .seconds(10)
+            while ContinuousClock.now < deadline, b.engine.itemStatus(id) != .current { try await Task.sleep(for: .milliseconds(20)) }
+            #expect(b.engine.itemStatus(id) == .current, "b has the bytes of small.txt: \(b.engine.itemStatus(id))")
+            #expect(try await Self.chunkBytesOut(client) == 0, "no chunk was fetched for small.txt")
+            #expect(await b.tree()?["small.txt"] == small)
+            #expect(try await Self.chunkBytesOut(client) == 0, "reading it fetched nothing")
+
+            // Over the limit: fetched when read (settling reads it).
+            let big = String(repeating: "b", count: ProtocolLimits.inlineFileBytes + 1)
+            _ = try a.writeFile(node: nil, parent: NodeID.root, name: "big.txt", content: big)
+            if let why = await sim.settle(devices, client: client, within: .seconds(30)) { throw SimFailure("big.txt did not reach b: \(why)") }
+            #expect(await b.tree()?["big.txt"] == big)
+            #expect(try await Self.chunkBytesOut(client) == Int64(big.utf8.count), "big.txt's chunk was fetched once")
+
+            // An edit of the small file: its new bytes come the same way.
+            guard let node = a.fs.localState(id)?.node else { throw SimFailure("a lost small.txt") }
+            _ = try a.writeFile(node: node, parent: .absent, name: "small.txt", content: "edited\n")
+            if let why = await sim.settle(devices, client: client, within: .seconds(30)) { throw SimFailure("the edit did not reach b: \(why)") }
+            #expect(await b.tree()?["small.txt"] == "edited\n")
+            #expect(try await Self.chunkBytesOut(client) == Int64(big.utf8.count), "the edit came inline")
+        }
+    }
+
+    /// The server's count of chunk bytes sent (`/metrics`).
+    static func chunkBytesOut(_ client: NimbusClient) async throws -> Int64 {
+        let text = try await client.send(.GET, "/metrics", authorized: false).text
+        let line = text.split(separator: "\n").first { $0.hasPrefix("nimbus_chunk_bytes_out_total ") }
+        return line.flatMap { Int64($0.split(separator: " ").last ?? "") } ?? 0
+    }
+}
