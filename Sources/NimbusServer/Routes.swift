@@ -159,7 +159,7 @@ struct Routes: Sendable {
                           deadline - ContinuousClock.now > .milliseconds(50) else { break }
                 }
             }
-            page.inline = await self.inlineChunks(page.changes, logger: ctx.logger)
+            page.inline = await self.inlineChunks(page.changes, for: ctx.device?.id, logger: ctx.logger)
             return JSONResponse.make(page)
         }
         v1.post("chunks/missing") { req, ctx in
@@ -234,14 +234,15 @@ struct Routes: Sendable {
     /// of one chunk of at most `inlineFileBytes`, its last state in the page only, each chunk
     /// once, up to `inlinePageBytes` and `inlinePageChunks` in all, the newest changes first (a
     /// page that ends a burst carries what was written last). A chunk the store cannot read is left out (the
-    /// device fetches it, and is told then what is wrong); nil when there is none.
-    func inlineChunks(_ changes: [Change], logger: Logger) async -> [InlineChunk]? {
+    /// device fetches it, and is told then what is wrong); nil when there is none. Changes the
+    /// asking device made itself carry nothing: it has their bytes.
+    func inlineChunks(_ changes: [Change], for asker: DeviceID?, logger: Logger) async -> [InlineChunk]? {
         var last: [ItemID: ItemRecord] = [:]
         for c in changes { last[c.item.id] = c.item }
         var out: [InlineChunk] = []
         var seen = Set<ContentHash>()
         var total = 0
-        for c in changes.reversed() where last[c.item.id]?.version == c.item.version {
+        for c in changes.reversed() where last[c.item.id]?.version == c.item.version && c.device != asker {
             if out.count == ProtocolLimits.inlinePageChunks { break }
             let item = c.item
             guard item.kind == .file, !item.deleted, item.chunks.count == 1, let chunk = item.chunks.first,
