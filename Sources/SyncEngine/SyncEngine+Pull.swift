@@ -356,15 +356,15 @@ extension SyncEngine {
         // New content of pinned files is downloaded at once, and so is that of small files whose
         // bytes came with the page (no request: the download takes them).
         let fresh = states.filter { $0.kind == .file && $0.resetContent && !$0.deleted && !skipped.contains($0.id) }.map(\.id)
-        let chunkOf = Dictionary(items.map { ($0.id, $0.chunks) }, uniquingKeysWith: { _, b in b })
-        let (pins, inlined) = state.withLock { s in
-            (s.cache.pinned, fresh.filter { id in chunkOf[id].map { $0.count == 1 && s.downloads.inline.holds($0[0].hash) } ?? false })
+        let byID = Dictionary(items.map { ($0.id, $0) }, uniquingKeysWith: { a, b in a.version >= b.version ? a : b })
+        let (pins, inlined) = state.withLock { s -> (Pins, [ItemID]) in
+            guard s.downloads.inline.count > 0 else { return (s.cache.pinned, []) }
+            return (s.cache.pinned, fresh.filter { id in byID[id].map { $0.chunks.count == 1 && s.downloads.inline.holds($0.chunks[0].hash) } ?? false })
         }
         let pinned = pins.covered(fresh, ancestors: fs.ancestors)
-        try? fetchWhole(pinned + inlined.filter { !pinned.contains($0) }, priority: 1)
-        let versions = Dictionary(items.map { ($0.id, $0.version) }, uniquingKeysWith: max)
-        state.withLock { s in s.pull.minSkipped = SeenCursor.lowestSkipped(s.pull.minSkipped, adding: skipped.compactMap { versions[$0] }) }
-        let byID = Dictionary(items.map { ($0.id, $0) }, uniquingKeysWith: { a, b in a.version >= b.version ? a : b })
+        let pinnedSet = Set(pinned)
+        try? fetchWhole(pinned + inlined.filter { !pinnedSet.contains($0) }, priority: 1)
+        state.withLock { s in s.pull.minSkipped = SeenCursor.lowestSkipped(s.pull.minSkipped, adding: skipped.compactMap { byID[$0]?.version }) }
         for id in skipped {
             // The old base stays: the item is retried on its next change or commit answer.
             // A file that opened for writing meanwhile: its version waits like those above.

@@ -2,8 +2,8 @@ import Glibc
 
 /// Reads a file of /proc whole. Its size in `stat` is 0 and the kernel hands it out a page at a
 /// time, so a reader that trusts the size or reads once gets at most the first 4 KiB: with a few
-/// dozen mounts, `/proc/self/mountinfo` is longer than that, and a mount listed past it was not
-/// found (`nimbus mount` waited for a mount that was there, then gave up).
+/// dozen mounts, `/proc/self/mountinfo` is longer than that, and a mount listed past it would not
+/// be found.
 enum ProcFile {
     /// The bytes, or nil when the file cannot be opened or read.
     static func bytes(_ path: String) -> [UInt8]? {

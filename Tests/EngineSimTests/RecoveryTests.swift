@@ -85,8 +85,8 @@ import Testing
     /// edits the file. Back online, b sends its create again — decided while the file was still
     /// there, and b's program deletes it while the commit is on its way (held in the relay).
     /// The server keeps a's edit as current and b's state as a conflict version. b never
-    /// showed a's edit, so its delete must not take it: before the fix the delete went on the
-    /// answer's version, which held a's edit, and the file was gone everywhere.
+    /// showed a's edit, so its delete must not go on the answer's version, which holds that edit:
+    /// the edit stays on both devices.
     @Test func aCreateSentAgainOntoAnEditMadeElsewhereIsNotDeletedByADeleteHere() async throws {
         try await Self.twoDevices { a, b, client, sim in
             let devices = [a, b]

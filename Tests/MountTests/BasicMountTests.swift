@@ -21,8 +21,8 @@ struct BasicMountTests {
     }
 
     /// `/proc/self/mountinfo` longer than a page (a machine with many mounts): a reader that
-    /// reads it once sees only the first 4 KiB, and `nimbus mount` waited for a mount listed past
-    /// it until it gave up. Forty tmpfs mounts with long paths make the table long enough.
+    /// reads it once sees only the first 4 KiB, and `nimbus mount` would wait for a mount listed
+    /// past it until it gives up. Forty tmpfs mounts with long paths make the table long enough.
     @Test func aMountIsFoundWhenTheMountTableIsLongerThanAPage() throws {
         let dir = try sh("mktemp -d /tmp/nimbus-mt-table-XXXXXX").trimmingCharacters(in: .whitespacesAndNewlines)
         let long = String(repeating: "a-long-mount-point-name-", count: 4)

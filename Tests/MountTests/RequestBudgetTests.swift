@@ -70,7 +70,7 @@ struct RequestBudgetTests {
 
     /// A file just written and fsynced is read back from the kernel's page cache: its pages stay
     /// when the kernel sees the new size and time (no `auto_inval_data`), and a second open keeps
-    /// them (`keep_cache`). Before, the first read fetched all 8 MiB from the daemon again.
+    /// them (`keep_cache`): no read request reaches the daemon.
     @Test func aFileJustWrittenIsReadFromThePageCache() throws {
         try withMount("pages") { m in
             _ = try Self.cost(m, "dd if=/dev/urandom of=big bs=1M count=8 conv=fsync status=none")
