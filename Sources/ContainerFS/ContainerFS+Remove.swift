@@ -119,10 +119,13 @@ extension ContainerFS {
     }
 
     /// The file that should take `n`'s identity when `n` is removed (vim's backup pattern).
+    /// The heir may still count a writer: the kernel sends RELEASE after `close(2)` has returned,
+    /// so the editor's unlink of the backup can arrive first. Its open handle follows the
+    /// exchanged content file, and its upload waits for the writer as any other.
     func safeSaveHeir(of n: Node) -> Node? {
         let now = options.clock.monotonic()
         guard let (heir, _) = t.safeSaves.first(where: { $0.value.renamed == n.node && now &- $0.value.at <= Self.safeSaveWindow }),
-              let h = t.nodes[heir], h.linked, h.writers == 0 else { return nil }
+              let h = t.nodes[heir], h.linked else { return nil }
         return h
     }
 

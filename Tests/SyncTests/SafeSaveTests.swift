@@ -50,6 +50,14 @@ struct SafeSaveTests {
             #expect(try sh("getfattr --absolute-names --only-values -n user.nimbus.pinned \(q(a))/doc.txt") == "1", "the pin stayed")
             #expect(try Self.versions(w, id) >= 3)
 
+            // The same save with the new file still open when the backup goes: the kernel sends
+            // RELEASE after close(2) returns, so an editor's unlink can reach the daemon first.
+            try sh("cd \(q(a)) && python3 -c 'import os; os.rename(\"doc.txt\", \"doc.txt~\"); fd=os.open(\"doc.txt\", os.O_WRONLY|os.O_CREAT|os.O_TRUNC, 0o644); os.write(fd, b\"v4\\n\"); os.fsync(fd); os.unlink(\"doc.txt~\"); os.write(fd, b\"v4 more\\n\"); os.close(fd)'")
+            #expect(try Self.itemid(a + "/doc.txt") == id, "a save whose file is still open when the backup goes kept the item")
+            try await eventually("v4 on B", "test \"$(cat \(q(b))/doc.txt)\" = \"$(printf 'v4\\nv4 more')\"")
+            #expect(try Self.itemid(b + "/doc.txt") == id, "B sees an update of the same item after the open save")
+            #expect(try sh("getfattr --absolute-names --only-values -n user.nimbus.pinned \(q(a))/doc.txt") == "1", "the pin stayed")
+
             // A plain `mv` of one document over another still shows the moved content under the
             // target's name on both devices, and the moved name is gone.
             try sh("printf other > \(q(a))/other.txt")
