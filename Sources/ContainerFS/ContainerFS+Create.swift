@@ -81,7 +81,7 @@ extension ContainerFS {
             let p = try folder(parent)
             guard p.children[name] == nil else { throw .EEXIST }
             let n = try insert(parent: p, name: name, kind: .file, mode: mode, caller: caller)
-            let fd = store.cache.open(n.rec.id, create: true, truncate: true)
+            let fd = store.cache.open(n.rec.id, create: true, truncate: true, fresh: true)
             if fd < 0 {
                 // Roll back the insert: the cache is unusable (disk full, permissions).
                 p.children[name] = nil

@@ -7,9 +7,12 @@ import NimbusCore
 /// files was most of a first sync's time, and far more on ext4 than on tmpfs.
 public struct ContentCache: Sendable {
     public let directory: URL
+    /// `directory.path`, kept: `URL.path` decodes the URL again on every call.
+    private let root: String
 
     public init(directory: URL) throws {
         self.directory = directory
+        root = directory.path
         try StateFiles.directory(directory.path)
     }
 
@@ -25,18 +28,22 @@ public struct ContentCache: Sendable {
 
     public func path(for id: ItemID) -> String {
         let s = id.description
-        return directory.path + "/" + s.prefix(2) + "/" + s
+        return root + "/" + s.prefix(2) + "/" + s
     }
 
     /// Opens the item's file, creating it (and its fan-out folder) when `create` is set; a file
     /// created by this call gets `size` (holes: a placeholder's bytes are not here yet).
     /// Returns a file descriptor or a negative errno.
-    public func open(_ id: ItemID, create: Bool, truncate: Bool = false, size: Int64 = 0) -> Int32 {
+    /// `fresh`: the item is new, so its file is created first (one `open` instead of two).
+    public func open(_ id: ItemID, create: Bool, truncate: Bool = false, size: Int64 = 0, fresh: Bool = false) -> Int32 {
         let p = path(for: id)
         var flags = O_RDWR | O_CLOEXEC
         if truncate { flags |= O_TRUNC }
-        var fd = Glibc.open(p, flags)
-        guard fd < 0, errno == ENOENT, create else { return fd >= 0 ? fd : -errno }
+        var fd: Int32 = -1
+        if !(fresh && create) {
+            fd = Glibc.open(p, flags)
+            guard fd < 0, errno == ENOENT, create else { return fd >= 0 ? fd : -errno }
+        }
         fd = Glibc.open(p, flags | O_CREAT | O_EXCL, 0o600)
         if fd < 0 && errno == ENOENT {
             mkdir((p as NSString).deletingLastPathComponent, 0o700)
@@ -56,14 +63,14 @@ public struct ContentCache: Sendable {
     public func remove(_ id: ItemID) { unlink(path(for: id)) }
 
     /// Where the files of deleted items wait until their deletion is committed.
-    public var trashDirectory: String { directory.path + "/trash" }
+    public var trashDirectory: String { root + "/trash" }
 
     /// Moves the item's file to the trash under a name of its own and returns that path (nil:
     /// no file). The caller has the file removed once the item's deletion is committed
     /// (`StoreChange.removeFile`): after a `kill -9` that lost the deletion, the item comes back
     /// from the database with its bytes (`restore`), not as an empty file.
     public func trash(_ id: ItemID) -> String? {
-        let dest = trashDirectory + "/" + id.description + "." + UUID().uuidString
+        let dest = trashDirectory + "/" + id.description + "." + FastUUID.make().uuidString
         if Glibc.rename(path(for: id), dest) == 0 { return dest }
         guard errno == ENOENT else { unlink(path(for: id)); return nil }
         mkdir(trashDirectory, 0o700)
@@ -105,7 +112,7 @@ public struct ContentCache: Sendable {
     public func syncDirectories() {
         guard let subdirs = try? FileManager.default.contentsOfDirectory(atPath: directory.path) else { return }
         for d in subdirs + ["."] {
-            let fd = Glibc.open(directory.path + "/" + d, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+            let fd = Glibc.open(root + "/" + d, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
             if fd >= 0 { fsync(fd); close(fd) }
         }
     }
@@ -118,9 +125,9 @@ public struct ContentCache: Sendable {
         let fm = FileManager.default
         guard let subdirs = try? fm.contentsOfDirectory(atPath: directory.path) else { return 0 }
         for d in subdirs {
-            guard let files = try? fm.contentsOfDirectory(atPath: directory.path + "/" + d) else { continue }
+            guard let files = try? fm.contentsOfDirectory(atPath: root + "/" + d) else { continue }
             for f in files where ItemID(f).map({ !live.contains($0) }) ?? true {
-                unlink(directory.path + "/" + d + "/" + f)
+                unlink(root + "/" + d + "/" + f)
                 removed += 1
             }
         }

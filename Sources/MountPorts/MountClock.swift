@@ -27,5 +27,5 @@ public struct MountClock: Sendable {
             clock_gettime(CLOCK_MONOTONIC, &ts)
             return UInt64(ts.tv_sec) * 1_000_000_000 + UInt64(ts.tv_nsec)
         },
-        newItemID: { ItemID(UUID()) })
+        newItemID: { ItemID(FastUUID.make()) })
 }

@@ -5,6 +5,21 @@ import Testing
 /// Ids are formatted, parsed and compared by hand (`UUIDText`): the same answers as Foundation's
 /// text and the order of that text.
 @Suite struct IdentifierTests {
+    /// New item ids come from `FastUUID`: version 4, RFC 4122 variant, no repeats, also from
+    /// several threads at once and across refills of its pool.
+    @Test func fastUUIDsAreVersion4AndDistinct() async {
+        let ids = await withTaskGroup(of: [UUID].self) { g in
+            for _ in 0..<4 { g.addTask { (0..<3_000).map { _ in FastUUID.make() } } }
+            return await g.reduce(into: [UUID]()) { $0 += $1 }
+        }
+        #expect(Set(ids).count == 12_000)
+        for u in ids.prefix(500) {
+            let text = u.uuidString
+            #expect(Array(text)[14] == "4", "version 4: \(text)")
+            #expect("89AB".contains(Array(text)[19]), "RFC 4122 variant: \(text)")
+        }
+    }
+
     @Test func textIsFoundationsText() {
         for _ in 0..<2_000 {
             let u = UUID()
