@@ -33,9 +33,10 @@ public enum ProtocolLimits {
     public static let maxSymlinkTarget = 4095
     /// Largest `extra` object, bytes of JSON.
     public static let maxExtraBytes = 16 * 1024
-    /// A file of one chunk of at most this many bytes has its bytes in the changes page that
-    /// carries it (`ChangesResponse.inline`), up to `inlinePageBytes` and `inlinePageChunks`
-    /// per page (each is one read of the chunk store: a local file, or an S3 GET).
+    /// A file of one chunk of at most this many bytes has its bytes in the commit that sends it
+    /// (`CommitRequest.inline`) and in the changes page that carries it (`ChangesResponse.inline`),
+    /// up to `inlinePageBytes` and `inlinePageChunks` per page (each is one read of the chunk
+    /// store: a local file, or an S3 GET).
     public static let inlineFileBytes = 64 * 1024
     public static let inlinePageBytes = 1024 * 1024
     public static let inlinePageChunks = 16
@@ -135,12 +136,17 @@ public struct CommitRequest: Hashable, Sendable, Codable {
     /// (and keep the folder alive); the others are deleted with the folder. Omitted: 0, so a folder
     /// with live children is not deleted.
     public var seenCursor: Int64?
+    /// The bytes of the state's chunk when the file is one chunk of at most `inlineFileBytes`
+    /// (absent: none): the server stores it as an upload and commits, with no `chunks/missing`
+    /// or chunk `PUT` before (`InlineChunk.checkCommit`).
+    public var inline: [InlineChunk]?
 
-    public init(item: ItemID, baseVersion: Int64?, state: ItemDraft, seenCursor: Int64? = nil) {
+    public init(item: ItemID, baseVersion: Int64?, state: ItemDraft, seenCursor: Int64? = nil, inline: [InlineChunk]? = nil) {
         self.item = item
         self.baseVersion = baseVersion
         self.state = state
         self.seenCursor = seenCursor
+        self.inline = inline
     }
 }
 
@@ -224,6 +230,22 @@ public struct InlineChunk: Hashable, Sendable, Codable {
     public init(hash: ContentHash, bytes: Data) {
         self.hash = hash
         self.bytes = bytes
+    }
+
+    /// What is wrong with the inline bytes of a commit (nil: nothing): at most one chunk, of
+    /// the state's own one-chunk content, of the size the state gives it and at most
+    /// `inlineFileBytes`. The server checks the bytes against the hash as it stores them.
+    public static func checkCommit(_ r: CommitRequest) -> String? {
+        guard let inline = r.inline, !inline.isEmpty else { return nil }
+        guard inline.count == 1, let c = inline.first else { return "a commit carries the bytes of at most one chunk, not \(inline.count)" }
+        guard r.state.kind == .file, r.state.chunks.count == 1, let ref = r.state.chunks.first, ref.hash == c.hash else {
+            return "inline chunk \(c.hash) is not the one chunk of the committed file; upload it with PUT /v1/chunks/{hash}"
+        }
+        guard c.bytes.count <= ProtocolLimits.inlineFileBytes else {
+            return "inline chunk of \(c.bytes.count) bytes is over \(ProtocolLimits.inlineFileBytes); upload it with PUT /v1/chunks/{hash}"
+        }
+        guard Int64(c.bytes.count) == ref.size else { return "inline chunk has \(c.bytes.count) bytes; the state says \(ref.size)" }
+        return nil
     }
 }
 

@@ -131,7 +131,16 @@ struct Routes: Sendable {
         v1.post("containers/:container/commit") { req, ctx in
             let c = try await self.container(ctx)
             let body = try await self.decodeChunkList(CommitRequest.self, req, ctx)
-            let r = try await self.store.commit(body, in: c, by: try ctx.requireDevice(), now: self.clock())
+            let d = try ctx.requireDevice()
+            if let wrong = InlineChunk.checkCommit(body) { throw APIError(.badRequest, wrong) }
+            // A small file's bytes came with its commit: stored as an upload first (hash checked
+            // as it passes, quota counted), so the commit finds its chunk.
+            for chunk in body.inline ?? [] {
+                try await ChunkUploads.store(ByteBuffer(bytes: chunk.bytes), as: chunk.hash, account: d.accountID, store: self.store,
+                                             chunks: self.chunks, clock: self.clock)
+                self.metrics.bytesIn.increment(by: Int64(chunk.bytes.count))
+            }
+            let r = try await self.store.commit(body, in: c, by: d, now: self.clock())
             self.committed(c, r)
             return JSONResponse.make(r)
         }

@@ -41,10 +41,24 @@ extension CommitPlan {
         return !after.unsynced
     }
 
-    /// The chunks the server lacks need asking for unless the content is the base's, which the
-    /// server has (it sent them) — unless it said since that chunks are gone.
-    public static func mustAskForMissing(chunks: [ChunkRef], known: [ChunkRef]?, chunksMissing: Bool) -> Bool {
-        chunks != known || chunksMissing
+    /// How a commit's content reaches the server.
+    public enum ContentSend: Sendable, Equatable {
+        /// The content is the base's, which the server has (it sent it): nothing to send.
+        case known
+        /// One chunk of at most `ProtocolLimits.inlineFileBytes`: its bytes go inside the commit
+        /// (`CommitRequest.inline`), one request instead of three.
+        case inline
+        /// Ask which chunks the server lacks (`chunks/missing`) and upload those first.
+        case ask
+    }
+
+    /// How `chunks` go up. The base's content needs nothing unless the server said since that
+    /// chunks are gone; after that answer a small file asks too (a server that does not take
+    /// inline bytes answers `missing_chunks` to them).
+    public static func contentSend(chunks: [ChunkRef], known: [ChunkRef]?, chunksMissing: Bool) -> ContentSend {
+        guard chunks != known || chunksMissing else { return .known }
+        if !chunksMissing, chunks.count == 1, chunks[0].size <= Int64(ProtocolLimits.inlineFileBytes) { return .inline }
+        return .ask
     }
 
     /// What a delete of an item deleted here is sent on.

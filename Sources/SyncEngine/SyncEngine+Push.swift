@@ -261,6 +261,8 @@ extension SyncEngine: ChangeObserver {
         var generation: UInt64?
         /// The file's size when decided.
         var size: Int64 = 0
+        /// The bytes of a small file's one chunk, sent inside the commit (`ContentSend.inline`).
+        var inline: InlineChunk?
     }
 
 
@@ -293,8 +295,9 @@ extension SyncEngine: ChangeObserver {
                     return
                 } else {
                     // nil: a write started while chunking; its close queues the item again.
-                    guard let chunks = try await uploadContent(id, known: c.base?.record.chunks, fs: fs, snapshot: c.snapshot) else { return }
-                    c.draft.chunks = chunks
+                    guard let content = try await uploadContent(id, known: c.base?.record.chunks, fs: fs, snapshot: c.snapshot, inline: true) else { return }
+                    c.draft.chunks = content.chunks
+                    c.inline = content.inline
                 }
             }
             guard let request = try await loop.turn(.contentSent(id), { try commitRequest(id, c, upTo: upTo) }) else { return }
@@ -322,7 +325,7 @@ extension SyncEngine: ChangeObserver {
         trace("push \(id): \(c.size) bytes of content go up apart from the queue")
         jobs.spawn {
             let outcome: Result<[ChunkRef]?, any Error>
-            do { outcome = .success(try await self.uploadContent(id, known: c.base?.record.chunks, fs: fs, snapshot: nil)) } catch {
+            do { outcome = .success(try await self.uploadContent(id, known: c.base?.record.chunks, fs: fs, snapshot: nil, inline: false)?.chunks) } catch {
                 outcome = .failure(error)
             }
             if Task.isCancelled { return }  // stopping: the item stays queued for the next start
@@ -457,7 +460,8 @@ extension SyncEngine: ChangeObserver {
             try applyHeldForWriter(id)
             return nil
         }
-        return CommitRequest(item: id, baseVersion: Mutation.commitWithoutBase.isOn ? nil : c.base?.version, state: c.draft, seenCursor: c.cursor)
+        return CommitRequest(item: id, baseVersion: Mutation.commitWithoutBase.isOn ? nil : c.base?.version, state: c.draft, seenCursor: c.cursor,
+                             inline: c.inline.map { [$0] })
     }
 
     /// A newer version that waited for this file's push or writer goes in now, when no program
@@ -706,10 +710,17 @@ extension SyncEngine: ChangeObserver {
         WriteMoment(generation: w.generation, changing: w.changing, unsynced: w.unsynced)
     }
 
-    /// Chunks the cache file and uploads the chunks the server lacks. Every uploaded chunk is
-    /// re-hashed as read, so a file changing underneath never uploads bytes under a wrong hash
+    /// A file's content as its commit sends it: the chunk list, and a small file's bytes.
+    struct Content {
+        var chunks: [ChunkRef]
+        var inline: InlineChunk?
+    }
+
+    /// Chunks the cache file and uploads the chunks the server lacks, or, with `inline`, reads a
+    /// small file's one chunk for the commit to carry (`ContentSend`). Every chunk sent is
+    /// re-hashed as read, so a file changing underneath never sends bytes under a wrong hash
     /// (the change queues the item again and the next push sends the new content).
-    private func uploadContent(_ id: ItemID, known: [ChunkRef]?, fs: any MountedTree, snapshot: UInt64?) async throws -> [ChunkRef]? {
+    private func uploadContent(_ id: ItemID, known: [ChunkRef]?, fs: any MountedTree, snapshot: UInt64?, inline: Bool) async throws -> Content? {
         var fd = Glibc.open(store.cache.path(for: id), O_RDONLY | O_CLOEXEC)
         // An empty file from elsewhere (complete, never opened here) has no cache file yet.
         if fd < 0 && errno == ENOENT { fd = fs.openCacheFile(id) } else if fd < 0 { fd = -errno }
@@ -752,7 +763,26 @@ extension SyncEngine: ChangeObserver {
             return nil
         }
         let chunksMissing = state.withLock { $0.items[id]?.upload.chunksMissing == true }
-        guard CommitPlan.mustAskForMissing(chunks: refs, known: known, chunksMissing: chunksMissing) else { return refs }
+        var send = CommitPlan.contentSend(chunks: refs, known: known, chunksMissing: chunksMissing)
+        if send == .inline && !inline { send = .ask }
+        switch send {
+        case .known: return Content(chunks: refs)
+        case .inline:
+            let s = spans[0]
+            var bytes = [UInt8](repeating: 0, count: Int(s.ref.size))
+            let n = bytes.withUnsafeMutableBytes { pread(fd, $0.baseAddress!, $0.count, off_t(s.offset)) }
+            guard n == bytes.count, ContentHash(digest: SHA256.hash(data: bytes)) == s.ref.hash else {
+                trace("upload \(id): the file changed while read; sent again after the change")
+                return nil
+            }
+            let now = options.clock.now, rules = pacingRules
+            state.withLock { st in
+                _ = st.items[id, default: SyncItem()].upload.on(.uploaded(sent: s.ref.size, written: written), at: now, rules: rules)
+                st.push.bytesSent += s.ref.size
+            }
+            return Content(chunks: refs, inline: InlineChunk(hash: s.ref.hash, bytes: Data(bytes)))
+        case .ask: break
+        }
         let missing = Set(try await client.missingChunks(Set(refs.map(\.hash)).sorted()))
         var sent = Set<ContentHash>()
         let total = spans.filter { missing.contains($0.ref.hash) }.reduce(Int64(0)) { $0 + $1.ref.size }
@@ -780,6 +810,6 @@ extension SyncEngine: ChangeObserver {
                 if st.push.upload?.item == id { st.push.upload!.sent += s.ref.size }
             }
         }
-        return refs
+        return Content(chunks: refs)
     }
 }

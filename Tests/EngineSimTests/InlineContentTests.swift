@@ -9,9 +9,10 @@ import NimbusRemote
 import NimbusTesting
 import Testing
 
-/// Small files travel inside the changes page that carries them (`ChangesResponse.inline`): the
-/// other device shows their bytes without asking for the chunk, so it sees an edit half a round
-/// trip after the server has it. Two devices on the relay harness and a live server; the server's
+/// Small files travel inside the commit that sends them (`CommitRequest.inline`: no chunk
+/// request before it) and inside the changes page that carries them (`ChangesResponse.inline`):
+/// the other device shows their bytes without asking for the chunk, so it sees an edit half a
+/// round trip after the server has it. Two devices on the relay harness and a live server; the server's
 /// `nimbus_chunk_bytes_out_total` says whether a chunk was fetched.
 @Suite(.serialized) struct InlineContentTests {
     @Test func aSmallFileArrivesWithItsBytesAndABigOneIsFetched() async throws {
@@ -27,6 +28,7 @@ import Testing
             #expect(try await Self.chunkBytesOut(client) == 0, "no chunk was fetched for small.txt")
             #expect(await b.tree()?["small.txt"] == small)
             #expect(try await Self.chunkBytesOut(client) == 0, "reading it fetched nothing")
+            #expect(try await Self.chunkPuts(client) == 0, "small.txt's bytes went up inside its commit")
 
             // Over the limit: fetched when read (settling reads it).
             let big = String(repeating: "b", count: ProtocolLimits.inlineFileBytes + 1)
@@ -34,6 +36,7 @@ import Testing
             if let why = await sim.settle(devices, client: client, within: .seconds(30)) { throw SimFailure("big.txt did not reach b: \(why)") }
             #expect(await b.tree()?["big.txt"] == big)
             #expect(try await Self.chunkBytesOut(client) == Int64(big.utf8.count), "big.txt's chunk was fetched once")
+            #expect(try await Self.chunkPuts(client) == 1, "big.txt's chunk was uploaded on its own")
 
             // An edit of the small file: its new bytes come the same way.
             guard let node = a.fs.localState(id)?.node else { throw SimFailure("a lost small.txt") }
@@ -41,7 +44,15 @@ import Testing
             if let why = await sim.settle(devices, client: client, within: .seconds(30)) { throw SimFailure("the edit did not reach b: \(why)") }
             #expect(await b.tree()?["small.txt"] == "edited\n")
             #expect(try await Self.chunkBytesOut(client) == Int64(big.utf8.count), "the edit came inline")
+            #expect(try await Self.chunkPuts(client) == 1, "the edit went up inside its commit")
         }
+    }
+
+    /// Chunk uploads the server took (`PUT /v1/chunks/{hash}` answers 201, a container's PUT 200; `/metrics`).
+    static func chunkPuts(_ client: NimbusClient) async throws -> Int {
+        let text = try await client.send(.GET, "/metrics", authorized: false).text
+        return text.split(separator: "\n").filter { $0.hasPrefix("nimbus_http_requests_total{") && $0.contains("method=\"PUT\",status=\"201\"") }
+            .compactMap { Int($0.split(separator: " ").last ?? "") }.reduce(0, +)
     }
 
     /// The server's count of chunk bytes sent (`/metrics`).

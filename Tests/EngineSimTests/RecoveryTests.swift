@@ -102,8 +102,9 @@ import Testing
             }
             #expect((try? await client.item("docs", id))?.version ?? 0 > first, "a's edit never reached the server")
 
-            // b's push of its create is decided with the file there; its content check is held.
-            b.relay.holdNextAnswer(after: "/chunks/missing")
+            // b's push of its create is decided with the file there (its bytes go inside the
+            // commit); the commit's answer is held.
+            b.relay.holdNextAnswer(after: "/commit")
             b.relay.restore()
             while ContinuousClock.now < deadline, !b.relay.holdMatched { try await Task.sleep(for: .milliseconds(10)) }
             #expect(b.relay.holdMatched, "b never sent its create again")

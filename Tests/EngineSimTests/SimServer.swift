@@ -266,6 +266,13 @@ final class SimLink: RemoteAPI, @unchecked Sendable {
 
     func commit(_ container: String, _ request: CommitRequest) async throws -> CommitResponse {
         try await call {
+            // A small file's bytes inside the commit: stored as `putChunk` stores them.
+            if let wrong = InlineChunk.checkCommit(request) { throw APIError(.badRequest, wrong) }
+            for c in request.inline ?? [] {
+                if overQuota { throw APIError.quotaExceeded(usage: 1 << 20, quota: 1 << 20, size: Int64(c.bytes.count)) }
+                guard ContentHash(digest: SHA256.hash(data: c.bytes)) == c.hash else { throw APIError(.badRequest, "chunk bytes do not match \(c.hash)") }
+                server.chunks[c.hash] = Array(c.bytes)
+            }
             let r = try server.commit(request, by: device)
             if dropAnswers > 0, rng.below(dropAnswers) == 0 {
                 throw APIError(.internal, "simulated: the answer to an applied commit was lost")

@@ -74,6 +74,55 @@ import Testing
         }
     }
 
+    /// A small file's bytes inside its commit: stored as an upload (hash checked, the account's
+    /// own), so other devices can fetch them; bad inline bytes are refused with nothing committed.
+    @Test func aCommitCarriesTheBytesOfASmallFile() async throws {
+        try await LiveServer.with { s in
+            let client = NimbusClient(baseURL: s.url, token: try await s.token())
+            _ = try await client.createContainer(Self.container)
+            func inline(_ bytes: [UInt8]) -> (ChunkRef, InlineChunk) {
+                let hash = ContentHash(digest: SHA256.hash(data: bytes))
+                return (ChunkRef(hash: hash, size: Int64(bytes.count)), InlineChunk(hash: hash, bytes: Data(bytes)))
+            }
+            func refused(_ r: CommitRequest, _ code: APIErrorCode, _ why: Comment) async throws {
+                do {
+                    let a = try await client.commit(Self.container, r)
+                    Issue.record("committed as v\(a.item.version): \(why)")
+                } catch let e as RemoteError {
+                    #expect(e.code == code, "\(why): \(e)")
+                }
+                do {
+                    _ = try await client.item(Self.container, r.item)
+                    Issue.record("the item exists after a refused commit: \(why)")
+                } catch let e as RemoteError { #expect(e.code == .itemNotFound || e.code == .notFound, "\(e)") }
+            }
+
+            let (ref, chunk) = inline(Array("one small file\n".utf8))
+            let id = ItemID(UUID())
+            let r = try await client.commit(Self.container, CommitRequest(item: id, baseVersion: nil, state: Self.draft("small.txt", chunks: [ref]), inline: [chunk]))
+            #expect(r.outcome == .applied && r.item.chunks == [ref])
+            let phone = NimbusClient(baseURL: s.url, token: try await s.token(device: "phone"))
+            #expect(try await phone.getChunk(ref.hash) == Array(chunk.bytes), "another device fetches what came inline")
+
+            let (ref2, chunk2) = inline(Array("another\n".utf8))
+            var wrongBytes = chunk2
+            wrongBytes.bytes = Data("not the bytes of that hash\n".utf8)
+            try await refused(CommitRequest(item: ItemID(UUID()), baseVersion: nil, state: Self.draft("a.txt", chunks: [ChunkRef(hash: ref2.hash, size: Int64(wrongBytes.bytes.count))]), inline: [wrongBytes]),
+                              .hashMismatch, "bytes that are not the hash's")
+            try await refused(CommitRequest(item: ItemID(UUID()), baseVersion: nil, state: Self.draft("b.txt", chunks: [ref]), inline: [chunk2]),
+                              .badRequest, "an inline chunk the state does not have")
+            try await refused(CommitRequest(item: ItemID(UUID()), baseVersion: nil, state: Self.draft("c.txt", chunks: [ref2]), inline: [chunk2, chunk2]),
+                              .badRequest, "two inline chunks")
+            let (bigRef, bigChunk) = inline([UInt8](repeating: 1, count: ProtocolLimits.inlineFileBytes + 1))
+            try await refused(CommitRequest(item: ItemID(UUID()), baseVersion: nil, state: Self.draft("d.bin", chunks: [bigRef]), inline: [bigChunk]),
+                              .badRequest, "more than 64 KiB inline")
+            try await refused(CommitRequest(item: ItemID(UUID()), baseVersion: nil, state: Self.draft("e.txt", chunks: [ChunkRef(hash: ref2.hash, size: 99)]), inline: [chunk2]),
+                              .badRequest, "a size other than the state's")
+            try await refused(CommitRequest(item: ItemID(UUID()), baseVersion: nil, state: Self.draft("f", kind: .folder), inline: [chunk2]),
+                              .badRequest, "inline bytes on a folder")
+        }
+    }
+
     @Test func requestsWithoutAValidTokenAre401() async throws {
         try await LiveServer.with { s in
             for (token, authorized) in [("", false), ("nim_not-a-real-token", true)] {

@@ -37,9 +37,23 @@ import Testing
 
     @Test func theServerIsAskedForMissingChunksUnlessTheyAreTheBases() {
         let r = ContentPlanTests.file([10, 20])
-        #expect(!CommitPlan.mustAskForMissing(chunks: r.chunks, known: r.chunks, chunksMissing: false))
-        #expect(CommitPlan.mustAskForMissing(chunks: r.chunks, known: r.chunks, chunksMissing: true), "the server said chunks are gone")
-        #expect(CommitPlan.mustAskForMissing(chunks: r.chunks, known: nil, chunksMissing: false))
+        #expect(CommitPlan.contentSend(chunks: r.chunks, known: r.chunks, chunksMissing: false) == .known)
+        #expect(CommitPlan.contentSend(chunks: r.chunks, known: r.chunks, chunksMissing: true) != .known, "the server said chunks are gone")
+        #expect(CommitPlan.contentSend(chunks: r.chunks, known: nil, chunksMissing: false) == .ask, "two chunks: asked for")
+    }
+
+    /// A file of one chunk of at most 64 KiB sends its bytes inside the commit, unless the server
+    /// said chunks were missing (a server that ignores inline bytes): then it asks as any other.
+    @Test func aSmallFileSendsItsBytesInsideTheCommit() {
+        let limit = Int64(ProtocolLimits.inlineFileBytes)
+        let small = ContentPlanTests.file([limit]).chunks, big = ContentPlanTests.file([limit + 1]).chunks
+        let empty = ContentPlanTests.file([]).chunks
+        #expect(CommitPlan.contentSend(chunks: small, known: nil, chunksMissing: false) == .inline)
+        #expect(CommitPlan.contentSend(chunks: small, known: empty, chunksMissing: false) == .inline, "an edit of a small file")
+        #expect(CommitPlan.contentSend(chunks: small, known: nil, chunksMissing: true) == .ask)
+        #expect(CommitPlan.contentSend(chunks: small, known: small, chunksMissing: false) == .known)
+        #expect(CommitPlan.contentSend(chunks: big, known: nil, chunksMissing: false) == .ask, "over 64 KiB")
+        #expect(CommitPlan.contentSend(chunks: empty, known: nil, chunksMissing: false) == .ask, "no chunk: nothing to inline")
     }
 
     @Test func whatADeleteIsSentOn() {
