@@ -1,4 +1,5 @@
 import NimbusCore
+import NimbusProtocol
 
 /// The engine's one record per item (SyncCore `SyncItem`): every item it shows has one, as does
 /// every item with work under way or a server state held back. A record with neither is removed.
@@ -15,6 +16,11 @@ public struct ItemTable: Sendable {
     public private(set) var all: [ItemID: Item] = [:]
     /// The ids of the records with an upload or remote phase (`SyncItem.busy`).
     public private(set) var busy: Set<ItemID> = []
+    /// The busy records with a server state skipped here (`RemoteHolds.skipped`), and those
+    /// backing off from a failed upload (`UploadState.failure`): read after every push and pull,
+    /// so a burst of thousands of queued items is not looked through each time.
+    public private(set) var skipped: Set<ItemID> = []
+    public private(set) var failed: Set<ItemID> = []
     /// Shown items whose content is not all here, and live items with unresolved conflict
     /// versions (`.nimbus/status` reads these counts at every `cat`).
     public private(set) var placeholders = 0
@@ -32,6 +38,8 @@ public struct ItemTable: Sendable {
                 if old != nil {
                     all[id] = nil
                     busy.remove(id)
+                    skipped.remove(id)
+                    failed.remove(id)
                 }
                 return
             }
@@ -42,6 +50,8 @@ public struct ItemTable: Sendable {
             }
             all[id] = item
             if item.busy { busy.insert(id) } else { busy.remove(id) }
+            if item.busy && item.remote.skipped != nil { skipped.insert(id) } else { skipped.remove(id) }
+            if item.busy && item.upload.failure != nil { failed.insert(id) } else { failed.remove(id) }
         }
     }
 
@@ -77,6 +87,11 @@ public struct ItemTable: Sendable {
     /// The ids of the busy records that satisfy `test`, in id order (only those are sorted).
     public func busyIDs(where test: (Item) -> Bool) -> [ItemID] {
         busy.filter { all[$0].map(test) ?? false }.sorted()
+    }
+
+    /// The server states skipped here, oldest first (ties in id order).
+    public var skippedStates: [ServerItem] {
+        skipped.sorted().compactMap { all[$0]?.remote.skipped }.sorted { $0.version < $1.version }
     }
 
     /// Whether a busy record satisfies `test` (no order needed, so none is made).

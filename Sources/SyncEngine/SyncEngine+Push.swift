@@ -117,7 +117,7 @@ extension SyncEngine: ChangeObserver {
             let held = s.items[id]?.remote.releaseAfterPush(writing: writing, queued: s.push.queue.contains(id))
             s.push.queue.landed(id); s.push.upload = nil
             s.items[id]?.upload.on(.pushEnded(closed: closed), at: now, rules: rules)
-            s.link.pushesClear(anyQueuedFailure: s.push.queue.items.contains { s.items[$0]?.upload.failure != nil })
+            s.link.pushesClear(anyQueuedFailure: s.items.failed.contains { s.push.queue.contains($0) })
             return (s.push.queue.isEmpty ? s.skippedRemote() : [], held)
         }
         if let held {

@@ -193,7 +193,7 @@ public final class SyncEngine: Sendable {
         /// Written since its last close or fsync (the upload waits for the writer).
         func isWriting(_ id: ItemID) -> Bool { items[id]?.upload.writing == true }
         /// Whether any queued upload failed and waits for its retry.
-        var anyFailure: Bool { items.anyBusy { $0.upload.failure != nil } }
+        var anyFailure: Bool { !items.failed.isEmpty }
         func refused(_ id: ItemID) -> Bool { items[id]?.upload.refused == true }
         /// What the item's status, error and progress are read from.
         func statusFacts(_ item: ItemID) -> StatusFacts {
@@ -208,7 +208,7 @@ public final class SyncEngine: Sendable {
         /// Remote states not shown here yet for a taken name, a missing folder or local work,
         /// oldest first (tried again after pushes and pulls).
         func skippedRemote() -> [ServerItem] {
-            items.busyItems.compactMap(\.item.remote.skipped).sorted { $0.version < $1.version }
+            items.skippedStates
         }
     }
 

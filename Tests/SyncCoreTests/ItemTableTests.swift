@@ -44,6 +44,26 @@ import Testing
         #expect(t.quotaLine?.hasPrefix("over (no figures); 2 item(s)") == true)
     }
 
+    /// The skipped and failed indexes follow every change of a record, so the checks after each
+    /// push and pull need not look through every busy item of a burst.
+    @Test func skippedAndFailedRecordsAreIndexed() {
+        var t = ItemTable()
+        let rules = UploadPacing<ContinuousClock.Instant>.Rules(quietPeriod: .seconds(1)), now = ContinuousClock.now
+        let ids = (0..<4).map { _ in ItemID(UUID()) }
+        for id in ids { t[id, default: ItemTable.Item()].upload.on(.lockHeld, at: now, rules: rules) }
+        t[ids[2]]?.remote.skip(Self.record(ids[2], version: 9))
+        t[ids[0]]?.remote.skip(Self.record(ids[0], version: 7))
+        t[ids[3]]?.upload.on(.failed(.refused, message: "no", missingChunks: false), at: now, rules: rules)
+        #expect(t.skipped == [ids[0], ids[2]] && t.failed == [ids[3]])
+        #expect(t.skippedStates.map(\.version) == [7, 9], "oldest first")
+        t[ids[0]]?.remote.skippedShown()
+        #expect(t.skipped == [ids[2]])
+        t[ids[2]] = nil
+        t[ids[3]] = nil
+        #expect(t.skipped.isEmpty && t.failed.isEmpty, "a removed record leaves both")
+        #expect(t.busy == [ids[0], ids[1]])
+    }
+
     @Test func generationsAreNeverReused() {
         var t = ItemTable()
         let a = ItemID(UUID())
