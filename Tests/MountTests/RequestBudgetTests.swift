@@ -68,6 +68,63 @@ struct RequestBudgetTests {
         }
     }
 
+    /// The daemon's system calls during `script`, by name (`strace -c -f` attached to it), and
+    /// the FUSE requests it answered meanwhile.
+    static func syscalls(_ m: Mounted, _ script: String) throws -> (calls: [String: Int], requests: Int) {
+        let pid = try m.daemonPID()
+        let out = m.base + "/strace.txt"
+        try sh("strace -c -f -q -p \(pid) -o \(q(out)) > /dev/null 2>&1 & echo $! > \(q(m.base))/strace.pid")
+        defer { _ = shStatus("kill -INT $(cat \(q(m.base))/strace.pid) 2>/dev/null") }
+        // Attached once every thread of the daemon has a tracer.
+        try sh("for i in $(seq 1 100); do grep -q '^TracerPid:[[:space:]]*0$' /proc/\(pid)/task/*/status || exit 0; sleep 0.05; done; echo 'strace did not attach' >&2; exit 1")
+        let cost = try Self.cost(m, script)
+        try sh("kill -INT $(cat \(q(m.base))/strace.pid); for i in $(seq 1 100); do test -s \(q(out)) && grep -q total \(q(out)) && exit 0; sleep 0.05; done; exit 1")
+        var calls: [String: Int] = [:]
+        for line in try sh("cat \(q(out))").split(separator: "\n") {
+            let f = line.split(separator: " ")
+            // "% time  seconds  usecs/call  calls  [errors]  syscall"
+            guard f.count >= 5, let n = Int(f[3]), let name = f.last, name != "total" else { continue }
+            calls[String(name)] = n
+        }
+        return (calls, cost.values.reduce(0, +))
+    }
+
+    /// What the daemon asks of the kernel per FUSE request and per file, counted: a change that
+    /// adds a system call to every create, stat, read or remove (a `/dev/urandom` open per new id,
+    /// a second open of a cache file, a `/proc` read per request) fails here with the counts.
+    /// Waits and wake-ups (futex, epoll), memory mapping and SQLite's own I/O depend on timing
+    /// and batching, not on the operation: they are left out.
+    @Test(.enabled(if: shStatus("command -v strace").0 == 0, "needs strace (scripts/setup installs it)"))
+    func theDaemonMakesAFixedNumberOfSystemCallsPerRequest() throws {
+        try withMount("syscalls") { m in
+            let n = Self.files
+            try sh("mkdir \(q(m.mp))/small")
+            let (calls, requests) = try Self.syscalls(m, """
+                cd small; for i in $(seq 1 \(n)); do echo $i > f$i; done; cd ..
+                stat -c %s small/* > /dev/null; ls -l small > /dev/null; cat small/* > /dev/null; rm -r small
+                """)
+            let summary = calls.sorted { $0.value > $1.value }.map { "\($0.key)=\($0.value)" }.joined(separator: " ")
+            print("system calls for \(requests) requests (\(n) files created, stat, listed, read, removed): \(summary)")
+            // Each request is one read of /dev/fuse and one reply (writev). Per file the daemon
+            // opens its cache file twice (create, cat) and closes it as often, reads it once
+            // (cat), and renames it out of the way and unlinks it once each; a cache folder is
+            // made the first time a file's id falls in it (an open that failed first).
+            let made = calls["mkdir"] ?? 0
+            let budget: [String: Int] = ["read": requests + 30, "writev": requests + 10, "mkdir": n + 5,
+                                         "openat": 2 * n + made + 10, "close": 2 * n + 10, "rename": n + 5, "unlink": n + 5]
+            for (name, limit) in budget.sorted(by: { $0.key < $1.key }) {
+                #expect(calls[name] ?? 0 <= limit, "\(name): \(calls[name] ?? 0) calls, budget \(limit) (\(n) files, \(requests) requests); all: \(summary)")
+            }
+            let timing: Set<String> = ["futex", "epoll_wait", "epoll_ctl", "madvise", "mprotect", "mmap", "munmap", "brk", "restart_syscall",
+                                       "pwrite64", "pread64", "fcntl", "fdatasync", "fsync", "nanosleep", "clock_nanosleep",
+                                       // a new worker thread of libfuse or of the runtime's pool
+                                       "clone3", "set_robust_list", "rseq", "gettid", "rt_sigprocmask", "sigaltstack", "prctl"]
+            for (name, count) in calls.sorted(by: { $0.key < $1.key }) where budget[name] == nil && !timing.contains(name) {
+                #expect(count <= 30, "\(name): \(count) calls (\(n) files, \(requests) requests), none expected per file or request; all: \(summary)")
+            }
+        }
+    }
+
     /// A file just written and fsynced is read back from the kernel's page cache: its pages stay
     /// when the kernel sees the new size and time (no `auto_inval_data`), and a second open keeps
     /// them (`keep_cache`): no read request reaches the daemon.
