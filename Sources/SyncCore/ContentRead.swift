@@ -54,10 +54,11 @@ extension CommitPlan {
 
     /// How `chunks` go up. The base's content needs nothing unless the server said since that
     /// chunks are gone; after that answer a small file asks too (a server that does not take
-    /// inline bytes answers `missing_chunks` to them).
-    public static func contentSend(chunks: [ChunkRef], known: [ChunkRef]?, chunksMissing: Bool) -> ContentSend {
+    /// inline bytes answers `missing_chunks` to them). `inlineAllowed`: a commit will carry them
+    /// (content sent apart from the queue has no commit of its own).
+    public static func contentSend(chunks: [ChunkRef], known: [ChunkRef]?, chunksMissing: Bool, inlineAllowed: Bool = true) -> ContentSend {
         guard chunks != known || chunksMissing else { return .known }
-        if !chunksMissing, chunks.count == 1, chunks[0].size <= Int64(ProtocolLimits.inlineFileBytes) { return .inline }
+        if inlineAllowed, !chunksMissing, chunks.count == 1, chunks[0].size <= Int64(ProtocolLimits.inlineFileBytes) { return .inline }
         return .ask
     }
 

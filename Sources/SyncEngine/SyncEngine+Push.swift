@@ -763,9 +763,7 @@ extension SyncEngine: ChangeObserver {
             return nil
         }
         let chunksMissing = state.withLock { $0.items[id]?.upload.chunksMissing == true }
-        var send = CommitPlan.contentSend(chunks: refs, known: known, chunksMissing: chunksMissing)
-        if send == .inline && !inline { send = .ask }
-        switch send {
+        switch CommitPlan.contentSend(chunks: refs, known: known, chunksMissing: chunksMissing, inlineAllowed: inline) {
         case .known: return Content(chunks: refs)
         case .inline:
             let s = spans[0]

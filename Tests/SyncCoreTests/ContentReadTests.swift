@@ -51,6 +51,7 @@ import Testing
         #expect(CommitPlan.contentSend(chunks: small, known: nil, chunksMissing: false) == .inline)
         #expect(CommitPlan.contentSend(chunks: small, known: empty, chunksMissing: false) == .inline, "an edit of a small file")
         #expect(CommitPlan.contentSend(chunks: small, known: nil, chunksMissing: true) == .ask)
+        #expect(CommitPlan.contentSend(chunks: small, known: nil, chunksMissing: false, inlineAllowed: false) == .ask, "sent apart: no commit to carry it")
         #expect(CommitPlan.contentSend(chunks: small, known: small, chunksMissing: false) == .known)
         #expect(CommitPlan.contentSend(chunks: big, known: nil, chunksMissing: false) == .ask, "over 64 KiB")
         #expect(CommitPlan.contentSend(chunks: empty, known: nil, chunksMissing: false) == .ask, "no chunk: nothing to inline")
