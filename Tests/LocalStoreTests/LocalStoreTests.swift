@@ -1,8 +1,9 @@
 import Foundation
 import FuseIDs
 import GRDB
-import LocalStore
+@testable import LocalStore
 import NimbusCore
+import Synchronization
 import Testing
 
 func tempDir(_ label: String) -> URL {
@@ -116,5 +117,66 @@ func tempDir(_ label: String) -> URL {
         #expect(s.cache.sweep(keeping: [a]) == 1)
         #expect(s.cache.size(of: a) == 0)
         #expect(s.cache.size(of: orphan) == nil)
+    }
+
+    /// An upsert writes the whole row, so a later upsert of the same item in the same transaction
+    /// makes the earlier one moot; a delete of the item or an engine write in between keeps it
+    /// (the delete's cascade and the engine's reads must meet the rows written before them).
+    @Test func aTransactionWritesEachItemsRowOnceAndTheResultIsTheSame() throws {
+        let a = ItemID(UUID()), b = ItemID(UUID()), c = ItemID(UUID())
+        func file(_ id: ItemID, _ node: UInt64, _ name: String, size: Int64 = 0) -> ItemRecord {
+            var r = ItemRecord(id: id, node: NodeID(rawValue: node), parent: .root, name: name, kind: .file, mode: 0o100644, uid: 0, gid: 0, time: 1)
+            r.size = size
+            return r
+        }
+        let body: @Sendable (Database) throws -> Void = { _ in }
+        let batch: [LocalStore.Queued] = [
+            .change(.upsert(file(a, 40, "a1"))), .change(.setXattr(a, name: "user.x", value: [1])), .change(.upsert(file(b, 41, "b"))),
+            .change(.upsert(file(a, 40, "a2"))), .change(.syncOp(a, kind: .created)), .change(.upsert(file(a, 40, "a3"))),
+            .change(.upsert(file(c, 42, "c1"))), .change(.delete(c)), .change(.upsert(file(c, 42, "c2"))),
+            .change(.upsert(file(b, 41, "b2"))), .direct(body), .change(.upsert(file(b, 41, "b3"))),
+        ]
+        #expect(LocalStore.supersededUpserts(batch) == [true, false, true, true, false, false, false, false, false, false, false, false])
+
+        // The same kinds of runs through a store, committed as one transaction: what is read
+        // back is what every write in order would leave.
+        let dir = tempDir("coalesce")
+        defer { try? FileManager.default.removeItem(at: dir) }
+        do {
+            let s = try LocalStore(directory: dir, writer: .caller)
+            s.enqueue(.upsert(file(a, 40, "a1", size: 1)))
+            s.enqueue(.setXattr(a, name: "user.x", value: [1]))
+            s.enqueue(.upsert(file(b, 41, "b", size: 5)))
+            s.enqueue(.upsert(file(a, 40, "a2", size: 2)))
+            s.enqueue(.syncOp(a, kind: .created))
+            s.enqueue(.upsert(file(a, 40, "a3", size: 3)))
+            // A new item given an xattr, deleted and made again: the delete's cascade takes the xattr.
+            s.enqueue(.upsert(file(c, 42, "c1")))
+            s.enqueue(.setXattr(c, name: "user.y", value: [2]))
+            s.enqueue(.delete(c))
+            s.enqueue(.upsert(file(c, 42, "c2", size: 7)))
+            // An engine write between two upserts reads the row as the first one left it.
+            let seen = Mutex<String?>(nil)
+            try s.write { db in
+                let name = try String.fetchOne(db, sql: "SELECT name FROM item WHERE id = ?", arguments: [b.description])
+                seen.withLock { $0 = name }
+            }
+            s.enqueue(.upsert(file(b, 41, "b2", size: 6)))
+            s.writePending()
+            #expect(s.lastError == nil)
+            #expect(seen.withLock { $0 } == "b")
+            #expect(s.close() == nil)
+            s.closeDatabase()
+        }
+        let s = try LocalStore(directory: dir)
+        defer { s.close() }
+        let snap = try s.load()
+        let byID = Dictionary(uniqueKeysWithValues: snap.items.map { ($0.id, $0) })
+        #expect(byID[a]?.name == "a3" && byID[a]?.size == 3)
+        #expect(byID[b]?.name == "b2" && byID[b]?.size == 6)
+        #expect(byID[c]?.name == "c2" && byID[c]?.size == 7)
+        #expect(snap.xattrs[a]?["user.x"] == [1])
+        #expect(snap.xattrs[c] == nil, "the delete between the upserts took c's xattr")
+        #expect(try s.read { db in try Int.fetchOne(db, sql: "SELECT count(*) FROM sync_op WHERE item = ?", arguments: [a.description]) } == 1)
     }
 }
