@@ -68,8 +68,14 @@ import Testing
             let deadline = ContinuousClock.now + .seconds(20)
             while ContinuousClock.now < deadline, a.lookup(NodeID.root, "kept.txt") == nil { try await Task.sleep(for: .milliseconds(20)) }
             guard let kept = a.lookup(NodeID.root, "kept.txt") else { throw SimFailure("a never saw kept.txt") }
-            _ = try a.writeFile(node: kept, parent: .absent, name: "kept.txt", content: "edited on a\n")
-            while ContinuousClock.now < deadline, a.status("upload-queue") != "0" { try await Task.sleep(for: .milliseconds(20)) }
+            let id = try a.writeFile(node: kept, parent: .absent, name: "kept.txt", content: "edited on a\n")
+            // a's edit is on the server (its version is past b's create) before b deletes: an
+            // empty upload queue on a can be read before the filesystem's notice reaches it.
+            let first = try await client.versions("docs", id).map(\.version).min() ?? 0
+            while ContinuousClock.now < deadline, (try? await client.item("docs", id))?.version ?? 0 <= first {
+                try await Task.sleep(for: .milliseconds(20))
+            }
+            #expect((try? await client.item("docs", id))?.version ?? 0 > first, "a's edit never reached the server")
             try b.fs.unlink(parent: NodeID.root, name: "kept.txt")
             b.relay.restore()
             if let why = await sim.settle(devices, client: client, within: .seconds(30)) { throw SimFailure("the devices did not agree: \(why)") }
