@@ -24,16 +24,16 @@ extension SQLiteStore {
     }
 
     static func refuseIfDeleting(_ db: Database, _ hash: ContentHash) throws {
-        if try Bool.fetchOne(db, sql: "SELECT 1 FROM chunk_deletions WHERE hash = ?", arguments: [hash.hex]) ?? false {
+        if try Bool.fetchOne(db.cachedStatement(sql: "SELECT 1 FROM chunk_deletions WHERE hash = ?"), arguments: [hash.hex]) ?? false {
             throw APIError.chunkBeingFreed(hash)
         }
     }
 
     static func own(_ db: Database, account: Int64, hash: ContentHash, size: Int64, now: Int64) throws {
-        try db.execute(sql: """
+        try db.cachedStatement(sql: """
             INSERT INTO account_chunks(account_id, hash, size, touched) VALUES (?, ?, ?, ?)
             ON CONFLICT(account_id, hash) DO UPDATE SET touched = max(touched, excluded.touched)
-            """, arguments: [account, hash.hex, size, now])
+            """).execute(arguments: [account, hash.hex, size, now])
     }
 
     public func recordChunk(account: Int64, hash: ContentHash, size: Int64, now: Int64) async throws {
@@ -66,16 +66,16 @@ extension SQLiteStore {
     public func beginChunkUpload(account: Int64, hash: ContentHash, size: Int64, now: Int64) async throws -> ChunkUpload {
         try await immediate { db in
             try Self.refuseIfDeleting(db, hash)
-            let owned = try Bool.fetchOne(db, sql: "SELECT 1 FROM account_chunks WHERE account_id = ? AND hash = ?",
+            let owned = try Bool.fetchOne(db.cachedStatement(sql: "SELECT 1 FROM account_chunks WHERE account_id = ? AND hash = ?"),
                                           arguments: [account, hash.hex]) ?? false
             // Quota: decided in this IMMEDIATE transaction, which also records the upload, so
             // uploads of one account are admitted one at a time (Quotas.swift).
-            if !owned, let quota = try Int64?.fetchOne(db, sql: "SELECT quota FROM accounts WHERE id = ?", arguments: [account]) {
+            if !owned, let quota = try Int64?.fetchOne(db.cachedStatement(sql: "SELECT quota FROM accounts WHERE id = ?"), arguments: [account]) {
                 let underWay = try Bool.fetchOne(db, sql: "SELECT 1 FROM chunk_uploads WHERE account_id = ? AND hash = ? AND size IS NOT NULL",
                                                  arguments: [account, hash.hex]) ?? false
                 if !underWay { try Quotas.admit(usage: try Self.usage(db, account: account), quota: quota, size: size) }
             }
-            guard let id = try Int64.fetchOne(db, sql: "INSERT INTO chunk_uploads(hash, started, account_id, size) VALUES (?, ?, ?, ?) RETURNING id",
+            guard let id = try Int64.fetchOne(db.cachedStatement(sql: "INSERT INTO chunk_uploads(hash, started, account_id, size) VALUES (?, ?, ?, ?) RETURNING id"),
                                               arguments: [hash.hex, now, account, size]) else {
                 throw APIError(.internal, "recording an upload returned no id")
             }
@@ -85,7 +85,7 @@ extension SQLiteStore {
 
     public func finishChunkUpload(_ upload: ChunkUpload, size: Int64, now: Int64) async throws {
         try await immediate { db in
-            guard try Int64.fetchOne(db, sql: "DELETE FROM chunk_uploads WHERE id = ? RETURNING id", arguments: [upload.id]) != nil else {
+            guard try Int64.fetchOne(db.cachedStatement(sql: "DELETE FROM chunk_uploads WHERE id = ? RETURNING id"), arguments: [upload.id]) != nil else {
                 throw APIError.chunkBeingFreed(upload.hash)
             }
             try Self.own(db, account: upload.account, hash: upload.hash, size: size, now: now)
