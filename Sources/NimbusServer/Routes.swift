@@ -151,10 +151,10 @@ struct Routes: Sendable {
             let limit = Int(try Self.intParam(req, "limit", default: 500, range: 1...Int64(ProtocolLimits.maxPage)))
             if wait > 0, let feed = self.store as? any CommitFeed { try await feed.watch(c) }
             var page = try await self.store.changes(in: c, since: since, limit: limit)
+            let deadline = ContinuousClock.now + .seconds(wait)
             if page.changes.isEmpty, wait > 0 {
                 self.metrics.longPolls.increment()
                 defer { self.metrics.longPolls.decrement() }
-                let deadline = ContinuousClock.now + .seconds(wait)
                 while true {
                     let epoch = self.revocations.epoch
                     await self.notifier.wait(container: c.id, after: page.cursor, timeout: deadline - ContinuousClock.now,
@@ -167,6 +167,9 @@ struct Routes: Sendable {
                     guard page.changes.isEmpty, self.revocations.epoch != epoch, !self.notifier.isClosed,
                           deadline - ContinuousClock.now > .milliseconds(50) else { break }
                 }
+            }
+            if wait > 0, let asker = ctx.device?.id {
+                page = try await self.holdOwnChanges(page, asker: asker, c, since: since, limit: limit, deadline: deadline, auth, req, ctx)
             }
             page.inline = await self.inlineChunks(page.changes, for: ctx.device?.id, logger: ctx.logger)
             return JSONResponse.make(page)
@@ -237,6 +240,27 @@ struct Routes: Sendable {
             }
             return Response(status: status, headers: headers, body: body)
         }
+    }
+
+    /// A long-poll's page that holds only the asking device's own commits (it knows them from
+    /// their answers) waits up to `ServerLimits.ownChangesHold` for more of them, so a burst of
+    /// uploads is answered a few times a second instead of once per commit; another device's
+    /// change ends the wait at once, and so do a full page and the poll's own deadline.
+    func holdOwnChanges(_ page: ChangesResponse, asker: DeviceID, _ c: ContainerRecord, since: Int64, limit: Int,
+                        deadline: ContinuousClock.Instant, _ auth: Authenticator, _ req: Request, _ ctx: NimbusContext) async throws -> ChangesResponse {
+        guard !page.changes.isEmpty, !page.more, page.changes.allSatisfy({ $0.device == asker }) else { return page }
+        let end = min(ContinuousClock.now + bodies.limits.ownChangesHold, deadline - .milliseconds(50))
+        var seen = page.cursor, count = page.changes.count
+        while ContinuousClock.now < end, !notifier.isClosed {
+            await notifier.wait(container: c.id, after: seen, timeout: end - ContinuousClock.now, closed: ctx.connectionClosed)
+            _ = try await auth.device(for: req)
+            let newer = try await store.changes(in: c, since: seen, limit: limit)
+            guard !newer.changes.isEmpty else { break }  // the hold ended (or a revocation woke it)
+            seen = newer.cursor
+            count += newer.changes.count
+            if count >= limit || newer.changes.contains(where: { $0.device != asker }) { break }
+        }
+        return seen == page.cursor ? page : try await store.changes(in: c, since: since, limit: limit)
     }
 
     /// The bytes of the small files of a changes page (`ChangesResponse.inline`): each live file

@@ -22,6 +22,10 @@ public struct ServerLimits: Sendable {
     public var chunkBytesInFlight: Int = 256 << 20
     /// Chunk bodies being received at once from one device.
     public var chunkBodiesPerDevice: Int = 8
+    /// A long-poll that has only the asking device's own commits to answer with waits this much
+    /// longer for more of them or for another device's change (which answers at once): a
+    /// device's burst of uploads is answered a few times a second instead of once per commit.
+    public var ownChangesHold: Duration = .milliseconds(200)
 
     public init() {}
 }

@@ -293,6 +293,42 @@ import Testing
         }
     }
 
+    /// A long-poll with only the asking device's own commits to answer waits (here up to 20 s)
+    /// for more of them: a burst of five is one answer. Another device's change ends that wait
+    /// at once, and a request that does not wait is never held.
+    @Test func aLongPollGathersTheAskersOwnCommitsAndAnswersAnotherDevicesChangeAtOnce() async throws {
+        var limits = ServerLimits()
+        limits.ownChangesHold = .seconds(20)
+        try await LiveServer.with(limits: limits) { s in
+            let a = NimbusClient(baseURL: s.url, token: try await s.token(device: "a"))
+            let b = NimbusClient(baseURL: s.url, token: try await s.token(device: "b"))
+            let start = try await a.createContainer(Self.container).cursor
+            let polled = Task { try await a.changes(Self.container, since: start, wait: 40) }
+            try await Task.sleep(for: .milliseconds(200))
+            for i in 0..<5 {
+                try await a.commit(Self.container, CommitRequest(item: ItemID(UUID()), baseVersion: nil, state: Self.draft("own-\(i).txt")))
+            }
+            let page = try await polled.value
+            #expect(page.changes.map(\.item.name.value) == (0..<5).map { "own-\($0).txt" }, "one answer for the burst")
+
+            // Not waiting: answered with a's own change at once.
+            let quick = ContinuousClock.now
+            #expect(try await a.changes(Self.container, since: start, wait: 0).changes.count == 5)
+            #expect(ContinuousClock.now - quick < .seconds(10))
+
+            // a's own commit is held; b's change ends the hold.
+            let next = Task { try await a.changes(Self.container, since: page.cursor, wait: 40) }
+            try await Task.sleep(for: .milliseconds(200))
+            try await a.commit(Self.container, CommitRequest(item: ItemID(UUID()), baseVersion: nil, state: Self.draft("own-5.txt")))
+            try await Task.sleep(for: .milliseconds(200))
+            let sent = ContinuousClock.now
+            try await b.commit(Self.container, CommitRequest(item: ItemID(UUID()), baseVersion: nil, state: Self.draft("from-b.txt")))
+            let answer = try await next.value
+            #expect(ContinuousClock.now - sent < .seconds(10), "another device's change answers the held poll at once")
+            #expect(answer.changes.map(\.item.name.value) == ["own-5.txt", "from-b.txt"])
+        }
+    }
+
     /// A revocation made outside the HTTP routes (`nimbus admin revoke-device` writes the
     /// database) answers the revoked device's open long-poll with 401 within a second or so, while
     /// another device's poll waits on.
