@@ -128,7 +128,10 @@ let package = Package(
         // reads with an errno. No dependencies: no Foundation, no libfuse.
         .target(name: "FuseIDs", swiftSettings: strict),
         // Typed binding of the libfuse low-level API; knows nothing of Nimbus.
-        .target(name: "FuseKit", dependencies: ["CFuse3", "FuseIDs"], swiftSettings: strict),
+        // libfuse's channel to /dev/fuse with the INIT flags libfuse 3.14 cannot ask for (C: it
+        // keeps per-descriptor state).
+        .target(name: "CFuseIO", dependencies: ["CFuse3"]),
+        .target(name: "FuseKit", dependencies: ["CFuse3", "CFuseIO", "FuseIDs"], swiftSettings: strict),
         // Client state: SQLite (GRDB, WAL) + the content cache (one file per item).
         .target(
             name: "LocalStore",
@@ -194,7 +197,7 @@ let package = Package(
 // and NimbusRemote stay: the server, its tests and the integration tests need them.
 import Foundation
 if ProcessInfo.processInfo.environment["NIMBUS_SERVER_ONLY"] != nil {
-    let fuse: Set<String> = ["CFuse3", "FuseIDs", "FuseKit", "LocalStore", "MountPorts", "ContainerFS", "SyncEngine", "FuseKitTests", "LocalStoreTests", "ContainerFSTests", "MountTests", "SyncEngineTests", "SyncTests", "EngineSimTests"]
+    let fuse: Set<String> = ["CFuse3", "CFuseIO", "FuseIDs", "FuseKit", "LocalStore", "MountPorts", "ContainerFS", "SyncEngine", "FuseKitTests", "LocalStoreTests", "ContainerFSTests", "MountTests", "SyncEngineTests", "SyncTests", "EngineSimTests"]
     package.targets.removeAll { fuse.contains($0.name) }
     let cli = Context.packageDirectory + "/Sources/nimbus"
     let mountFiles = ((try? FileManager.default.contentsOfDirectory(atPath: cli)) ?? []).filter { $0.hasPrefix("Mount") }

@@ -17,7 +17,10 @@ extension ContainerFS {
 
     /// Opens a file of the tree; the kernel has checked the access mode against the item's
     /// owner and mode.
-    public func open(node: NodeID, flags: Int32) throws(Errno) -> FuseOpen {
+    ///
+    /// `killSetID`: an O_TRUNC by a caller who may not keep set-ID bits (not root) clears them,
+    /// as Linux does (the mount handles FUSE_HANDLE_KILLPRIV_V2: `killSetID(_:)`).
+    public func open(node: NodeID, flags: Int32, killSetID: Bool = false) throws(Errno) -> FuseOpen {
         // The cache file is opened under the lock: a remote version swapping the file (and the
         // node) cannot slip between choosing the node and opening its file.
         var stalePages = false
@@ -49,6 +52,7 @@ extension ContainerFS {
             return (fd, h)
         }
         if flags & O_TRUNC != 0 {
+            var killed = false
             // Atomic O_TRUNC: the kernel leaves the truncation to us (mtime/ctime always change,
             // as on Linux's local filesystems).
             content.willTruncate(item)
@@ -62,6 +66,7 @@ extension ContainerFS {
             let changed = lock.withLock { () -> ItemID? in
                 guard let n = t.nodes[node] else { return nil }
                 n.changing -= 1
+                if killSetID { killed = Self.killSetID(n) }
                 n.rec.size = 0
                 n.rec.mtime = now
                 n.rec.ctime = now
@@ -72,6 +77,7 @@ extension ContainerFS {
                 return n.rec.id
             }
             if let changed { observer?.localChange(.contentChanged(changed)) }
+            if killed { invalidateAttributesNow(node) }
             // Pages cached from before the truncation must go.
             return FuseOpen(handle: h, keepCache: false)
         }
@@ -80,8 +86,10 @@ extension ContainerFS {
         return FuseOpen(handle: h, keepCache: !stalePages)
     }
 
-    /// Writes through the handle's descriptor, then records the new size and times.
-    public func write(node: NodeID, handle: HandleID, offset: Int64, data: UnsafeRawBufferPointer) throws(Errno) -> Int {
+    /// Writes through the handle's descriptor, then records the new size and times. With
+    /// `killSetID` (a writer who may not keep set-ID bits: not root) the set-user-ID bit and
+    /// a group-executable file's set-group-ID bit go, as on Linux's local filesystems.
+    public func write(node: NodeID, handle: HandleID, offset: Int64, data: UnsafeRawBufferPointer, killSetID: Bool = false) throws(Errno) -> Int {
         guard let fd = descriptor(handle) else { throw .EBADF }
         lock.withLock { t.nodes[node]?.changing += 1 }
         let n = pwrite(fd, data.baseAddress, data.count, off_t(offset))
@@ -92,11 +100,13 @@ extension ContainerFS {
         }
         let now = options.clock.wall()
         let mono = options.clock.monotonic()
+        var killed = false
         let first = lock.withLock { () -> ItemID? in
             guard let x = t.nodes[node] else { return nil }
             x.changing -= 1
             // (A write of 0 bytes succeeds at any offset, Int64.max too: it changes no size.)
             if n > 0 { x.rec.size = max(x.rec.size, offset + Int64(n)) }
+            if killSetID { killed = Self.killSetID(x) }
             x.rec.mtime = now
             x.rec.ctime = now
             x.rec.dirty = true
@@ -109,6 +119,7 @@ extension ContainerFS {
             return wasClean && x.linked ? x.rec.id : nil
         }
         if let first { notify(.writing(first)) }
+        if killed { invalidateAttributesNow(node) }
         return n
     }
 
@@ -250,7 +261,8 @@ extension ContainerFS {
     }
 
     /// chmod, chown, truncate, utimes. The kernel (default_permissions) has checked who may do
-    /// what and already folded "clear set-id bits" into `mode`.
+    /// what. Set-ID bits are this filesystem's to clear (FUSE_HANDLE_KILLPRIV_V2): a chown of
+    /// anything but a folder clears them, and a truncate when the kernel says so (`killSetID`).
     public func setattr(node: NodeID, _ c: FuseSetAttr, handle: HandleID?) throws(Errno) -> stat {
         if let size = c.size {
             if size < 0 { throw .EINVAL }
@@ -282,6 +294,7 @@ extension ContainerFS {
         let (st, id, content, viaWriter, changed) = try lock.withLock { () throws(Errno) -> (stat, ItemID, Bool, Bool, Node) in
             let n = try self.node(node)
             if let m = c.mode { n.rec.mode = (n.rec.mode & UInt32(S_IFMT)) | (UInt32(m) & 0o7777) }
+            if c.killSetID || ((c.uid != nil || c.gid != nil) && !n.isDir) { n.rec.mode = Self.killSetID(n.rec.mode) }
             if let u = c.uid { n.rec.uid = u }
             if let g = c.gid { n.rec.gid = g }
             if let size = c.size {
@@ -308,5 +321,30 @@ extension ContainerFS {
             notify(content ? .contentChanged(id) : .attributesChanged(id), pending: changed)
         }
         return st
+    }
+
+    /// `mode` without the set-user-ID bit, and without the set-group-ID bit when the group may
+    /// execute (without group execute it marks mandatory locking and stays), as Linux clears
+    /// them on write, truncate and chown.
+    static func killSetID(_ mode: UInt32) -> UInt32 {
+        var m = mode & ~UInt32(S_ISUID)
+        if m & UInt32(S_IXGRP) != 0 { m &= ~UInt32(S_ISGID) }
+        return m
+    }
+
+    /// Clears `n`'s set-ID bits (lock held); whether its mode changed. The kernel asked for
+    /// FUSE_HANDLE_KILLPRIV_V2 does not drop the mode it cached on a write or an open, so
+    /// the caller then sends `invalidateAttributesNow`, before answering.
+    static func killSetID(_ n: Node) -> Bool {
+        let m = killSetID(n.rec.mode)
+        guard m != n.rec.mode else { return false }
+        n.rec.mode = m
+        return true
+    }
+
+    /// Drops the kernel's cached attributes of `node` at once (never under `lock`): sent from
+    /// inside the request, so the caller's next stat cannot see the old mode.
+    func invalidateAttributesNow(_ node: NodeID) {
+        kernel.withLock { $0 }?.invalidateAttributes(node)
     }
 }

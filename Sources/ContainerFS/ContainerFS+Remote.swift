@@ -10,12 +10,16 @@ public protocol KernelCache: Sendable {
     func invalidateNode(_ node: NodeID)
     func invalidateEntry(parent: NodeID, name: String)
     func notifyDelete(parent: NodeID, child: NodeID, name: String)
+    /// Drops the cached attributes of `node` only, never its pages: safe to send from inside a
+    /// request about that node (a write holds its pages locked until answered).
+    func invalidateAttributes(_ node: NodeID)
     /// How many requests of each kind the kernel sent (`.nimbus/requests`); none by default.
     func requestCounts() -> [(kind: String, count: UInt64)]
 }
 
 extension KernelCache {
     public func requestCounts() -> [(kind: String, count: UInt64)] { [] }
+    public func invalidateAttributes(_ node: NodeID) {}
 }
 
 /// A kernel cache invalidation owed after a remote change (sent through `KernelCache`, never

@@ -177,7 +177,8 @@ public final class FuseAdapter: FuseFilesystem {
             }
             return
         }
-        do { reply.open(try fs.open(node: node, flags: flags)) } catch { reply.error(error) }
+        let kill = flags & O_TRUNC != 0 && reply.context.uid != 0
+        do { reply.open(try fs.open(node: node, flags: flags, killSetID: kill)) } catch { reply.error(error) }
     }
 
     /// File reads splice from the cache file: no filesystem lock (the handle resolves in the id
@@ -226,7 +227,10 @@ public final class FuseAdapter: FuseFilesystem {
     }
 
     public func write(node: NodeID, handle: HandleID, offset: Int64, data: UnsafeRawBufferPointer, reply: consuming FuseReply) {
-        do { reply.write(count: try fs.write(node: node, handle: handle, offset: offset, data: data)) } catch { reply.error(error) }
+        // Only root keeps set-ID bits through a write (the kernel's CAP_FSETID test, which the
+        // request does not carry).
+        let kill = reply.context.uid != 0
+        do { reply.write(count: try fs.write(node: node, handle: handle, offset: offset, data: data, killSetID: kill)) } catch { reply.error(error) }
     }
 
     public func flush(node: NodeID, handle: HandleID, reply: consuming FuseReply) {
@@ -365,6 +369,7 @@ public struct SessionKernelCache: KernelCache {
     public let session: FuseSession
     public init(_ session: FuseSession) { self.session = session }
     public func invalidateNode(_ node: NodeID) { session.invalidateNode(node) }
+    public func invalidateAttributes(_ node: NodeID) { session.invalidateNode(node, offset: -1) }
     public func invalidateEntry(parent: NodeID, name: String) { session.invalidateEntry(parent: parent, name: name) }
     public func notifyDelete(parent: NodeID, child: NodeID, name: String) { session.notifyDelete(parent: parent, child: child, name: name) }
     public func requestCounts() -> [(kind: String, count: UInt64)] { session.requests.snapshot().map { ($0.op.name, $0.count) } }

@@ -11,6 +11,10 @@ public struct FuseSetAttr: Sendable {
     public var atime: Time?
     public var mtime: Time?
     public var ctime: timespec?
+    /// The kernel asks the filesystem to clear the set-user-ID bit, and the set-group-ID bit of
+    /// a group-executable file (a truncate by a caller without CAP_FSETID, under
+    /// FUSE_HANDLE_KILLPRIV_V2).
+    public var killSetID = false
     public init() {}
 }
 

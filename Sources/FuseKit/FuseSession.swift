@@ -1,4 +1,5 @@
 import CFuse3
+import CFuseIO
 import Dispatch
 import Glibc
 
@@ -13,6 +14,10 @@ public struct FuseMountOptions: Sendable {
     /// Remove the mount when the daemon dies (kill -9): needs fusermount3 to stay around.
     public var autoUnmount = false
     public var extra: [String] = []
+    /// The filesystem clears set-user-ID and set-group-ID bits itself on write, truncate and
+    /// chown (FUSE_HANDLE_KILLPRIV_V2), so the kernel need not ask for `security.capability`
+    /// before every write.
+    public var handlesKillPriv = false
     public init() {}
 
     var optionString: String {
@@ -62,6 +67,12 @@ public final class FuseSession: @unchecked Sendable {
         if fuse_session_mount(se, mountpoint) != 0 {
             fuse_session_destroy(se)
             throw FuseError(description: "cannot mount on \(mountpoint) (is /dev/fuse usable, and the mountpoint an empty directory?)")
+        }
+        let io = cfuse_session_install_io(se, options.handlesKillPriv ? 1 : 0)
+        if io != 0 {
+            fuse_session_unmount(se)
+            fuse_session_destroy(se)
+            throw FuseError(description: "cannot set up the request channel on \(mountpoint) (error \(-io))")
         }
         session = se
         alive = true

@@ -36,6 +36,8 @@ private func setAttrChanges(_ st: stat, _ toSet: Int32) -> FuseSetAttr {
     if toSet & FUSE_SET_ATTR_ATIME_NOW != 0 { c.atime = .now } else if toSet & FUSE_SET_ATTR_ATIME != 0 { c.atime = .at(st.st_atim) }
     if toSet & FUSE_SET_ATTR_MTIME_NOW != 0 { c.mtime = .now } else if toSet & FUSE_SET_ATTR_MTIME != 0 { c.mtime = .at(st.st_mtim) }
     if toSet & FUSE_SET_ATTR_CTIME != 0 { c.ctime = st.st_ctim }
+    // FATTR_KILL_SUIDGID (the same bit).
+    if toSet & FUSE_SET_ATTR_KILL_SUID != 0 { c.killSetID = true }
     return c
 }
 

@@ -89,6 +89,7 @@ struct MountDaemon {
         // As root, let every user in (pjdfstest switches users); the kernel checks permissions.
         mountOptions.allowOther = getuid() == 0
         mountOptions.defaultPermissions = true
+        mountOptions.handlesKillPriv = true
         let session: FuseSession
         do { session = try FuseSession(filesystem: FuseAdapter(fs), mountpoint: mountpoint, options: mountOptions) } catch {
             store.close()
