@@ -34,6 +34,9 @@ public enum APIErrorCode: String, Sendable, Codable, CaseIterable {
     case bodyTooLarge = "body_too_large"
     case rangeNotSatisfiable = "range_not_satisfiable"
     case notAConflict = "not_a_conflict"
+    /// The item is not an entry of Recently Deleted (live, purged, or deleted as part of a
+    /// folder's entry: restore or purge the folder).
+    case notInTrash = "not_in_trash"
     case methodNotAllowed = "method_not_allowed"
     case storageFull = "storage_full"
     /// A chunk upload would take the account beyond its quota (`nimbus admin set-quota`); the
@@ -49,7 +52,7 @@ public enum APIErrorCode: String, Sendable, Codable, CaseIterable {
              .invalidParameter, .invalidTime, .invalidVersion, .invalidCursor, .invalidSize, .invalidMode, .invalidExtra:
             return 400
         case .unauthorized: return 401
-        case .notFound, .containerNotFound, .itemNotFound, .chunkNotFound, .versionNotFound, .deviceNotFound: return 404
+        case .notFound, .containerNotFound, .itemNotFound, .chunkNotFound, .versionNotFound, .deviceNotFound, .notInTrash: return 404
         case .methodNotAllowed: return 405
         case .parentNotFound, .parentNotFolder, .moveCycle, .missingChunks, .notAConflict, .deviceNameTaken: return 409
         case .pairingInvalid: return 403

@@ -115,6 +115,11 @@ extension JSONValue {
     }
 }
 
+extension TrashRestoreRequest: WireChecked {
+    /// An item id decodes only as one; nothing else to check.
+    public func check() throws(WireProblem) {}
+}
+
 extension ResolveRequest: WireChecked {
     public func check() throws(WireProblem) {
         if let v = version, !WireRange.version.contains(v) {

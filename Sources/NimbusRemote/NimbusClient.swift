@@ -141,6 +141,56 @@ public struct NimbusClient: Sendable {
         try await json(.POST, "/v1/containers/\(escape(container))/items/\(id)/resolve", body: request)
     }
 
+    // MARK: Recently Deleted (docs/trash.md)
+
+    /// Every entry, newest first.
+    public func trash(_ container: String) async throws -> TrashResponse {
+        var all: [TrashEntry] = []
+        var after: String?
+        var keep: Int64 = 0
+        var pages = 0
+        repeat {
+            let page = try await trashPage(container, after: after)
+            all += page.entries
+            keep = page.keepSeconds
+            pages += 1
+            // A server that repeats itself would loop for ever.
+            guard page.next == nil || page.next != after, pages < 100_000 else {
+                throw RemoteError.unexpected(status: 200, "the server's Recently Deleted listing did not move past \(after ?? "the start")")
+            }
+            after = page.next
+        } while after != nil
+        return TrashResponse(entries: all, next: nil, keepSeconds: keep)
+    }
+
+    public func trashPage(_ container: String, after: String? = nil, limit: Int = 500) async throws -> TrashResponse {
+        let a = after.map { "&after=\(escape($0))" } ?? ""
+        return try await json(.GET, "/v1/containers/\(escape(container))/trash?limit=\(limit)\(a)")
+    }
+
+    /// Entry `id` and every item in it.
+    public func trashItems(_ container: String, _ id: ItemID) async throws -> TrashItemsResponse {
+        var page: TrashItemsResponse = try await json(.GET, "/v1/containers/\(escape(container))/trash/\(id)/items")
+        var items = page.items
+        while let next = page.next {
+            page = try await json(.GET, "/v1/containers/\(escape(container))/trash/\(id)/items?after=\(next)")
+            guard page.next.map({ $0.description > next.description }) ?? true else {
+                throw RemoteError.unexpected(status: 200, "the server's items of Recently Deleted entry \(id) did not move past \(next)")
+            }
+            items += page.items
+        }
+        return TrashItemsResponse(entry: page.entry, items: items, next: nil)
+    }
+
+    public func restoreTrash(_ container: String, _ id: ItemID, to folder: ItemID? = nil) async throws -> TrashRestoreResponse {
+        try await json(.POST, "/v1/containers/\(escape(container))/trash/\(id)/restore", body: TrashRestoreRequest(to: folder))
+    }
+
+    /// Purges entry `id`, or every entry when nil.
+    public func purgeTrash(_ container: String, _ id: ItemID?) async throws -> TrashPurgeResponse {
+        try await json(.DELETE, "/v1/containers/\(escape(container))/trash" + (id.map { "/\($0)" } ?? ""))
+    }
+
     public func missingChunks(_ hashes: [ContentHash]) async throws -> [ContentHash] {
         let r: ChunkList = try await json(.POST, "/v1/chunks/missing", body: ChunkList(hashes: hashes))
         return r.hashes

@@ -17,6 +17,8 @@ struct CommitEngine<T: StoreTransaction> {
     private(set) var lastSeq: Int64 = 0
     /// Items that got a new earlier version in this operation, in order: the ones to prune.
     var retiredItems: [ItemID] = []
+    /// Recently Deleted entries that lost items this operation (CommitEngine+Trash).
+    var trashToRegroup: [ItemID] = []
 
     init(tx: T, device: DeviceRecord, now: Int64, history: HistoryRetention) {
         self.tx = tx
@@ -29,6 +31,7 @@ struct CommitEngine<T: StoreTransaction> {
 
     mutating func commit(_ req: CommitRequest) throws -> CommitResponse {
         let response = try apply(req)
+        try regroupTrash()
         try pruneHistory()
         try tx.recordMetadata()
         try checkQuota(deleting: req.state.deleted)
@@ -85,6 +88,7 @@ struct CommitEngine<T: StoreTransaction> {
                 try tx.insertVersion(item: current.id, seq: seq, role: .current, wasCurrent: true, state: next)
                 item = StoredItem(id: current.id, version: seq, conflicts: current.conflicts + 1, state: next)
                 try tx.saveItem(item)
+                if next.deleted != current.state.deleted { try trashChanged(current.id, deleted: next.deleted, state: next) }
                 try journal(seq, .conflict, item)
             } else {
                 if winner != current.state {
@@ -116,7 +120,7 @@ struct CommitEngine<T: StoreTransaction> {
     }
 
     /// Makes `next` the current state of `current`: placement, a new version row, the journal.
-    private mutating func write(_ current: StoredItem, _ next: ItemState, conflicts: Int? = nil) throws -> (StoredItem, Bool) {
+    mutating func write(_ current: StoredItem, _ next: ItemState, conflicts: Int? = nil) throws -> (StoredItem, Bool) {
         var state = next
         var renamed = false
         if !state.deleted, state.location != current.state.location || current.state.deleted {
@@ -127,6 +131,7 @@ struct CommitEngine<T: StoreTransaction> {
         try tx.insertVersion(item: current.id, seq: seq, role: .current, wasCurrent: true, state: state)
         let item = StoredItem(id: current.id, version: seq, conflicts: conflicts ?? current.conflicts, state: state)
         try tx.saveItem(item)
+        if state.deleted != current.state.deleted { try trashChanged(current.id, deleted: state.deleted, state: state) }
         let kind: ChangeKind
         if state.deleted { kind = .delete }
         else if current.state.deleted { kind = .restore }
@@ -174,6 +179,7 @@ struct CommitEngine<T: StoreTransaction> {
         try tx.insertVersion(item: id, seq: seq, role: .current, wasCurrent: true, state: state)
         let item = StoredItem(id: id, version: seq, conflicts: folder.conflicts, state: state)
         try tx.saveItem(item)
+        try trashChanged(id, deleted: false, state: state)
         try journal(seq, .restore, item)
         restored.append(id)
     }
@@ -215,6 +221,7 @@ struct CommitEngine<T: StoreTransaction> {
 
     mutating func resolve(_ req: ResolveRequest, item id: ItemID) throws -> CommitResponse {
         let response = try apply(req, item: id)
+        try regroupTrash()
         try pruneHistory()
         try tx.recordMetadata()
         return response

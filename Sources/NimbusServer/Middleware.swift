@@ -152,6 +152,7 @@ struct DeviceRoutes {
     func get(_ path: String, _ handler: @escaping Handler) { on(path, .get, handler) }
     func put(_ path: String, _ handler: @escaping Handler) { on(path, .put, handler) }
     func post(_ path: String, _ handler: @escaping Handler) { on(path, .post, handler) }
+    func delete(_ path: String, _ handler: @escaping Handler) { on(path, .delete, handler) }
 }
 
 public enum TokenHash {

@@ -23,6 +23,8 @@ public struct NimbusServerApp: Sendable {
     /// (`--gc-grace`): see `ChunkCollector`.
     public var gcInterval: Duration? = nil
     public var gcGraceSeconds: Int64 = 3_600
+    /// How long Recently Deleted keeps a deleted item (`--keep-deleted-days`), in seconds.
+    public var trashKeepSeconds: Int64 = TrashRetention.seconds(days: TrashRetention.defaultDays)
     public var limits = ServerLimits() {
         didSet { bodies = BodyBudget(limits: limits) }
     }
@@ -50,6 +52,13 @@ public struct NimbusServerApp: Sendable {
         return NimbusServerApp(store: store, chunks: try DirectoryChunkStore(root: dataDir + "/chunks"))
     }
 
+    /// Purges the Recently Deleted entries older than the retention now (as the periodic run does).
+    public func expireTrash() async throws -> TrashPurgeResponse {
+        let r = try await store.expireTrash(deletedBefore: clock() - trashKeepSeconds * 1_000_000_000)
+        metrics.purged(r)
+        return r
+    }
+
     /// The collector over this app's store and chunks, with its grace.
     public var collector: ChunkCollector {
         ChunkCollector(store: store, chunks: chunks, graceSeconds: gcGraceSeconds)
@@ -66,7 +75,7 @@ public struct NimbusServerApp: Sendable {
         let router = Router(context: NimbusContext.self)
         router.add(middleware: ErrorMiddleware(metrics: metrics))
         Routes(store: store, chunks: chunks, notifier: notifier, revocations: revocations, metrics: metrics, clock: clock, bodies: bodies,
-               trustedProxies: trustedProxies).register(on: router)
+               trustedProxies: trustedProxies, trashKeepSeconds: trashKeepSeconds).register(on: router)
         return router
     }
 
@@ -90,6 +99,7 @@ public struct NimbusServerApp: Sendable {
         var services: [any Service] = [app, LongPollCloser(notifier: notifier),
                                        RevocationWatch(revocations: revocations, store: store, logger: logger)]
         if let tls { services.append(CertificateReloader(tls: tls, logger: logger)) }
+        services.append(TrashExpiry(store: store, keepSeconds: trashKeepSeconds, clock: clock, metrics: metrics, logger: logger))
         if let gcInterval {
             services.append(ChunkCollectorService(collector: collector, interval: gcInterval, clock: clock, metrics: metrics, logger: logger))
         }

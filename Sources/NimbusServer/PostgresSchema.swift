@@ -149,6 +149,35 @@ enum PostgresSchema {
               + (SELECT coalesce(sum(octet_length(j.record)), 0) FROM journal j WHERE j.container_id = c.id)
             """,
         ]),
+        // Recently Deleted (CommitEngine+Trash): when and by whom an item was deleted, the entry
+        // it belongs to and its bytes. Items deleted before this migration become entries at its
+        // time (kept the whole retention from now), grouped under their topmost deleted folder.
+        (9, [
+            """
+            ALTER TABLE items ADD COLUMN deleted_at BIGINT, ADD COLUMN deleted_by TEXT COLLATE "C",
+                ADD COLUMN trash_root TEXT COLLATE "C", ADD COLUMN trash_bytes BIGINT
+            """,
+            """
+            UPDATE items SET deleted_at = (extract(epoch FROM clock_timestamp()) * 1000000000)::bigint,
+                deleted_by = state::jsonb->>'modifiedBy',
+                trash_bytes = CASE WHEN kind = 'file'
+                    THEN (SELECT coalesce(sum((c->>'size')::bigint), 0) FROM jsonb_array_elements(state::jsonb->'content'->'chunks') c)
+                    ELSE 0 END
+            WHERE deleted
+            """,
+            """
+            WITH RECURSIVE up(container_id, id, root) AS (
+                SELECT i.container_id, i.id, i.id FROM items i WHERE i.deleted AND NOT EXISTS
+                    (SELECT 1 FROM items p WHERE p.container_id = i.container_id AND p.id = i.parent_id AND p.deleted)
+                UNION
+                SELECT c.container_id, c.id, up.root FROM items c JOIN up ON c.container_id = up.container_id AND c.parent_id = up.id
+                WHERE c.deleted)
+            UPDATE items SET trash_root = up.root FROM up WHERE items.container_id = up.container_id AND items.id = up.id
+            """,
+            "CREATE INDEX items_trash ON items(container_id, trash_root) WHERE trash_root IS NOT NULL",
+            "CREATE INDEX items_trash_time ON items(container_id, deleted_at, id) WHERE trash_root = id",
+            "CREATE INDEX items_trash_expiry ON items(deleted_at) WHERE trash_root = id",
+        ]),
     ]
 
     /// Arbitrary constant naming the advisory lock held while migrating ("nimbus" in ASCII).

@@ -54,10 +54,24 @@ extension PostgresStore {
                     else if parentDeleted != false { problems.append("item \(id): live inside deleted folder \(parent)") }
                 }
             }
+            // A purged item (Recently Deleted) leaves its journal entries, the last a delete.
             let orphans = try db.rows("""
                 SELECT count(*) FROM journal j WHERE NOT EXISTS (SELECT 1 FROM items i WHERE i.container_id = j.container_id AND i.id = j.item_id)
+                  AND (SELECT l.kind FROM journal l WHERE l.container_id = j.container_id AND l.item_id = j.item_id ORDER BY l.seq DESC LIMIT 1) <> 'delete'
                 """).first?.decode(Int64.self) ?? 0
-            if orphans > 0 { problems.append("\(orphans) journal entries name items that do not exist") }
+            if orphans > 0 { problems.append("\(orphans) journal entries name items that do not exist and were not purged after a delete") }
+            // Recently Deleted: every deleted item belongs to an entry whose root is deleted and
+            // its own root; a live item belongs to none.
+            for row in try db.rows("""
+                SELECT i.id, i.deleted FROM items i
+                LEFT JOIN items r ON r.container_id = i.container_id AND r.id = i.trash_root
+                WHERE (i.deleted AND (i.trash_root IS NULL OR r.id IS NULL OR NOT r.deleted OR r.trash_root <> r.id OR i.deleted_at IS NULL))
+                   OR (NOT i.deleted AND (i.trash_root IS NOT NULL OR i.deleted_at IS NOT NULL))
+                LIMIT 20
+                """) {
+                let (id, deleted) = try row.decode((String, Bool).self)
+                problems.append("item \(id): \(deleted ? "deleted but not in a Recently Deleted entry" : "live but still marked deleted")")
+            }
             var owned = Set<ChunkOwnership>()
             for row in try db.rows("SELECT account_id, hash FROM account_chunks") {
                 let (account, hash) = try row.decode((Int64, String).self)

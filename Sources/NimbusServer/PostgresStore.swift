@@ -471,6 +471,71 @@ public final class PostgresStore: ServerStore {
         }
     }
 
+    // MARK: Recently Deleted
+
+    /// `body` in a transaction holding the container's lock (as a commit does), with the
+    /// container's cursor; a change that moved the cursor wakes the long-polls.
+    private func lockedTransaction<R: Sendable>(_ container: ContainerRecord,
+                                                _ body: @escaping @Sendable (PostgresTransaction) throws -> (R, cursor: Int64?)) async throws -> R {
+        let statement = CommitPrefetch(container: container.id, item: ItemID.root.description, parent: "", placeParent: "", placeName: "")
+        return try await transaction { db in
+            guard let row = try db.rows(prepared: statement).first else { throw APIError.containerNotFound(container.name) }
+            let columns = try row.decode(CommitPrefetch.Columns.self)
+            let tx = PostgresTransaction(db: db, container: container, cursor: columns.0, quota: .some(columns.18), prefetched: nil)
+            let (result, cursor) = try body(tx)
+            tx.finish(notify: cursor.flatMap { $0 > columns.0 && columns.17 ? "\(container.id):\($0)" : nil })
+            return result
+        }
+    }
+
+    public func trash(in container: ContainerRecord, after: TrashCursor?, limit: Int) async throws -> [TrashListed] {
+        try await lockedTransaction(container) { tx in
+            (try TrashStore(tx: tx).entries(after: after, limit: limit).map { TrashListed(row: $0.row, path: $0.path) }, nil)
+        }
+    }
+
+    public func trashEntry(_ id: ItemID, in container: ContainerRecord) async throws -> TrashListed? {
+        try await lockedTransaction(container) { tx in
+            (try TrashStore(tx: tx).entry(id).map { TrashListed(row: $0.row, path: $0.path, items: $0.items) }, nil)
+        }
+    }
+
+    public func restoreTrash(_ id: ItemID, to folder: ItemID?, in container: ContainerRecord, by device: DeviceRecord, now: Int64) async throws -> TrashRestoreResponse {
+        try await lockedTransaction(container) { tx in
+            var engine = CommitEngine(tx: tx, device: device, now: now, history: self.history)
+            let r = try engine.restoreTrash(id, to: folder)
+            return (r, r.cursor)
+        }
+    }
+
+    public func purgeTrash(_ ids: [ItemID]?, in container: ContainerRecord) async throws -> TrashPurgeResponse {
+        try await lockedTransaction(container) { tx in
+            let trash = TrashStore(tx: tx)
+            return (try trash.purge(ids ?? trash.allEntries()), nil)
+        }
+    }
+
+    public func expireTrash(deletedBefore cutoff: Int64) async throws -> TrashPurgeResponse {
+        var total = TrashPurgeResponse(entries: 0, items: 0, bytes: 0)
+        while true {
+            let due = try await read("""
+                SELECT c.id, c.account_id, c.name, i.id FROM items i JOIN containers c ON c.id = i.container_id
+                WHERE i.trash_root = i.id AND i.deleted AND i.deleted_at < \(cutoff) ORDER BY i.deleted_at LIMIT 500
+                """).map { row -> (ContainerRecord, ItemID) in
+                let (cid, account, name, id) = try row.decode((Int64, Int64, String, String).self)
+                guard let item = ItemID(id) else { throw APIError(.internal, "corrupt item id \(id) in the database") }
+                return (ContainerRecord(id: cid, accountID: account, name: name), item)
+            }
+            if due.isEmpty { return total }
+            for (container, ids) in Dictionary(grouping: due, by: \.0).sorted(by: { $0.key.id < $1.key.id }) {
+                let r = try await purgeTrash(ids.map(\.1), in: container)
+                total.entries += r.entries
+                total.items += r.items
+                total.bytes += r.bytes
+            }
+        }
+    }
+
     public var databaseRoundTrips: DatabaseRoundTrips? {
         DatabaseRoundTrips(statements: counters.statements, waits: counters.waitsForAnswers)
     }

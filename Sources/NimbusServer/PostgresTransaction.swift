@@ -664,4 +664,97 @@ struct PostgresTransaction: StoreTransaction {
     func ownedChunks(_ hashes: [ContentHash]) throws -> [ContentHash: Int64] {
         try PostgresStore.ownedChunks(try rows(PostgresStore.ownedChunksQuery(account: container.accountID, hashes, lock: true)))
     }
+
+    // MARK: Recently Deleted (the item row is written first: these follow it)
+
+    private func sendAfterBatch(_ q: PostgresQuery) {
+        if !known.batch.isEmpty { flush() }
+        db.send(q)
+    }
+
+    func markTrashed(_ id: ItemID, at time: Int64, by device: DeviceID, bytes: Int64) throws {
+        sendAfterBatch("""
+            UPDATE items SET deleted_at = \(time), deleted_by = \(device.description), trash_root = id, trash_bytes = \(bytes)
+            WHERE container_id = \(cid) AND id = \(id.description)
+            """)
+    }
+
+    func adoptTrash(into folder: ItemID, deletedSince since: Int64) throws {
+        sendAfterBatch("""
+            UPDATE items SET trash_root = \(folder.description) WHERE container_id = \(cid) AND deleted AND trash_root IN (
+                SELECT id FROM items WHERE container_id = \(cid) AND parent_id = \(folder.description) AND deleted AND trash_root = id
+                  AND deleted_at >= \(since) AND id <> \(folder.description))
+            """)
+    }
+
+    func trashRoot(of id: ItemID) throws -> ItemID? {
+        try rows("SELECT trash_root FROM items WHERE container_id = \(cid) AND id = \(id.description)")
+            .first.flatMap { try $0.decode(String?.self) }.flatMap(ItemID.init)
+    }
+
+    func clearTrash(_ id: ItemID) throws {
+        sendAfterBatch("""
+            UPDATE items SET deleted_at = NULL, deleted_by = NULL, trash_root = NULL, trash_bytes = NULL
+            WHERE container_id = \(cid) AND id = \(id.description)
+            """)
+    }
+
+    func trashMembers(of root: ItemID) throws -> [(id: ItemID, parent: ItemID)] {
+        try rows("SELECT id, parent_id FROM items WHERE container_id = \(cid) AND trash_root = \(root.description) AND deleted").map { row in
+            let (id, parent) = try row.decode((String, String).self)
+            guard let i = ItemID(id), let p = ItemID(parent) else { throw APIError(.internal, "corrupt item id \(id) in the database") }
+            return (i, p)
+        }
+    }
+
+    func setTrashRoot(_ ids: [ItemID], to root: ItemID) throws {
+        guard !ids.isEmpty else { return }
+        sendAfterBatch("""
+            UPDATE items SET trash_root = \(root.description) WHERE container_id = \(cid) AND deleted AND id = ANY(\(ids.map(\.description)))
+            """)
+    }
+
+    private func trashRows(_ q: PostgresQuery) throws -> [TrashRow] {
+        try rows(q).map { row in
+            let (id, version, conflicts, state, at, by, n, bytes) = try row.decode((String, Int64, Int64, String, Int64?, String?, Int64, Int64).self)
+            guard let device = by.flatMap(DeviceID.init), let at,
+                  let item = try PostgresStore.storedItem(id, version, conflicts, state) else {
+                throw APIError(.internal, "corrupt deletion of item \(id) in the database")
+            }
+            return TrashRow(item: item, deletedAt: at, deletedBy: device, items: Int(n), bytes: bytes)
+        }
+    }
+
+    func trashEntries(after: TrashCursor?, limit: Int) throws -> [TrashRow] {
+        // The first page starts after the newest possible entry.
+        let at = after?.deletedAt ?? Int64.max, id = after?.id.description ?? ""
+        return try trashRows("""
+            SELECT r.id, r.version, r.conflicts, r.state, r.deleted_at, r.deleted_by,
+                (SELECT count(*) FROM items m WHERE m.container_id = r.container_id AND m.trash_root = r.id AND m.deleted),
+                (SELECT coalesce(sum(m.trash_bytes), 0)::bigint FROM items m WHERE m.container_id = r.container_id AND m.trash_root = r.id AND m.deleted)
+            FROM items r WHERE r.container_id = \(cid) AND r.trash_root = r.id AND r.deleted
+              AND (r.deleted_at < \(at) OR (r.deleted_at = \(at) AND \(after == nil) = false AND r.id < \(id)))
+            ORDER BY r.deleted_at DESC, r.id DESC LIMIT \(Int64(limit))
+            """)
+    }
+
+    func trashEntry(_ id: ItemID) throws -> TrashRow? {
+        try trashRows("""
+            SELECT r.id, r.version, r.conflicts, r.state, r.deleted_at, r.deleted_by,
+                (SELECT count(*) FROM items m WHERE m.container_id = r.container_id AND m.trash_root = r.id AND m.deleted),
+                (SELECT coalesce(sum(m.trash_bytes), 0)::bigint FROM items m WHERE m.container_id = r.container_id AND m.trash_root = r.id AND m.deleted)
+            FROM items r WHERE r.container_id = \(cid) AND r.id = \(id.description) AND r.trash_root = r.id AND r.deleted
+            """).first
+    }
+
+    func purgeItems(_ ids: [ItemID]) throws {
+        guard !ids.isEmpty else { return }
+        for id in ids { known.items[id] = .some(nil); known.currentSeqs[id] = .some(nil); known.earlier[id] = nil }
+        let list = ids.map(\.description)
+        sendAfterBatch("""
+            WITH gone AS (DELETE FROM versions WHERE container_id = \(cid) AND item_id = ANY(\(list)) RETURNING octet_length(state) AS n)
+            UPDATE containers SET meta_bytes = meta_bytes - (SELECT coalesce(sum(n), 0) FROM gone) WHERE id = \(cid)
+            """)
+        db.send("DELETE FROM items WHERE container_id = \(cid) AND deleted AND id = ANY(\(list))")
+    }
 }

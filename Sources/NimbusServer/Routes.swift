@@ -20,6 +20,8 @@ struct Routes: Sendable {
     let containers = LockedDictionary<ContainerRecord>()
     let pairing = PairingGuard()
     let trustedProxies: Set<String>
+    /// How long Recently Deleted keeps a deleted item (seconds).
+    let trashKeepSeconds: Int64
 
     /// The client's address: the connection's peer, or, when the peer is a trusted proxy, the
     /// address it appended last to `X-Forwarded-For` (what nginx's `$proxy_add_x_forwarded_for`
@@ -126,6 +128,64 @@ struct Routes: Sendable {
             let body = try await Self.decode(ResolveRequest.self, req)
             let r = try await self.store.resolve(body, item: id, in: c, by: try ctx.requireDevice(), now: self.clock())
             self.committed(c, r)
+            return JSONResponse.make(r)
+        }
+        // Recently Deleted (docs/trash.md).
+        v1.get("containers/:container/trash") { req, ctx in
+            let c = try await self.container(ctx)
+            let after = try req.uri.queryParameters.get("after").map { s -> TrashCursor in
+                guard let cursor = TrashCursor(String(s)) else { throw APIError(.invalidParameter, "query parameter \"after\" must be a \"next\" from an earlier page") }
+                return cursor
+            }
+            let limit = Int(try Self.intParam(req, "limit", default: 500, range: 1...Int64(ProtocolLimits.maxPage)))
+            let rows = try await self.store.trash(in: c, after: after, limit: limit + 1)
+            let page = rows.prefix(limit)
+            let next = rows.count > limit ? page.last.map { TrashCursor(deletedAt: $0.row.deletedAt, id: $0.row.item.id).text } : nil
+            return JSONResponse.make(TrashResponse(entries: page.map(self.entry), next: next, keepSeconds: self.trashKeepSeconds))
+        }
+        v1.get("containers/:container/trash/:item/items") { req, ctx in
+            let c = try await self.container(ctx)
+            let id = try Self.itemID(ctx)
+            let after = try req.uri.queryParameters.get("after").map { s -> ItemID in
+                guard let id = ItemID(String(s)) else { throw APIError(.invalidParameter, "query parameter \"after\" must be an item id") }
+                return id
+            }
+            let limit = Int(try Self.intParam(req, "limit", default: 500, range: 1...Int64(ProtocolLimits.maxPage)))
+            guard let listed = try await self.store.trashEntry(id, in: c) else { throw Self.notInTrash(id) }
+            var budget = PageBudget(limit: limit)
+            var items: [ItemRecord] = []
+            var next: ItemID?
+            for item in listed.items ?? [] where after.map({ item.id.description > $0.description }) ?? true {
+                guard budget.admit(256 + item.state.content.chunks.count * 100) else { next = items.last?.id; break }
+                items.append(item.record)
+            }
+            return JSONResponse.make(TrashItemsResponse(entry: self.entry(listed), items: items, next: next))
+        }
+        v1.post("containers/:container/trash/:item/restore") { req, ctx in
+            let c = try await self.container(ctx)
+            let id = try Self.itemID(ctx)
+            let body = try await Self.decode(TrashRestoreRequest.self, req)
+            let r = try await self.store.restoreTrash(id, to: body.to, in: c, by: try ctx.requireDevice(), now: self.clock())
+            self.metrics.commits.increment()
+            self.notifier.notify(container: c.id, seq: r.cursor)
+            return JSONResponse.make(r)
+        }
+        v1.delete("containers/:container/trash/:item") { _, ctx in
+            let c = try await self.container(ctx)
+            let id = try Self.itemID(ctx)
+            let r = try await self.store.purgeTrash([id], in: c)
+            if r.entries == 0 { throw Self.notInTrash(id) }
+            self.metrics.purged(r)
+            let by = try ctx.requireDevice().id
+            ctx.logger.info("Recently Deleted: purged entry \(id) (\(r.items) item(s), \(r.bytes) bytes) at the request of device \(by)")
+            return JSONResponse.make(r)
+        }
+        v1.delete("containers/:container/trash") { _, ctx in
+            let c = try await self.container(ctx)
+            let r = try await self.store.purgeTrash(nil, in: c)
+            self.metrics.purged(r)
+            let by = try ctx.requireDevice().id
+            ctx.logger.info("Recently Deleted: purged all \(r.entries) entries (\(r.items) item(s), \(r.bytes) bytes) at the request of device \(by)")
             return JSONResponse.make(r)
         }
         v1.post("containers/:container/commit") { req, ctx in
@@ -293,6 +353,16 @@ struct Routes: Sendable {
             }
         }
         return out.isEmpty ? nil : out
+    }
+
+    private func entry(_ l: TrashListed) -> TrashEntry {
+        let (at, overflow) = l.row.deletedAt.addingReportingOverflow(trashKeepSeconds * 1_000_000_000)
+        return TrashEntry(item: l.row.item.record, path: l.path, deletedAt: l.row.deletedAt, deletedBy: l.row.deletedBy,
+                          expires: overflow ? Int64.max : at, items: l.row.items, bytes: l.row.bytes)
+    }
+
+    static func notInTrash(_ id: ItemID) -> APIError {
+        APIError(.notInTrash, "item \(id) is not in Recently Deleted: it is live, it was purged, or it went with a deleted folder (restore or purge the folder); list the entries with GET …/trash")
     }
 
     private func committed(_ c: ContainerRecord, _ r: CommitResponse) {

@@ -53,10 +53,24 @@ extension SQLiteStore {
                     else if (row["parent_deleted"] as Int64?) != 0 { problems.append("item \(id): live inside deleted folder \(parent)") }
                 }
             }
+            // A purged item (Recently Deleted) leaves its journal entries, the last a delete.
             let orphans = try Int64.fetchOne(db, sql: """
                 SELECT count(*) FROM journal j WHERE NOT EXISTS (SELECT 1 FROM items i WHERE i.container_id = j.container_id AND i.id = j.item_id)
+                  AND (SELECT l.kind FROM journal l WHERE l.container_id = j.container_id AND l.item_id = j.item_id ORDER BY l.seq DESC LIMIT 1) != 'delete'
                 """) ?? 0
-            if orphans > 0 { problems.append("\(orphans) journal entries name items that do not exist") }
+            if orphans > 0 { problems.append("\(orphans) journal entries name items that do not exist and were not purged after a delete") }
+            // Recently Deleted: every deleted item belongs to an entry whose root is deleted and
+            // its own root; a live item belongs to none.
+            let trash = try Row.fetchAll(db, sql: """
+                SELECT i.id, i.deleted, i.trash_root, r.deleted AS root_deleted, r.trash_root AS root_root FROM items i
+                LEFT JOIN items r ON r.container_id = i.container_id AND r.id = i.trash_root
+                WHERE (i.deleted = 1 AND (i.trash_root IS NULL OR r.id IS NULL OR r.deleted = 0 OR r.trash_root != r.id OR i.deleted_at IS NULL))
+                   OR (i.deleted = 0 AND (i.trash_root IS NOT NULL OR i.deleted_at IS NOT NULL))
+                LIMIT 20
+                """)
+            for row in trash {
+                problems.append("item \(row["id"] as String): \((row["deleted"] as Int64) == 1 ? "deleted but not in a Recently Deleted entry (root \(row["trash_root"] as String? ?? "none"))" : "live but still marked deleted")")
+            }
             var owned = Set<ChunkOwnership>()
             for row in try Row.fetchAll(db, sql: "SELECT account_id, hash FROM account_chunks") {
                 owned.insert(ChunkOwnership(account: row["account_id"], hash: row["hash"]))

@@ -180,6 +180,39 @@ public final class SQLiteStore: ServerStore {
                   + (SELECT coalesce(sum(length(CAST(record AS BLOB))), 0) FROM journal j WHERE j.container_id = containers.id);
                 """)
         }
+        // Recently Deleted (CommitEngine+Trash): when and by whom an item was deleted, the entry
+        // it belongs to and its bytes. Items deleted before this migration become entries at
+        // its time (they are kept the whole retention from now), grouped under their topmost
+        // deleted folder.
+        m.registerMigration("v8-trash") { db in
+            let now = Int64(Date().timeIntervalSince1970 * 1_000_000_000)
+            try db.execute(sql: """
+                ALTER TABLE items ADD COLUMN deleted_at INTEGER;
+                ALTER TABLE items ADD COLUMN deleted_by TEXT;
+                ALTER TABLE items ADD COLUMN trash_root TEXT;
+                ALTER TABLE items ADD COLUMN trash_bytes INTEGER;
+                UPDATE items SET deleted_at = \(now), deleted_by = json_extract(state, '$.modifiedBy'),
+                    trash_bytes = CASE WHEN kind = 'file'
+                        THEN (SELECT coalesce(sum(json_extract(value, '$.size')), 0) FROM json_each(items.state, '$.content.chunks'))
+                        ELSE 0 END
+                WHERE deleted = 1;
+                CREATE TEMP TABLE trash_up AS
+                    WITH RECURSIVE up(container_id, id, root) AS (
+                        SELECT i.container_id, i.id, i.id FROM items i WHERE i.deleted = 1 AND NOT EXISTS
+                            (SELECT 1 FROM items p WHERE p.container_id = i.container_id AND p.id = i.parent_id AND p.deleted = 1)
+                        UNION
+                        SELECT c.container_id, c.id, up.root FROM items c JOIN up ON c.container_id = up.container_id AND c.parent_id = up.id
+                        WHERE c.deleted = 1)
+                    SELECT container_id, id, root FROM up;
+                CREATE INDEX temp.trash_up_id ON trash_up(container_id, id);
+                UPDATE items SET trash_root = (SELECT root FROM trash_up u WHERE u.container_id = items.container_id AND u.id = items.id)
+                WHERE deleted = 1;
+                DROP TABLE trash_up;
+                CREATE INDEX items_trash ON items(container_id, trash_root) WHERE trash_root IS NOT NULL;
+                CREATE INDEX items_trash_time ON items(container_id, deleted_at, id) WHERE trash_root = id;
+                CREATE INDEX items_trash_expiry ON items(deleted_at) WHERE trash_root = id;
+                """)
+        }
         return m
     }
 
@@ -316,6 +349,57 @@ public final class SQLiteStore: ServerStore {
         try await pool.write { db in
             var engine = CommitEngine(tx: SQLiteTransaction(db: db, container: container), device: device, now: now, history: self.history)
             return try engine.resolve(request, item: item)
+        }
+    }
+
+    // MARK: Recently Deleted
+
+    public func trash(in container: ContainerRecord, after: TrashCursor?, limit: Int) async throws -> [TrashListed] {
+        try await pool.read { db in
+            try TrashStore(tx: SQLiteTransaction(db: db, container: container)).entries(after: after, limit: limit)
+                .map { TrashListed(row: $0.row, path: $0.path) }
+        }
+    }
+
+    public func trashEntry(_ id: ItemID, in container: ContainerRecord) async throws -> TrashListed? {
+        try await pool.read { db in
+            try TrashStore(tx: SQLiteTransaction(db: db, container: container)).entry(id).map { TrashListed(row: $0.row, path: $0.path, items: $0.items) }
+        }
+    }
+
+    public func restoreTrash(_ id: ItemID, to folder: ItemID?, in container: ContainerRecord, by device: DeviceRecord, now: Int64) async throws -> TrashRestoreResponse {
+        try await pool.write { db in
+            var engine = CommitEngine(tx: SQLiteTransaction(db: db, container: container), device: device, now: now, history: self.history)
+            return try engine.restoreTrash(id, to: folder)
+        }
+    }
+
+    public func purgeTrash(_ ids: [ItemID]?, in container: ContainerRecord) async throws -> TrashPurgeResponse {
+        try await pool.write { db in
+            let trash = TrashStore(tx: SQLiteTransaction(db: db, container: container))
+            return try trash.purge(ids ?? trash.allEntries())
+        }
+    }
+
+    public func expireTrash(deletedBefore cutoff: Int64) async throws -> TrashPurgeResponse {
+        var total = TrashPurgeResponse(entries: 0, items: 0, bytes: 0)
+        while true {
+            let due = try await pool.read { db in
+                try Row.fetchAll(db, sql: """
+                    SELECT c.id AS cid, c.account_id, c.name, i.id FROM items i JOIN containers c ON c.id = i.container_id
+                    WHERE i.trash_root = i.id AND i.deleted = 1 AND i.deleted_at < ? ORDER BY i.deleted_at LIMIT 500
+                    """, arguments: [cutoff]).map { row -> (ContainerRecord, ItemID) in
+                    guard let id = ItemID(row["id"] as String) else { throw APIError(.internal, "corrupt item id in the database") }
+                    return (ContainerRecord(id: row["cid"], accountID: row["account_id"], name: row["name"]), id)
+                }
+            }
+            if due.isEmpty { return total }
+            for (container, ids) in Dictionary(grouping: due, by: \.0).sorted(by: { $0.key.id < $1.key.id }) {
+                let r = try await purgeTrash(ids.map(\.1), in: container)
+                total.entries += r.entries
+                total.items += r.items
+                total.bytes += r.bytes
+            }
         }
     }
 

@@ -152,6 +152,101 @@ struct SQLiteTransaction: StoreTransaction {
     func accountUsage() throws -> Int64 {
         try SQLiteStore.usage(db, account: container.accountID)
     }
+
+    // MARK: Recently Deleted
+
+    func markTrashed(_ id: ItemID, at time: Int64, by device: DeviceID, bytes: Int64) throws {
+        try cached("UPDATE items SET deleted_at = ?, deleted_by = ?, trash_root = id, trash_bytes = ? WHERE container_id = ? AND id = ?")
+            .execute(arguments: [time, device.description, bytes, container.id, id.description])
+    }
+
+    func adoptTrash(into folder: ItemID, deletedSince since: Int64) throws {
+        try cached("""
+            UPDATE items SET trash_root = ? WHERE container_id = ? AND deleted = 1 AND trash_root IN (
+                SELECT id FROM items WHERE container_id = ? AND parent_id = ? AND deleted = 1 AND trash_root = id
+                  AND deleted_at >= ? AND id != ?)
+            """).execute(arguments: [folder.description, container.id, container.id, folder.description, since, folder.description])
+    }
+
+    func trashRoot(of id: ItemID) throws -> ItemID? {
+        try String.fetchOne(cached("SELECT trash_root FROM items WHERE container_id = ? AND id = ?"),
+                            arguments: [container.id, id.description]).flatMap(ItemID.init)
+    }
+
+    func clearTrash(_ id: ItemID) throws {
+        try cached("""
+            UPDATE items SET deleted_at = NULL, deleted_by = NULL, trash_root = NULL, trash_bytes = NULL WHERE container_id = ? AND id = ?
+            """).execute(arguments: [container.id, id.description])
+    }
+
+    func trashMembers(of root: ItemID) throws -> [(id: ItemID, parent: ItemID)] {
+        try Row.fetchAll(cached("SELECT id, parent_id FROM items WHERE container_id = ? AND trash_root = ? AND deleted = 1"),
+                         arguments: [container.id, root.description]).map { row in
+            guard let id = ItemID(row["id"] as String), let parent = ItemID(row["parent_id"] as String) else {
+                throw APIError(.internal, "corrupt item id in the database")
+            }
+            return (id, parent)
+        }
+    }
+
+    func setTrashRoot(_ ids: [ItemID], to root: ItemID) throws {
+        for start in stride(from: 0, to: ids.count, by: 500) {
+            let part = ids[start..<min(start + 500, ids.count)]
+            var args: [any DatabaseValueConvertible] = [root.description, container.id]
+            args.append(contentsOf: part.map(\.description))
+            try db.execute(sql: """
+                UPDATE items SET trash_root = ? WHERE container_id = ? AND deleted = 1 AND id IN (\(part.map { _ in "?" }.joined(separator: ",")))
+                """, arguments: StatementArguments(args))
+        }
+    }
+
+    private static let trashColumns = """
+        SELECT r.id, r.version, r.conflicts, r.state, r.deleted_at, r.deleted_by,
+            (SELECT count(*) FROM items m WHERE m.container_id = r.container_id AND m.trash_root = r.id AND m.deleted = 1) AS n,
+            (SELECT coalesce(sum(m.trash_bytes), 0) FROM items m WHERE m.container_id = r.container_id AND m.trash_root = r.id AND m.deleted = 1) AS bytes
+        FROM items r
+        """
+
+    private func trashRow(_ row: Row) throws -> TrashRow {
+        guard let by = DeviceID(row["deleted_by"] as String? ?? "") else { throw APIError(.internal, "corrupt deleting device in the database") }
+        return TrashRow(item: try SQLiteStore.storedItem(row), deletedAt: row["deleted_at"], deletedBy: by, items: row["n"], bytes: row["bytes"])
+    }
+
+    func trashEntries(after: TrashCursor?, limit: Int) throws -> [TrashRow] {
+        let rows: [Row]
+        if let after {
+            rows = try Row.fetchAll(cached(Self.trashColumns + """
+                 WHERE r.container_id = ? AND r.trash_root = r.id AND r.deleted = 1 AND (r.deleted_at, r.id) < (?, ?)
+                ORDER BY r.deleted_at DESC, r.id DESC LIMIT ?
+                """), arguments: [container.id, after.deletedAt, after.id.description, limit])
+        } else {
+            rows = try Row.fetchAll(cached(Self.trashColumns + """
+                 WHERE r.container_id = ? AND r.trash_root = r.id AND r.deleted = 1 ORDER BY r.deleted_at DESC, r.id DESC LIMIT ?
+                """), arguments: [container.id, limit])
+        }
+        return try rows.map(trashRow)
+    }
+
+    func trashEntry(_ id: ItemID) throws -> TrashRow? {
+        try Row.fetchOne(cached(Self.trashColumns + " WHERE r.container_id = ? AND r.id = ? AND r.trash_root = r.id AND r.deleted = 1"),
+                         arguments: [container.id, id.description]).map(trashRow)
+    }
+
+    func purgeItems(_ ids: [ItemID]) throws {
+        for start in stride(from: 0, to: ids.count, by: 500) {
+            let part = ids[start..<min(start + 500, ids.count)]
+            var args: [any DatabaseValueConvertible] = [container.id]
+            args.append(contentsOf: part.map(\.description))
+            let marks = part.map { _ in "?" }.joined(separator: ",")
+            try db.execute(sql: """
+                UPDATE containers SET meta_bytes = meta_bytes - (SELECT coalesce(sum(length(CAST(state AS BLOB))), 0)
+                    FROM versions WHERE container_id = ?1 AND item_id IN (\(marks)))
+                WHERE id = ?1
+                """, arguments: StatementArguments(args))
+            try db.execute(sql: "DELETE FROM versions WHERE container_id = ?1 AND item_id IN (\(marks))", arguments: StatementArguments(args))
+            try db.execute(sql: "DELETE FROM items WHERE container_id = ?1 AND deleted = 1 AND id IN (\(marks))", arguments: StatementArguments(args))
+        }
+    }
 }
 
 /// One-entry memo of `SQLiteTransaction.encode`; lives for one commit on the writer thread.

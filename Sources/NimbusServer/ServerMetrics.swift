@@ -1,3 +1,4 @@
+import NimbusProtocol
 import Prometheus
 import Synchronization
 
@@ -12,6 +13,8 @@ public final class ServerMetrics: Sendable {
     let longPolls: Gauge
     let chunksFreed: Counter
     let chunkBytesFreed: Counter
+    let trashPurged: Counter
+    let trashBytesPurged: Counter
     let announcements: [CommitNotifier.Source: Counter]
     let dbStatements: Counter
     let dbWaits: Counter
@@ -25,6 +28,10 @@ public final class ServerMetrics: Sendable {
         bytesOut = registry.makeCounter(name: "nimbus_chunk_bytes_out_total", help: "Chunk bytes downloaded.")
         chunksFreed = registry.makeCounter(name: "nimbus_gc_chunks_freed_total", help: "Chunks deleted by this instance's garbage collection.")
         chunkBytesFreed = registry.makeCounter(name: "nimbus_gc_bytes_freed_total", help: "Chunk bytes deleted by this instance's garbage collection.")
+        trashPurged = registry.makeCounter(name: "nimbus_trash_purged_entries_total",
+                                           help: "Recently Deleted entries purged by this instance (expired, or asked for).")
+        trashBytesPurged = registry.makeCounter(name: "nimbus_trash_purged_bytes_total",
+                                                help: "File bytes of the Recently Deleted entries this instance purged.")
         longPolls = registry.makeGauge(name: "nimbus_longpolls_waiting", help: "Change requests waiting for a commit.")
         var announcements: [CommitNotifier.Source: Counter] = [:]
         for source in CommitNotifier.Source.allCases {
@@ -51,6 +58,11 @@ public final class ServerMetrics: Sendable {
         }
         if statements > 0 { dbStatements.increment(by: statements) }
         if waits > 0 { dbWaits.increment(by: waits) }
+    }
+
+    func purged(_ r: TrashPurgeResponse) {
+        trashPurged.increment(by: Int64(r.entries))
+        trashBytesPurged.increment(by: r.bytes)
     }
 
     func collected(_ report: CollectionReport) {

@@ -47,6 +47,20 @@ public protocol ServerStore: Sendable {
     func items(in container: ContainerRecord, after: ItemID?, limit: Int) async throws -> ItemsResponse
     /// One item (also a deleted one, with `deleted` set).
     func item(_ id: ItemID, in container: ContainerRecord) async throws -> ItemRecord?
+    // Recently Deleted (docs/trash.md, CommitEngine+Trash).
+
+    /// Entries newest first, after `after`, at most `limit`, each with where it was.
+    func trash(in container: ContainerRecord, after: TrashCursor?, limit: Int) async throws -> [TrashListed]
+    /// Entry `id` with its items (nil when `id` is not an entry).
+    func trashEntry(_ id: ItemID, in container: ContainerRecord) async throws -> TrashListed?
+    /// Brings entry `id` back (`not_in_trash` when it is not one), into `folder` or where it was:
+    /// a commit of every item in it (journal kind `restore`).
+    func restoreTrash(_ id: ItemID, to folder: ItemID?, in container: ContainerRecord, by device: DeviceRecord, now: Int64) async throws -> TrashRestoreResponse
+    /// Purges entries `ids` (those that are entries), or every entry when nil.
+    func purgeTrash(_ ids: [ItemID]?, in container: ContainerRecord) async throws -> TrashPurgeResponse
+    /// Purges every entry of every container deleted before `cutoff` (server time, ns).
+    func expireTrash(deletedBefore cutoff: Int64) async throws -> TrashPurgeResponse
+
     /// A page of the current, previous and unresolved conflict versions of an item, newest
     /// first, older than `before` (nil: from the newest), at most `ProtocolLimits.maxPage` and
     /// `PageBudget`'s bytes; `next` when cut.
@@ -112,6 +126,19 @@ public protocol ServerStore: Sendable {
     /// Statements sent to an external database and the times a thread waited for answers, so
     /// far (nil for the embedded engine).
     var databaseRoundTrips: DatabaseRoundTrips? { get }
+}
+
+/// An entry of Recently Deleted as a store lists it: where it was, and (for one entry asked
+/// for by id) its items.
+public struct TrashListed: Sendable {
+    public var row: TrashRow
+    public var path: String
+    public var items: [StoredItem]?
+    public init(row: TrashRow, path: String, items: [StoredItem]? = nil) {
+        self.row = row
+        self.path = path
+        self.items = items
+    }
 }
 
 /// An upload in flight (`beginChunkUpload`).

@@ -62,6 +62,54 @@ protocol StoreTransaction {
     func accountQuota() throws -> Int64?
     /// The account's usage as this transaction sees it (its own writes included).
     func accountUsage() throws -> Int64
+
+    // Recently Deleted (CommitEngine+Trash): a deleted item row carries when and by whom it was
+    // deleted, the entry it belongs to (`trash_root`: its own id for an entry) and its bytes.
+
+    /// Marks the deleted item `id` (its row saved) an entry of its own, deleted at `time` by
+    /// `device`, holding `bytes`.
+    func markTrashed(_ id: ItemID, at time: Int64, by device: DeviceID, bytes: Int64) throws
+    /// Puts every entry whose item lies directly in `folder` and was deleted at or after `since`
+    /// (and the items of those entries) into `folder`'s entry.
+    func adoptTrash(into folder: ItemID, deletedSince since: Int64) throws
+    /// The entry an item belongs to (asked just after the row was saved live again, too); nil
+    /// when it has none.
+    func trashRoot(of id: ItemID) throws -> ItemID?
+    /// Clears the trash columns of an item that is live again.
+    func clearTrash(_ id: ItemID) throws
+    /// The deleted items of entry `root` (the root itself included), with their folders.
+    func trashMembers(of root: ItemID) throws -> [(id: ItemID, parent: ItemID)]
+    /// Moves these deleted items into entry `root`.
+    func setTrashRoot(_ ids: [ItemID], to root: ItemID) throws
+    /// Entries newest first (by deletion time, then id), after `after`, at most `limit`.
+    func trashEntries(after: TrashCursor?, limit: Int) throws -> [TrashRow]
+    /// Entry `id`, when it is one.
+    func trashEntry(_ id: ItemID) throws -> TrashRow?
+    /// Deletes these items and every version row of theirs (the journal keeps what it said).
+    func purgeItems(_ ids: [ItemID]) throws
+}
+
+/// Where a page of Recently Deleted ends: deletion time and id of its last entry.
+public struct TrashCursor: Hashable, Sendable {
+    public var deletedAt: Int64
+    public var id: ItemID
+    public init(deletedAt: Int64, id: ItemID) { self.deletedAt = deletedAt; self.id = id }
+    /// `TrashResponse.next`: "TIME.ID".
+    public init?(_ text: String) {
+        let parts = text.split(separator: ".", maxSplits: 1)
+        guard parts.count == 2, let t = Int64(parts[0]), let id = ItemID(String(parts[1])) else { return nil }
+        self.init(deletedAt: t, id: id)
+    }
+    public var text: String { "\(deletedAt).\(id)" }
+}
+
+/// An entry of Recently Deleted as stored: its item's row, its counts and the deletion.
+public struct TrashRow: Hashable, Sendable {
+    public var item: StoredItem
+    public var deletedAt: Int64
+    public var deletedBy: DeviceID
+    public var items: Int
+    public var bytes: Int64
 }
 
 /// Counts `StoreTransaction.metadataAdded` (a transaction is a value; the count is shared).

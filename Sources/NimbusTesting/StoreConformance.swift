@@ -30,6 +30,8 @@ public enum StoreConformance: String, CaseIterable, Sendable {
     case historyNeverPrunesConflicts
     case historyPrunedBaseIsUnknown
     case pairingCodesWorkOnceAndExpire
+    case trashEntryRestoreAndPurge
+    case trashRegroupsAndExpires
 
     /// The history retention to open the store with for this case (the default for all but the
     /// history cases, which are in StoreConformance+History.swift).
@@ -68,6 +70,8 @@ public enum StoreConformance: String, CaseIterable, Sendable {
         case .historyNeverPrunesConflicts: try await Self.historyNeverPrunesConflicts(f)
         case .historyPrunedBaseIsUnknown: try await Self.historyPrunedBaseIsUnknown(f)
         case .pairingCodesWorkOnceAndExpire: try await Self.pairingCodes(f)
+        case .trashEntryRestoreAndPurge: try await Self.trashEntryRestoreAndPurge(f)
+        case .trashRegroupsAndExpires: try await Self.trashRegroupsAndExpires(f)
         }
         let problems = try await store.consistencyProblems()
         try check(problems.isEmpty, "store inconsistent after \(rawValue): \(problems)")

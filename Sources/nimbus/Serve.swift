@@ -14,6 +14,7 @@ struct Serve: AsyncParsableCommand {
             s3:// chunks read AWS_ENDPOINT_URL, AWS_REGION, AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY.
             Chunks no version refers to are freed every --gc-interval seconds once untouched for --gc-grace seconds (docs/deploy.md).
             History: an earlier version of an item is pruned when it is both beyond the item's last --keep-versions previous versions and older than --keep-days days, when the item next changes; the current and unresolved conflict versions are always kept (docs/deploy.md).
+            Recently Deleted: a deleted item stays restorable, with its history, for --keep-deleted-days days, then it is purged (docs/trash.md).
             """)
 
     @Option(help: "Data directory: metadata.sqlite and chunks/ live here (created if missing).")
@@ -37,6 +38,10 @@ struct Serve: AsyncParsableCommand {
         StorageOptions(dataDir: data, database: database, chunks: chunks,
                        history: HistoryRetention(keepVersions: keepVersions, keepDays: keepDays) ?? .default)
     }
+
+    @Option(name: .customLong("keep-deleted-days"), parsing: .unconditional,
+            help: ArgumentHelp("Keep deleted items restorable this many days (fractions allowed; 0: purge at once).", valueName: "D"))
+    var keepDeletedDays: Double = TrashRetention.defaultDays
 
     @Option(name: .customLong("gc-interval"), parsing: .unconditional,
             help: ArgumentHelp("Collect unreferenced chunks every this many seconds (0: never; `nimbus admin gc` runs one by hand).", valueName: "SECONDS"))
@@ -67,6 +72,7 @@ struct Serve: AsyncParsableCommand {
         if let problem = storage.problem { throw ValidationError(problem) }
         if (tlsCert == nil) != (tlsKey == nil) { throw ValidationError("--tls-cert and --tls-key go together (HTTPS needs both)") }
         if let problem = HistoryRetention.problem(keepVersions: keepVersions, keepDays: keepDays) { throw ValidationError(problem) }
+        if let problem = TrashRetention.problem(days: keepDeletedDays) { throw ValidationError(problem) }
         guard (0...ChunkCollector.maxGraceSeconds).contains(gcInterval) else {
             throw ValidationError("--gc-interval takes 0…\(ChunkCollector.maxGraceSeconds) seconds (got \(gcInterval))")
         }
@@ -99,8 +105,10 @@ struct Serve: AsyncParsableCommand {
         app.trustedProxies = Set(trustedProxy)
         app.gcInterval = gcInterval > 0 ? .seconds(gcInterval) : nil
         app.gcGraceSeconds = gcGrace
+        app.trashKeepSeconds = TrashRetention.seconds(days: keepDeletedDays)
         let dataDir = storage.summary
         logger.info("history: \(storage.history)")
+        logger.info("Recently Deleted keeps a deleted item \(app.trashKeepSeconds) s (--keep-deleted-days \(keepDeletedDays))")
         logger.info(gcInterval > 0 ? "chunk garbage collection every \(gcInterval) s, grace \(gcGrace) s" : "chunk garbage collection off (--gc-interval 0)")
         if let tls { logger.info("HTTPS with \(tls.summary) (\(tls.certFile)); SIGHUP reads it again") }
         let scheme = tls == nil ? "http" : "https"

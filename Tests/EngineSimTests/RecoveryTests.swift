@@ -225,6 +225,12 @@ import Testing
             var failure: String?
             do {
                 for d in devices { d.start() }
+                // Both online first (their container exists): a commit a test means to reach the
+                // server must not race a device's first sync.
+                let online = ContinuousClock.now + .seconds(20)
+                while ContinuousClock.now < online, !devices.allSatisfy({ $0.status("connection") == "online" }) {
+                    try await Task.sleep(for: .milliseconds(20))
+                }
                 try await body(devices[0], devices[1], client, sim)
             } catch {
                 failure = "\(error)"

@@ -24,6 +24,8 @@ final class SimServer: @unchecked Sendable {
         var items: [ItemID: StoredItem] = [:]
         var versions: [ItemID: [Int64: VersionRow]] = [:]
         var historyFloor: [ItemID: Int64] = [:]
+        /// Recently Deleted: each deleted item's entry, deletion and bytes (CommitEngine+Trash).
+        var trash: [ItemID: (root: ItemID, at: Int64, by: DeviceID, bytes: Int64)] = [:]
         var cursor: Int64 = 0
         var journal: [Change] = []
     }
@@ -190,6 +192,54 @@ final class SimServer: @unchecked Sendable {
             var out: [ContentHash: Int64] = [:]
             for h in hashes { if let c = server.chunks[h] { out[h] = Int64(c.count) } }
             return out
+        }
+
+        func markTrashed(_ id: ItemID, at time: Int64, by device: DeviceID, bytes: Int64) throws {
+            server.t.trash[id] = (id, time, device, bytes)
+        }
+
+        func adoptTrash(into folder: ItemID, deletedSince since: Int64) throws {
+            let roots = Set(server.t.trash.filter { k, v in
+                v.root == k && k != folder && v.at >= since && server.t.items[k]?.state.deleted == true
+                    && server.t.items[k]?.state.location.parent == folder
+            }.keys)
+            for (k, v) in server.t.trash where roots.contains(v.root) { server.t.trash[k]?.root = folder }
+        }
+
+        func trashRoot(of id: ItemID) throws -> ItemID? {
+            server.t.trash[id]?.root
+        }
+
+        func clearTrash(_ id: ItemID) throws { server.t.trash[id] = nil }
+
+        func trashMembers(of root: ItemID) throws -> [(id: ItemID, parent: ItemID)] {
+            server.t.trash.filter { $0.value.root == root && server.t.items[$0.key]?.state.deleted == true }
+                .keys.sorted().compactMap { id in server.t.items[id].map { (id, $0.state.location.parent) } }
+        }
+
+        func setTrashRoot(_ ids: [ItemID], to root: ItemID) throws {
+            for id in ids where server.t.items[id]?.state.deleted == true { server.t.trash[id]?.root = root }
+        }
+
+        private func row(_ id: ItemID) -> TrashRow? {
+            guard let m = server.t.trash[id], m.root == id, let item = server.t.items[id], item.state.deleted else { return nil }
+            let members = server.t.trash.filter { $0.value.root == id && server.t.items[$0.key]?.state.deleted == true }
+            return TrashRow(item: item, deletedAt: m.at, deletedBy: m.by, items: members.count, bytes: members.values.reduce(0) { $0 + $1.bytes })
+        }
+
+        func trashEntries(after: TrashCursor?, limit: Int) throws -> [TrashRow] {
+            let all = server.t.trash.keys.compactMap(row).sorted { ($0.deletedAt, $0.item.id) > ($1.deletedAt, $1.item.id) }
+            return Array(all.filter { r in after.map { (r.deletedAt, r.item.id) < ($0.deletedAt, $0.id) } ?? true }.prefix(limit))
+        }
+
+        func trashEntry(_ id: ItemID) throws -> TrashRow? { row(id) }
+
+        func purgeItems(_ ids: [ItemID]) throws {
+            for id in ids where server.t.items[id]?.state.deleted == true {
+                server.t.items[id] = nil
+                server.t.versions[id] = nil
+                server.t.trash[id] = nil
+            }
         }
 
         // The simulated account has no quota: its metadata is not counted.

@@ -1,0 +1,74 @@
+import Foundation
+import Glibc
+import NimbusTesting
+import Testing
+
+/// Recently Deleted with plain tools on real mounts (docs/trash.md): a tree removed on one
+/// device is one entry on every device, and `nimbus trash restore` brings it back — same item
+/// ids, history and conflict versions — under `NAME 2` when the name was taken meanwhile.
+@Suite(.serialized, .enabled(if: SyncEnv.usable, "needs FUSE"))
+struct TrashMountTests {
+    static let nimbus = NimbusBinary.path
+
+    static func itemID(_ path: String) -> String {
+        shStatus("getfattr --absolute-names --only-values -n user.nimbus.itemid \(q(path))").1
+    }
+
+    @Test func aRemovedTreeIsRestoredWithItsIDsHistoryAndConflictsUnderANewName() async throws {
+        try await SyncWorld.run("trash") { w in
+            let a = try await w.mount("a"), b = try await w.mount("b")
+            try sh("mkdir \(q(a))/dir && for i in 0 1 2 3 4 5 6 7 8 9; do printf \"file $i\" > \(q(a))/dir/f$i.txt; done")
+            try await eventually("the tree on B", "test \"$(ls \(q(b))/dir | wc -l)\" = 10 && test \"$(cat \(q(b))/dir/f9.txt)\" = 'file 9'")
+            // f0.txt gets an unresolved conflict version: both devices edit it offline.
+            try sh("\(q(Self.nimbus)) pause \(q(a)) && \(q(Self.nimbus)) pause \(q(b))")
+            try sh("printf 'edit on a' > \(q(a))/dir/f0.txt")
+            usleep(1_100_000)
+            try sh("printf 'edit on b, later' > \(q(b))/dir/f0.txt")
+            try sh("\(q(Self.nimbus)) resume \(q(a)) && \(q(Self.nimbus)) resume \(q(b))")
+            try await eventually("the conflict on A", seconds: 30,
+                                 "test \"$(getfattr --absolute-names --only-values -n user.nimbus.conflicts \(q(a))/dir/f0.txt)\" = 1 && grep -q '^upload-queue: 0$' \(q(b))/.nimbus/status")
+            var ids: [String: String] = [:]
+            for i in 0..<10 { ids["f\(i).txt"] = Self.itemID("\(a)/dir/f\(i).txt") }
+            let dirID = Self.itemID(a + "/dir")
+            #expect(ids.values.allSatisfy { $0.count == 36 } && dirID.count == 36, "\(ids)")
+
+            try sh("rm -r \(q(a))/dir")
+            let removed = Date()
+            try await eventually("the tree gone on B", "test ! -e \(q(b))/dir")
+            try await eventually("one entry in Recently Deleted, seen from B", seconds: 5,
+                                 "cd \(q(b)) && \(q(Self.nimbus)) trash list | grep -q '  /dir/$'")
+            print("trash figures: the removal on A was listed on B after \(Date().timeIntervalSince(removed)) s")
+            let listed = try sh("cd \(q(b)) && \(q(Self.nimbus)) trash list --json")
+            let entries = listed.split(separator: "\n").compactMap { try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any] }
+            #expect(entries.count == 1, "\(listed)")
+            #expect(entries.first?["path"] as? String == "/dir" && entries.first?["items"] as? Int == 11 && entries.first?["deletedBy"] as? String == "a",
+                    "\(listed)")
+            #expect(entries.first?["id"] as? String == dirID)
+
+            // B made a new dir meanwhile: the restore goes to "dir 2" and keeps both.
+            try sh("mkdir \(q(b))/dir && printf new > \(q(b))/dir/new.txt")
+            let out = try sh("cd \(q(b)) && \(q(Self.nimbus)) trash restore dir")
+            #expect(out.contains("as /dir 2") && out.contains("11 items"), "\(out)")
+            for mp in [a, b] {
+                try await eventually("dir 2 on \(mp)", seconds: 10,
+                                     "test \"$(ls \(q(mp))/'dir 2' | wc -l)\" = 10 && test \"$(cat \(q(mp))/'dir 2'/f9.txt)\" = 'file 9'")
+            }
+            #expect(try sh("cat \(q(b))/dir/new.txt") == "new", "the new dir is untouched")
+            #expect(Self.itemID(b + "/dir 2") == dirID)
+            for (name, id) in ids { #expect(Self.itemID("\(b)/dir 2/\(name)") == id, "\(name) keeps its id") }
+            let versions = try sh("\(q(Self.nimbus)) versions \(q(b))/'dir 2'/f0.txt")
+            #expect(versions.contains("conflict!") && versions.contains("current"), "the conflict version is still there: \(versions)")
+            try await eventually("the conflict shows on A", "test \"$(getfattr --absolute-names --only-values -n user.nimbus.conflicts \(q(a))/'dir 2'/f0.txt)\" = 1")
+            #expect(try sh("cd \(q(a)) && \(q(Self.nimbus)) trash list") == "Recently Deleted is empty\n")
+
+            // A purge is for good; naming something not there is a clear error.
+            try sh("rm \(q(a))/'dir 2'/f5.txt")
+            try await eventually("f5 listed", "cd \(q(b)) && \(q(Self.nimbus)) trash list | grep -q '/dir 2/f5.txt'")
+            let purged = try sh("cd \(q(b)) && \(q(Self.nimbus)) trash purge 'dir 2/f5.txt'")
+            #expect(purged.contains("purged /dir 2/f5.txt: 1 entry, 1 item"), "\(purged)")
+            let missing = shStatus("cd \(q(b)) && \(q(Self.nimbus)) trash restore 'dir 2/f5.txt'")
+            #expect(missing.0 == 2 && missing.1.contains("nothing in Recently Deleted was at /dir 2/f5.txt"), "\(missing)")
+            _ = try await w.admin("check", [])
+        }
+    }
+}
