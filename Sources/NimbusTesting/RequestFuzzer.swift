@@ -52,7 +52,7 @@ public struct RequestFuzzer: Sendable {
         var body: [UInt8]? = nil
         let c = rng.chance(0.9) ? world.container : pick(Self.hostileSegments, &rng)
         let item = rng.chance(0.85) ? (element(world.items, &rng)?.description ?? "x") : pick(Self.hostileSegments, &rng)
-        switch rng.next() % 13 {
+        switch rng.next() % 14 {
         case 0: (method, path) = ("GET", pick(["/healthz", "/metrics", "/v1/whoami", "/v2/whoami", "/v1/", "/"], &rng))
         case 1: (method, path) = (pick(["PUT", "GET"], &rng), "/v1/containers/\(c)")
         case 2: (method, path) = ("GET", "/v1/containers/\(c)/items?\(query(["after": item, "limit": number(&rng)], &rng))")
@@ -78,6 +78,17 @@ public struct RequestFuzzer: Sendable {
         case 11:
             (method, path) = ("GET", "/v1/chunks/\(element(world.chunks, &rng)?.hash.hex ?? hash(&rng))")
             headers.append(("Range", "bytes=\(rng.chance(0.3) ? "" : number(&rng))-\(rng.chance(0.3) ? "" : number(&rng))"))
+        case 12:
+            // Recently Deleted: the listing with hostile paging, an entry's items, restore, purge.
+            switch rng.next() % 5 {
+            case 0: (method, path) = ("GET", "/v1/containers/\(c)/trash?\(query(["after": pick(["\(number(&rng)).\(item)", item, "1.", ".x", ""], &rng), "limit": number(&rng)], &rng))")
+            case 1: (method, path) = ("GET", "/v1/containers/\(c)/trash/\(item)/items?\(query(["after": item], &rng))")
+            case 2:
+                (method, path) = ("POST", "/v1/containers/\(c)/trash/\(item)/restore")
+                body = json(.object(rng.chance(0.5) ? [] : [("to", .string(rng.chance(0.7) ? (element(world.items, &rng)?.description ?? "x") : pick(Self.hostileSegments, &rng)))]), &rng)
+            case 3: (method, path) = ("DELETE", "/v1/containers/\(c)/trash/\(item)")
+            default: (method, path) = ("DELETE", "/v1/containers/\(c)/trash")
+            }
         default:
             (method, path) = (pick(["DELETE", "PATCH", "OPTIONS", "HEAD", "GET"], &rng), pick(["/v1/containers/\(c)", "/v1/chunks", "/v1/containers/\(c)/commit"], &rng))
         }
