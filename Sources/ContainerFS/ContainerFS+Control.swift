@@ -55,6 +55,13 @@ final class ControlFS: Sendable {
     func node(_ f: File) -> NodeID { ids.node(of: .control(f)) }
     /// `.nimbus/versions`.
     var versionsNode: NodeID { ids.node(of: .versions(.mirror(.root))) }
+    /// `.nimbus/trash`.
+    var trashNode: NodeID { ids.node(of: .trash(.folder("/"))) }
+    func trashEntry() -> FuseEntry {
+        var st = look.folderAttr(trashNode)
+        st.st_mode = S_IFDIR | 0o755
+        return look.entry(trashNode, st)
+    }
 
     func attr(_ f: File) -> stat {
         if f == .folder { return look.folderAttr(node(f)) }
@@ -79,6 +86,7 @@ final class ControlFS: Sendable {
         guard f == .folder else { throw .ENOENT }
         if let x = File.files.first(where: { $0.name == name }) { return entry(x.file) }
         if name == "versions" { return look.entry(versionsNode, look.folderAttr(versionsNode)) }
+        if name == "trash" { return trashEntry() }
         throw .ENOENT
     }
 
@@ -96,7 +104,7 @@ final class ControlFS: Sendable {
         guard state.withLock({ $0.listings.contains(handle) }) else { throw .EBADF }
         // ("..", the root, is listed with this folder's entry: the kernel takes nothing from dot entries.)
         let listed = [(".", entry(.folder)), ("..", entry(.folder))] + File.files.map { ($0.name, entry($0.file)) }
-            + [("versions", look.entry(versionsNode, look.folderAttr(versionsNode)))]
+            + [("versions", look.entry(versionsNode, look.folderAttr(versionsNode))), ("trash", trashEntry())]
         let byNode = Dictionary(listed.map { ($0.1.node, $0.1) }, uniquingKeysWith: { a, _ in a })
         let listing = DirSnapshot(node: node(.folder), entries: listed.map { ($0.0, $0.1.node) })
         return listing.page(from: offset, room: room, plus: plus) { child, _ in byNode[child] }

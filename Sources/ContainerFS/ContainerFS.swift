@@ -69,6 +69,7 @@ public final class ContainerFS: @unchecked Sendable {
     /// `.nimbus/versions/` (VersionsFS.swift) and the files of `.nimbus/` (ContainerFS+Control.swift);
     /// set once at the end of init.
     private(set) var versions: VersionsFS!
+    private(set) var trash: TrashFS!
     private(set) var control: ControlFS!
     /// What `.nimbus/` shows of the mount (its owner, its time, the kernel's timeouts).
     var presentation: Presentation {
@@ -102,6 +103,7 @@ public final class ContainerFS: @unchecked Sendable {
         presenters = services.presenters
         try loadTree()
         self.versions = VersionsFS(ids: ids, presentation: presentation, clock: options.clock, tree: self, source: versions)
+        self.trash = TrashFS(ids: ids, presentation: presentation, clock: options.clock, source: versions)
         self.control = ControlFS(ids: ids, presentation: presentation, events: events, source: self)
     }
 

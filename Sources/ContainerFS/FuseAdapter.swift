@@ -24,6 +24,7 @@ public final class FuseAdapter: FuseFilesystem {
             case .item: found = try fs.lookup(parent: parent, name: name)
             case .control(let f): found = try fs.control.lookup(in: f, name: name)
             case .versions(let v): return lookupVersions(v, name: name, reply: reply)
+            case .trash(let t): return lookupTrash(t, name: name, reply: reply)
             }
         } catch .ENOENT {
             // A negative entry the kernel may cache: repeated misses (build tools, shells)
@@ -46,17 +47,42 @@ public final class FuseAdapter: FuseFilesystem {
         }
     }
 
+    private func lookupTrash(_ t: TrashFS.TNode, name: String, reply: consuming FuseReply) {
+        let box = ReplyBox(reply)
+        let negative = fs.options.controlTimeout
+        fs.trash.lookup(parent: t, name: name) { r in
+            guard let reply = box.take() else { return }
+            switch r {
+            case .success(let e): reply.entry(e)
+            case .failure(.ENOENT): reply.entry(FuseEntry(node: .absent, attr: stat(), attrTimeout: 0, entryTimeout: negative))
+            case .failure(let e): reply.error(e)
+            }
+        }
+    }
+
     /// The kernel forgets nodes of `.nimbus/` too; theirs stay numbered for the mount's life.
     public func forget(node: NodeID, count: UInt64) {
         if case .item = fs.ids.owner(of: node) { fs.forget(node: node, count: count) }
     }
 
     public func getattr(node: NodeID, handle: HandleID?, reply: consuming FuseReply) {
-        do {
+        if case .trash(let t) = fs.ids.owner(of: node) {
+            let box = ReplyBox(reply)
+            let timeout = fs.options.controlTimeout
+            return fs.trash.attr(t) { r in
+                guard let reply = box.take() else { return }
+                switch r {
+                case .success(let st): reply.attr(st, timeout: timeout)
+                case .failure(let e): reply.error(e)
+                }
+            }
+        }
+        do throws(Errno) {
             let (st, timeout) = switch fs.ids.owner(of: node) {
             case .item: (try fs.getattr(node: node), fs.options.attrTimeout)
             case .control(let f): (fs.control.attr(f), fs.options.controlTimeout)
             case .versions(let v): (try fs.versions.attr(v), fs.options.controlTimeout)
+            case .trash: throw .ENOENT  // answered above
             }
             reply.attr(st, timeout: timeout)
         } catch { reply.error(error) }
@@ -125,11 +151,22 @@ public final class FuseAdapter: FuseFilesystem {
                 guard let reply = box.take() else { return }
                 if let e { reply.error(e) } else { reply.ok() }
             }
+        case .trash(let t): return removeTrash(t, name: name, folder: false, reply: reply)
         }
         do { try fs.unlink(parent: parent, name: name); reply.ok() } catch { reply.error(error) }
     }
 
+    /// `rm` / `rmdir` of a Recently Deleted entry purges it (deferred: asks the server).
+    private func removeTrash(_ t: TrashFS.TNode, name: String, folder: Bool, reply: consuming FuseReply) {
+        let box = ReplyBox(reply)
+        fs.trash.remove(parent: t, name: name, folder: folder) { e in
+            guard let reply = box.take() else { return }
+            if let e { reply.error(e) } else { reply.ok() }
+        }
+    }
+
     public func rmdir(parent: NodeID, name: String, reply: consuming FuseReply) {
+        if case .trash(let t) = fs.ids.owner(of: parent) { return removeTrash(t, name: name, folder: true, reply: reply) }
         guard case .item = fs.ids.owner(of: parent) else { return reply.error(.EPERM) }
         do { try fs.rmdir(parent: parent, name: name); reply.ok() } catch { reply.error(error) }
     }
@@ -150,6 +187,15 @@ public final class FuseAdapter: FuseFilesystem {
             // What a control file shows depends on who reads it (ContainerFS+Access.swift).
             do { reply.open(try fs.control.open(f, flags: flags, caller: Caller(reply.context, groups: reply.groups))) } catch { reply.error(error) }
             return
+        case .trash(let t):
+            let box = ReplyBox(reply)
+            return fs.trash.open(t, flags: flags) { r in
+                guard let reply = box.take() else { return }
+                switch r {
+                case .success(let o): reply.open(o)
+                case .failure(let e): reply.error(e)
+                }
+            }
         case .versions(let v):
             let box = ReplyBox(reply)
             return fs.versions.open(v, flags: flags) { r in
@@ -191,6 +237,15 @@ public final class FuseAdapter: FuseFilesystem {
         case .control?:
             do { reply.bytes(try fs.control.read(handle: handle, offset: offset, size: size)) } catch { reply.error(error) }
             return
+        case .trash?:
+            let box = ReplyBox(reply)
+            return fs.trash.read(handle: handle, offset: offset, size: size) { r in
+                guard let reply = box.take() else { return }
+                switch r {
+                case .success(let b): reply.bytes(b)
+                case .failure(let e): reply.error(e)
+                }
+            }
         case .versions?:
             // Streamed from the server (deferred): the bytes of the chunks the range covers.
             let box = ReplyBox(reply)
@@ -243,6 +298,7 @@ public final class FuseAdapter: FuseFilesystem {
         case .file?: fs.release(node: node, handle: handle)
         case .control?: fs.control.release(handle: handle)
         case .versions?: fs.versions.release(handle: handle)
+        case .trash?: fs.trash.release(handle: handle)
         case .listing?, nil: break
         }
         reply.ok()
@@ -263,9 +319,24 @@ public final class FuseAdapter: FuseFilesystem {
             case .item: h = try fs.opendir(node: node)
             case .control(let f): h = try fs.control.opendir(f)
             case .versions(let v): return opendirVersions(v, reply: reply)
+            case .trash(let t): return opendirTrash(t, node: node, reply: reply)
             }
         } catch { return reply.error(error) }
         reply.open(FuseOpen(handle: h, keepCache: false))
+    }
+
+    /// A listing of `.nimbus/trash/` asks the server (deferred). ".." of an entry's folder is
+    /// given as the folder itself (the kernel takes nothing from dot entries but their type).
+    private func opendirTrash(_ t: TrashFS.TNode, node: NodeID, reply: consuming FuseReply) {
+        let box = ReplyBox(reply)
+        let up = t == .folder("/") ? fs.ids.node(of: .control(.folder)) : node
+        fs.trash.opendir(t, parent: up) { r in
+            guard let reply = box.take() else { return }
+            switch r {
+            case .success(let h): reply.open(FuseOpen(handle: h, keepCache: false))
+            case .failure(let e): reply.error(e)
+            }
+        }
     }
 
     /// A listing of `.nimbus/versions/` may ask the server (deferred).
@@ -286,6 +357,7 @@ public final class FuseAdapter: FuseFilesystem {
             case .listing?: try fs.readdir(node: node, handle: handle, offset: offset, plus: plus, room: buffer.room)
             case .control?: try fs.control.readdir(handle: handle, offset: offset, plus: plus, room: buffer.room)
             case .versions?: try fs.versions.readdir(handle: handle, offset: offset, plus: plus, room: buffer.room)
+            case .trash?: try fs.trash.readdir(handle: handle, offset: offset, plus: plus, room: buffer.room)
             case .file?, nil: throw .EBADF
             }
             for e in entries {
@@ -300,6 +372,7 @@ public final class FuseAdapter: FuseFilesystem {
         case .listing?: fs.releasedir(handle: handle)
         case .control?: fs.control.release(handle: handle)
         case .versions?: fs.versions.release(handle: handle)
+        case .trash?: fs.trash.release(handle: handle)
         case .file?, nil: break
         }
         reply.ok()

@@ -8,6 +8,7 @@ enum NodeOwner: Hashable, Sendable {
     case item
     case control(ControlFS.File)
     case versions(VersionsFS.VNode)
+    case trash(TrashFS.TNode)
 }
 
 /// Who answers for a handle id: an open file of the tree (its cache file's descriptor), a listing
@@ -17,6 +18,7 @@ enum HandleOwner: Sendable {
     case listing
     case control
     case versions
+    case trash
 }
 
 /// The node and handle ids of one mount and what each names. The FUSE adapter resolves an id
@@ -35,7 +37,7 @@ final class IDTable: Sendable {
     static let fixedNodes: [(NodeID, NodeOwner)] = [
         (NodeID(rawValue: 2), .control(.folder)), (NodeID(rawValue: 3), .control(.status)), (NodeID(rawValue: 4), .control(.claims)),
         (NodeID(rawValue: 5), .control(.events)), (NodeID(rawValue: 6), .control(.conflicts)), (NodeID(rawValue: 7), .versions(.mirror(.root))),
-        (NodeID(rawValue: 8), .control(.requests)),
+        (NodeID(rawValue: 8), .control(.requests)), (NodeID(rawValue: 9), .trash(.folder("/"))),
     ]
     /// The first id the counter gives out (the ids below it are the root's and `fixedNodes`').
     static let firstCountedNode = NodeID(rawValue: 16)

@@ -110,6 +110,17 @@ public protocol VersionSource: Sendable {
     func openVersion(_ item: ItemID, version: Int64, done: @escaping @Sendable (Result<any VersionReader, Errno>) -> Void)
     /// `user.nimbus.resolve`, `restore` or `discard` set to `value`.
     func resolve(_ name: NimbusXattr, value: String, item: ItemID, done: @escaping @Sendable (Errno?) -> Void)
+
+    // Recently Deleted (`.nimbus/trash/`, docs/trash.md).
+
+    /// Every entry, newest first.
+    func trashEntries(done: @escaping @Sendable (Result<[TrashEntryInfo], Errno>) -> Void)
+    /// The items of entry `root` (the root included).
+    func trashMembers(_ root: ItemID, done: @escaping @Sendable (Result<[TrashMemberInfo], Errno>) -> Void)
+    /// File `item` of entry `root`, to read.
+    func openTrashFile(_ root: ItemID, item: ItemID, done: @escaping @Sendable (Result<any VersionReader, Errno>) -> Void)
+    /// Purges entry `root`.
+    func purgeTrash(_ root: ItemID, done: @escaping @Sendable (Errno?) -> Void)
 }
 
 /// The bytes of one version, read a range at a time.

@@ -101,3 +101,51 @@ public struct TreeSnapshot: Sendable {
         self.pendingSafeSave = pendingSafeSave
     }
 }
+
+/// An entry of Recently Deleted as `.nimbus/trash/` shows it.
+public struct TrashEntryInfo: Sendable, Hashable {
+    public let id: ItemID
+    public let isFolder: Bool
+    /// Where it was: "/folder/name".
+    public let path: String
+    /// ns since 1970 UTC.
+    public let deletedAt: Int64
+    public let device: String
+    public let expires: Int64
+    public let size: Int64
+    public let mode: UInt32
+    public let modified: Int64
+    public init(id: ItemID, isFolder: Bool, path: String, deletedAt: Int64, device: String, expires: Int64, size: Int64, mode: UInt32, modified: Int64) {
+        self.id = id
+        self.isFolder = isFolder
+        self.path = path
+        self.deletedAt = deletedAt
+        self.device = device
+        self.expires = expires
+        self.size = size
+        self.mode = mode
+        self.modified = modified
+    }
+}
+
+/// One item of a Recently Deleted entry (a folder's deleted descendants too).
+public struct TrashMemberInfo: Sendable, Hashable {
+    public let id: ItemID
+    public let parent: ItemID
+    public let name: String
+    public let isFolder: Bool
+    public let isSymlink: Bool
+    public let size: Int64
+    public let mode: UInt32
+    public let modified: Int64
+    public init(id: ItemID, parent: ItemID, name: String, isFolder: Bool, isSymlink: Bool, size: Int64, mode: UInt32, modified: Int64) {
+        self.id = id
+        self.parent = parent
+        self.name = name
+        self.isFolder = isFolder
+        self.isSymlink = isSymlink
+        self.size = size
+        self.mode = mode
+        self.modified = modified
+    }
+}

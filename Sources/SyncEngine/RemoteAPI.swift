@@ -21,6 +21,14 @@ public protocol RemoteAPI: Sendable {
     func getChunk(_ hash: ContentHash, range: Range<Int64>?) async throws -> [UInt8]
     /// A chunk's bytes handed to `part` as they arrive; the number of bytes.
     func streamChunk(_ hash: ContentHash, _ part: (UnsafeRawBufferPointer) throws -> Void) async throws -> Int64
+    /// Recently Deleted (docs/trash.md): every entry, newest first.
+    func trash(_ container: String) async throws -> TrashResponse
+    /// Entry `id` and its items.
+    func trashItems(_ container: String, _ id: ItemID) async throws -> TrashItemsResponse
+    /// Purges entry `id` (nil: every entry).
+    func purgeTrash(_ container: String, _ id: ItemID?) async throws -> TrashPurgeResponse
+    /// The account's devices (names for ids).
+    func devices() async throws -> [DeviceInfo]
 }
 
 extension RemoteAPI {

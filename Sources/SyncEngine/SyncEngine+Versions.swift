@@ -77,6 +77,46 @@ extension SyncEngine: VersionSource {
         }
     }
 
+    // MARK: Recently Deleted (`.nimbus/trash/`)
+
+    public func trashEntries(done: @escaping @Sendable (Result<[TrashEntryInfo], Errno>) -> Void) {
+        serverCall(done: done) {
+            let listing = try await self.client.trash(self.container)
+            let names = Dictionary((try? await self.client.devices())?.map { ($0.id, $0.name) } ?? [], uniquingKeysWith: { a, _ in a })
+            return listing.entries.map { e in
+                TrashEntryInfo(id: e.item.id, isFolder: e.item.kind == .folder, path: e.path, deletedAt: e.deletedAt,
+                               device: names[e.deletedBy] ?? "unknown device", expires: e.expires, size: e.item.size,
+                               mode: e.item.mode, modified: e.item.modified)
+            }
+        }
+    }
+
+    public func trashMembers(_ root: ItemID, done: @escaping @Sendable (Result<[TrashMemberInfo], Errno>) -> Void) {
+        serverCall(done: done) {
+            try await self.client.trashItems(self.container, root).items.map { i in
+                TrashMemberInfo(id: i.id, parent: i.parent, name: i.name.value, isFolder: i.kind == .folder, isSymlink: i.kind == .symlink,
+                                size: i.size, mode: i.mode, modified: i.modified)
+            }
+        }
+    }
+
+    public func openTrashFile(_ root: ItemID, item: ItemID, done: @escaping @Sendable (Result<any VersionReader, Errno>) -> Void) {
+        serverCall(done: done) {
+            guard let i = try await self.client.trashItems(self.container, root).items.first(where: { $0.id == item }), i.kind == .file else {
+                throw Errno.ENOENT
+            }
+            return VersionChunks(engine: self, chunks: i.chunks) as any VersionReader
+        }
+    }
+
+    public func purgeTrash(_ root: ItemID, done: @escaping @Sendable (Errno?) -> Void) {
+        serverCall(done: { (r: Result<Void, Errno>) in
+            if case .failure(let e) = r { done(e) } else { done(nil) }
+        }) {
+            _ = try await self.client.purgeTrash(self.container, root)
+        }
+    }
+
     /// Runs a server call as an engine job and answers `done` exactly once: with its result, or
     /// EIO when sync is paused, the engine is stopping or the call outlasts the read timeout;
     /// ENOENT/EINVAL for requests the server refuses.
@@ -107,7 +147,7 @@ extension SyncEngine: VersionSource {
             case .failure(let e):
                 self.log("server call failed: \(e)")
                 switch (e as? RemoteError)?.code {
-                case .notFound, .itemNotFound: answer(.failure(.ENOENT))
+                case .notFound, .itemNotFound, .notInTrash: answer(.failure(.ENOENT))
                 case .badRequest, .invalidJSON, .notAConflict, .versionNotFound: answer(.failure(.EINVAL))
                 default: answer(.failure(.EIO))
                 }

@@ -111,6 +111,6 @@ import Testing
         let h = try f.fs.control.opendir(folder)
         defer { f.fs.control.release(handle: h) }
         let names = try f.fs.control.readdir(handle: h, offset: 0, plus: true, room: 1 << 16).map(\.name)
-        #expect(names == [".", "..", "status", "claims", "events", "conflicts", "requests", "versions"])
+        #expect(names == [".", "..", "status", "claims", "events", "conflicts", "requests", "versions", "trash"])
     }
 }

@@ -369,6 +369,40 @@ final class SimLink: RemoteAPI, @unchecked Sendable {
         }
     }
 
+    // Recently Deleted, from the simulated server's tables (kept 30 days).
+    func trash(_ container: String) async throws -> TrashResponse {
+        try await call {
+            let keep: Int64 = 30 * 86_400
+            let entries = try TrashStore(tx: SimServer.Transaction(server: server)).entries(after: nil, limit: 100_000).map { e in
+                TrashEntry(item: e.row.item.record, path: e.path, deletedAt: e.row.deletedAt, deletedBy: e.row.deletedBy,
+                           expires: e.row.deletedAt + keep * 1_000_000_000, items: e.row.items, bytes: e.row.bytes)
+            }
+            return TrashResponse(entries: entries, next: nil, keepSeconds: keep)
+        }
+    }
+
+    func trashItems(_ container: String, _ id: ItemID) async throws -> TrashItemsResponse {
+        try await call {
+            guard let e = try TrashStore(tx: SimServer.Transaction(server: server)).entry(id) else {
+                throw APIError(.notInTrash, "simulated: \(id) is not in Recently Deleted")
+            }
+            let entry = TrashEntry(item: e.row.item.record, path: e.path, deletedAt: e.row.deletedAt, deletedBy: e.row.deletedBy,
+                                   expires: Int64.max, items: e.row.items, bytes: e.row.bytes)
+            return TrashItemsResponse(entry: entry, items: e.items.map(\.record), next: nil)
+        }
+    }
+
+    func purgeTrash(_ container: String, _ id: ItemID?) async throws -> TrashPurgeResponse {
+        try await call {
+            let trash = TrashStore(tx: SimServer.Transaction(server: server))
+            return try trash.purge(id.map { [$0] } ?? trash.allEntries())
+        }
+    }
+
+    func devices() async throws -> [DeviceInfo] {
+        try await call { server.deviceNames.map { DeviceInfo(id: $0.key, name: $0.value, created: 0, revoked: nil) } }
+    }
+
     func getChunk(_ hash: ContentHash, range: Range<Int64>?) async throws -> [UInt8] {
         try await call {
             guard let c = server.chunks[hash] else { throw APIError(.chunkNotFound, "no chunk \(hash)") }

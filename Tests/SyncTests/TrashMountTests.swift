@@ -38,6 +38,15 @@ struct TrashMountTests {
             try await eventually("one entry in Recently Deleted, seen from B", seconds: 5,
                                  "cd \(q(b)) && \(q(Self.nimbus)) trash list | grep -q '  /dir/$'")
             print("trash figures: the removal on A was listed on B after \(Date().timeIntervalSince(removed)) s")
+            // With plain tools: .nimbus/trash/ shows it where it was, the deletion time in its name.
+            try await eventually("dir in B's .nimbus/trash/", seconds: 2, "ls \(q(b))/.nimbus/trash/ | grep -qE '^dir [0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}-[0-9]{2}-[0-9]{2}Z$'")
+            let entryName = try sh("ls \(q(b))/.nimbus/trash/").trimmingCharacters(in: .whitespacesAndNewlines)
+            #expect(try sh("ls \(q(b))/.nimbus/trash/\(q(entryName)) | wc -l").trimmingCharacters(in: .whitespaces) == "10\n")
+            #expect(try sh("cat \(q(b))/.nimbus/trash/\(q(entryName))/f9.txt") == "file 9", "cat streams a deleted file from the server")
+            let copy = shStatus("cp -r \(q(b))/.nimbus/trash/\(q(entryName)) \(q(w.base))/copied && cat \(q(w.base))/copied/f3.txt")
+            #expect(copy.0 == 0 && copy.1 == "file 3", "cp -r copies a deleted tree out: \(copy)")
+            let write = shStatus("echo x > \(q(b))/.nimbus/trash/\(q(entryName))/f9.txt")
+            #expect(write.0 != 0, "read-only")
             let listed = try sh("cd \(q(b)) && \(q(Self.nimbus)) trash list --json")
             let entries = listed.split(separator: "\n").compactMap { try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any] }
             #expect(entries.count == 1, "\(listed)")
@@ -68,6 +77,11 @@ struct TrashMountTests {
             #expect(purged.contains("purged /dir 2/f5.txt: 1 entry, 1 item"), "\(purged)")
             let missing = shStatus("cd \(q(b)) && \(q(Self.nimbus)) trash restore 'dir 2/f5.txt'")
             #expect(missing.0 == 2 && missing.1.contains("nothing in Recently Deleted was at /dir 2/f5.txt"), "\(missing)")
+            // rm in .nimbus/trash/ purges too.
+            try sh("rm \(q(a))/'dir 2'/f6.txt")
+            try await eventually("f6 in the tree", "ls \(q(b))/.nimbus/trash/'dir 2'/ | grep -q '^f6 .*Z.txt$'")
+            try sh("rm \(q(b))/.nimbus/trash/'dir 2'/f6\\ *.txt")
+            #expect(try sh("cd \(q(b)) && \(q(Self.nimbus)) trash list") == "Recently Deleted is empty\n")
             _ = try await w.admin("check", [])
         }
     }
