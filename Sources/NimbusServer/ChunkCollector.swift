@@ -98,6 +98,28 @@ public struct ChunkCollector: Sendable {
         return report ?? CollectionReport(skipped: true)
     }
 
+    /// Frees now, whatever the grace, those of `hashes` that no version refers to: the chunks of
+    /// Recently Deleted entries just purged to make room under a quota. Ignoring the grace only
+    /// costs a device that was told it has one of those chunks a `missing_chunks` (it uploads
+    /// again), and an upload of one under way a `busy`: slower, never wrong. Skipped (nothing
+    /// freed) while another collection runs.
+    public func reclaim(_ hashes: Set<ContentHash>, now: Int64) async throws -> CollectionReport {
+        guard !hashes.isEmpty else { return CollectionReport() }
+        let report = try await store.withCollectorLock { () async throws -> CollectionReport in
+            var report = CollectionReport()
+            let mark = try await store.markChunks(staleAt: now)
+            let candidates = mark.candidates.keys.filter(hashes.contains).sorted()
+            for start in stride(from: 0, to: candidates.count, by: batch) {
+                let part = Array(candidates[start..<min(start + batch, candidates.count)])
+                let sweep = try await store.sweepChunks(part, mark: mark, staleAt: now, now: now)
+                report.released += sweep.released
+                try await delete(sweep.doomed, into: &report)
+            }
+            return report
+        }
+        return report ?? CollectionReport(skipped: true)
+    }
+
     /// Deletes the bytes of doomed chunks, then forgets their deletions.
     private func delete(_ doomed: [(hash: ContentHash, size: Int64?)], into report: inout CollectionReport) async throws {
         guard !doomed.isEmpty else { return }

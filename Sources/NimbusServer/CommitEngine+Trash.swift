@@ -148,16 +148,20 @@ struct TrashStore<T: StoreTransaction> {
 
     /// Purges entries `roots` (those that are entries; others are skipped): their items and
     /// every version row of theirs.
-    func purge(_ roots: [ItemID]) throws -> TrashPurgeResponse {
+    func purge(_ roots: [ItemID]) throws -> TrashPurgeResponse { try purgeWithChunks(roots).response }
+
+    /// `purge`, with the chunks the purged versions referred to.
+    func purgeWithChunks(_ roots: [ItemID]) throws -> (response: TrashPurgeResponse, chunks: Set<ContentHash>) {
         var out = TrashPurgeResponse(entries: 0, items: 0, bytes: 0)
+        var chunks = Set<ContentHash>()
         for root in roots {
             guard let row = try tx.trashEntry(root) else { continue }
             let ids = try tx.trashMembers(of: root).map(\.id)
-            try tx.purgeItems(ids)
+            chunks.formUnion(try tx.purgeItems(ids))
             out.entries += 1
             out.items += ids.count
             out.bytes += row.bytes
         }
-        return out
+        return (out, chunks)
     }
 }

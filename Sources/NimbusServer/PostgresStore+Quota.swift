@@ -21,12 +21,14 @@ extension PostgresStore {
     static func accountUsage(_ db: PostgresSync, account: String?) throws -> [AccountUsage] {
         try db.rows("""
             SELECT a.id, a.name, a.quota, (SELECT count(*) FROM account_chunks c WHERE c.account_id = a.id),
-                   (SELECT coalesce(sum(meta_bytes), 0) FROM containers k WHERE k.account_id = a.id)::bigint
+                   (SELECT coalesce(sum(meta_bytes), 0) FROM containers k WHERE k.account_id = a.id)::bigint,
+                   (SELECT coalesce(sum(i.trash_bytes), 0) FROM items i JOIN containers k ON k.id = i.container_id
+                    WHERE k.account_id = a.id AND i.deleted AND i.trash_root IS NOT NULL)::bigint
             FROM accounts a WHERE \(account)::text IS NULL OR a.name = \(account) ORDER BY a.name
             """).map { row in
-            let (id, name, quota, chunks, metadata) = try row.decode((Int64, String, Int64?, Int64, Int64).self)
+            let (id, name, quota, chunks, metadata, trash) = try row.decode((Int64, String, Int64?, Int64, Int64, Int64).self)
             return AccountUsage(account: name, figures: QuotaFigures(usage: try usage(db, account: id), quota: quota), chunks: chunks,
-                                metadata: metadata)
+                                metadata: metadata, trash: trash)
         }
     }
 

@@ -536,6 +536,27 @@ public final class PostgresStore: ServerStore {
         }
     }
 
+    public func purgeOldestTrash(account: Int64, bytes: Int64) async throws -> (response: TrashPurgeResponse, chunks: Set<ContentHash>) {
+        var total = TrashPurgeResponse(entries: 0, items: 0, bytes: 0)
+        var chunks = Set<ContentHash>()
+        let due = try await read("""
+            SELECT c.id, c.name, i.id FROM items i JOIN containers c ON c.id = i.container_id
+            WHERE c.account_id = \(account) AND i.trash_root = i.id AND i.deleted ORDER BY i.deleted_at, i.id LIMIT 10000
+            """).map { row -> (ContainerRecord, ItemID) in
+            let (cid, name, id) = try row.decode((Int64, String, String).self)
+            guard let item = ItemID(id) else { throw APIError(.internal, "corrupt item id \(id) in the database") }
+            return (ContainerRecord(id: cid, accountID: account, name: name), item)
+        }
+        for (container, id) in due where total.entries == 0 || total.bytes < bytes {
+            let r = try await lockedTransaction(container) { tx in (try TrashStore(tx: tx).purgeWithChunks([id]), nil) }
+            total.entries += r.response.entries
+            total.items += r.response.items
+            total.bytes += r.response.bytes
+            chunks.formUnion(r.chunks)
+        }
+        return (total, chunks)
+    }
+
     public var databaseRoundTrips: DatabaseRoundTrips? {
         DatabaseRoundTrips(statements: counters.statements, waits: counters.waitsForAnswers)
     }

@@ -747,14 +747,19 @@ struct PostgresTransaction: StoreTransaction {
             """).first
     }
 
-    func purgeItems(_ ids: [ItemID]) throws {
-        guard !ids.isEmpty else { return }
+    func purgeItems(_ ids: [ItemID]) throws -> Set<ContentHash> {
+        guard !ids.isEmpty else { return [] }
         for id in ids { known.items[id] = .some(nil); known.currentSeqs[id] = .some(nil); known.earlier[id] = nil }
         let list = ids.map(\.description)
+        var hashes = Set<ContentHash>()
+        for row in try rows("SELECT state FROM versions WHERE container_id = \(cid) AND item_id = ANY(\(list))") {
+            for c in try Codec.decodeState(try row.decode(String.self)).content.chunks { hashes.insert(c.hash) }
+        }
         sendAfterBatch("""
             WITH gone AS (DELETE FROM versions WHERE container_id = \(cid) AND item_id = ANY(\(list)) RETURNING octet_length(state) AS n)
             UPDATE containers SET meta_bytes = meta_bytes - (SELECT coalesce(sum(n), 0) FROM gone) WHERE id = \(cid)
             """)
         db.send("DELETE FROM items WHERE container_id = \(cid) AND deleted AND id = ANY(\(list))")
+        return hashes
     }
 }

@@ -12,6 +12,11 @@ import NimbusProtocol
 // refers to it any more and the grace has passed: ChunkCollector), or when its upload ends
 // without storing it.
 //
+// Recently Deleted (docs/trash.md) counts until it is purged; its bytes are reported apart
+// (`AccountUsage.trash`). An upload that would pass the quota first purges the account's oldest
+// entries (until their bytes cover what is missing) and frees their chunks at once
+// (`ChunkCollector.reclaim`), then is admitted or refused as below.
+//
 // Where it is enforced: only when an upload begins (`beginChunkUpload`), before any byte is
 // read or stored. The check and the record of the upload are one transaction that is
 // serialized per account — SQLite's single writer; on PostgreSQL the account's row locked
@@ -36,12 +41,16 @@ public struct AccountUsage: Hashable, Sendable {
     public var chunks: Int64
     /// Bytes of its version rows and journal entries (part of `figures.usage`).
     public var metadata: Int64
+    /// The file bytes of its Recently Deleted entries (docs/trash.md): part of `figures.usage`
+    /// until purged, and purged oldest first when an upload would pass the quota.
+    public var trash: Int64
 
-    public init(account: String, figures: QuotaFigures, chunks: Int64, metadata: Int64) {
+    public init(account: String, figures: QuotaFigures, chunks: Int64, metadata: Int64, trash: Int64 = 0) {
         self.account = account
         self.figures = figures
         self.chunks = chunks
         self.metadata = metadata
+        self.trash = trash
     }
 
     /// Bytes still free under the quota (0 when over it); nil without a quota.

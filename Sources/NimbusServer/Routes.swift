@@ -197,7 +197,7 @@ struct Routes: Sendable {
             // as it passes, quota counted), so the commit finds its chunk.
             for chunk in body.inline ?? [] {
                 try await ChunkUploads.store(ByteBuffer(bytes: chunk.bytes), as: chunk.hash, account: d.accountID, store: self.store,
-                                             chunks: self.chunks, clock: self.clock)
+                                             chunks: self.chunks, clock: self.clock, makeRoom: self.makeRoom(ctx.logger))
                 self.metrics.bytesIn.increment(by: Int64(chunk.bytes.count))
             }
             let r = try await self.store.commit(body, in: c, by: d, now: self.clock())
@@ -252,7 +252,7 @@ struct Routes: Sendable {
             let size = try Self.chunkSize(req)
             return try await self.bodies.withReservation(device: d.id, bytes: Int(size)) {
                 try await ChunkUploads.store(hash, size: size, body: req.body, account: d.accountID, store: self.store,
-                                             chunks: self.chunks, clock: self.clock)
+                                             chunks: self.chunks, clock: self.clock, makeRoom: self.makeRoom(ctx.logger))
                 self.metrics.bytesIn.increment(by: size)
                 return Response(status: .created)
             }
@@ -359,6 +359,21 @@ struct Routes: Sendable {
         let (at, overflow) = l.row.deletedAt.addingReportingOverflow(trashKeepSeconds * 1_000_000_000)
         return TrashEntry(item: l.row.item.record, path: l.path, deletedAt: l.row.deletedAt, deletedBy: l.row.deletedBy,
                           expires: overflow ? Int64.max : at, items: l.row.items, bytes: l.row.bytes)
+    }
+
+    /// An upload over the account's quota: the oldest of its Recently Deleted entries are purged
+    /// first (until their bytes cover what is missing) and their chunks freed at once; logged and
+    /// counted in `/metrics`.
+    private func makeRoom(_ logger: Logger) -> ChunkUploads.MakeRoom {
+        { account, bytes in
+            let (r, chunks) = try await self.store.purgeOldestTrash(account: account, bytes: bytes)
+            guard r.entries > 0 else { return false }
+            self.metrics.purged(r)
+            let freed = try await ChunkCollector(store: self.store, chunks: self.chunks, graceSeconds: 0).reclaim(chunks, now: self.clock())
+            self.metrics.collected(freed)
+            logger.notice("account \(account) is over its quota: purged its \(r.entries) oldest Recently Deleted entr\(r.entries == 1 ? "y" : "ies") (\(r.items) item(s), \(r.bytes) bytes) to make room; \(freed)")
+            return freed.released > 0 || freed.chunks > 0
+        }
     }
 
     static func notInTrash(_ id: ItemID) -> APIError {

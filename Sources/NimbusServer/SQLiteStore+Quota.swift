@@ -24,8 +24,12 @@ extension SQLiteStore {
             let id: Int64 = row["id"]
             let chunks = try Int64.fetchOne(db, sql: "SELECT count(*) FROM account_chunks WHERE account_id = ?", arguments: [id]) ?? 0
             let metadata = try Int64.fetchOne(db, sql: "SELECT coalesce(sum(meta_bytes), 0) FROM containers WHERE account_id = ?", arguments: [id]) ?? 0
+            let trash = try Int64.fetchOne(db, sql: """
+                SELECT coalesce(sum(i.trash_bytes), 0) FROM items i JOIN containers c ON c.id = i.container_id
+                WHERE c.account_id = ? AND i.deleted = 1 AND i.trash_root IS NOT NULL
+                """, arguments: [id]) ?? 0
             return AccountUsage(account: row["name"], figures: QuotaFigures(usage: try usage(db, account: id), quota: row["quota"]),
-                                chunks: chunks, metadata: metadata)
+                                chunks: chunks, metadata: metadata, trash: trash)
         }
     }
 

@@ -403,6 +403,31 @@ public final class SQLiteStore: ServerStore {
         }
     }
 
+    public func purgeOldestTrash(account: Int64, bytes: Int64) async throws -> (response: TrashPurgeResponse, chunks: Set<ContentHash>) {
+        try await pool.write { db in
+            var total = TrashPurgeResponse(entries: 0, items: 0, bytes: 0)
+            var chunks = Set<ContentHash>()
+            let oldest = try Row.fetchCursor(db, sql: """
+                SELECT c.id AS cid, c.name, i.id FROM items i JOIN containers c ON c.id = i.container_id
+                WHERE c.account_id = ? AND i.trash_root = i.id AND i.deleted = 1 ORDER BY i.deleted_at, i.id
+                """, arguments: [account])
+            var due: [(ContainerRecord, ItemID)] = []
+            while let row = try oldest.next() {
+                guard let id = ItemID(row["id"] as String) else { throw APIError(.internal, "corrupt item id in the database") }
+                due.append((ContainerRecord(id: row["cid"], accountID: account, name: row["name"]), id))
+                if due.count >= 10_000 { break }
+            }
+            for (container, id) in due where total.entries == 0 || total.bytes < bytes {
+                let r = try TrashStore(tx: SQLiteTransaction(db: db, container: container)).purgeWithChunks([id])
+                total.entries += r.response.entries
+                total.items += r.response.items
+                total.bytes += r.response.bytes
+                chunks.formUnion(r.chunks)
+            }
+            return (total, chunks)
+        }
+    }
+
     // MARK: reads
 
     public func changes(in container: ContainerRecord, since: Int64, limit: Int) async throws -> ChangesResponse {

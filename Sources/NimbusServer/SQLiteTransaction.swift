@@ -232,12 +232,17 @@ struct SQLiteTransaction: StoreTransaction {
                          arguments: [container.id, id.description]).map(trashRow)
     }
 
-    func purgeItems(_ ids: [ItemID]) throws {
+    func purgeItems(_ ids: [ItemID]) throws -> Set<ContentHash> {
+        var hashes = Set<ContentHash>()
         for start in stride(from: 0, to: ids.count, by: 500) {
             let part = ids[start..<min(start + 500, ids.count)]
             var args: [any DatabaseValueConvertible] = [container.id]
             args.append(contentsOf: part.map(\.description))
             let marks = part.map { _ in "?" }.joined(separator: ",")
+            for text in try String.fetchAll(db, sql: "SELECT state FROM versions WHERE container_id = ?1 AND item_id IN (\(marks))",
+                                            arguments: StatementArguments(args)) {
+                for c in try Codec.decodeState(text).content.chunks { hashes.insert(c.hash) }
+            }
             try db.execute(sql: """
                 UPDATE containers SET meta_bytes = meta_bytes - (SELECT coalesce(sum(length(CAST(state AS BLOB))), 0)
                     FROM versions WHERE container_id = ?1 AND item_id IN (\(marks)))
@@ -246,6 +251,7 @@ struct SQLiteTransaction: StoreTransaction {
             try db.execute(sql: "DELETE FROM versions WHERE container_id = ?1 AND item_id IN (\(marks))", arguments: StatementArguments(args))
             try db.execute(sql: "DELETE FROM items WHERE container_id = ?1 AND deleted = 1 AND id IN (\(marks))", arguments: StatementArguments(args))
         }
+        return hashes
     }
 }
 

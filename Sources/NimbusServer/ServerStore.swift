@@ -60,6 +60,10 @@ public protocol ServerStore: Sendable {
     func purgeTrash(_ ids: [ItemID]?, in container: ContainerRecord) async throws -> TrashPurgeResponse
     /// Purges every entry of every container deleted before `cutoff` (server time, ns).
     func expireTrash(deletedBefore cutoff: Int64) async throws -> TrashPurgeResponse
+    /// Purges the oldest entries of `account` (any of its containers), oldest first, until their
+    /// bytes add up to `bytes` or none is left; returns what went and the chunks the purged
+    /// versions referred to (to free at once: `ChunkCollector.reclaim`).
+    func purgeOldestTrash(account: Int64, bytes: Int64) async throws -> (response: TrashPurgeResponse, chunks: Set<ContentHash>)
 
     /// A page of the current, previous and unresolved conflict versions of an item, newest
     /// first, older than `before` (nil: from the newest), at most `ProtocolLimits.maxPage` and

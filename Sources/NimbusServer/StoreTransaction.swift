@@ -85,8 +85,9 @@ protocol StoreTransaction {
     func trashEntries(after: TrashCursor?, limit: Int) throws -> [TrashRow]
     /// Entry `id`, when it is one.
     func trashEntry(_ id: ItemID) throws -> TrashRow?
-    /// Deletes these items and every version row of theirs (the journal keeps what it said).
-    func purgeItems(_ ids: [ItemID]) throws
+    /// Deletes these items and every version row of theirs (the journal keeps what it said);
+    /// returns the chunks those rows referred to.
+    func purgeItems(_ ids: [ItemID]) throws -> Set<ContentHash>
 }
 
 /// Where a page of Recently Deleted ends: deletion time and id of its last entry.

@@ -118,6 +118,18 @@ extension StoreConformance {
         e = try await f.store.expireTrash(deletedBefore: t1 + 1)
         try check(e.entries == 1 && e.items == 1 && e.bytes == 5, "y.txt expired, got \(e)")
         try check(try await f.store.item(y, in: f.container) == nil, "y.txt purged")
+        // Oldest first to make room: two entries, the older one goes for 1 byte; its chunks come back.
+        let (p1, vp1) = try await f.create(.file, "p1.txt", chunks: [c1])
+        let (p2, vp2) = try await f.create(.file, "p2.txt", chunks: [c2])
+        try await f.commit(p2, base: vp2, f.draft(.file, "p2.txt", chunks: [c2], deleted: true), by: f.a, now: t1 + 3 * minute)
+        try await f.commit(p1, base: vp1, f.draft(.file, "p1.txt", chunks: [c1], deleted: true), by: f.a, now: t1 + 4 * minute)
+        let room = try await f.store.purgeOldestTrash(account: f.a.accountID, bytes: 1)
+        try check(room.response.entries == 1 && room.response.bytes == 7 && room.chunks == [c2.hash], "p2.txt (older) purged with its chunk, got \(room)")
+        try check(try await f.store.trash(in: f.container, after: nil, limit: 10).map(\.row.item.id) == [p1], "p1.txt stays")
+        let more = try await f.store.purgeOldestTrash(account: f.a.accountID, bytes: 1_000)
+        try check(more.response.entries == 1 && more.chunks == [c1.hash], "then p1.txt, got \(more)")
+        let none = try await f.store.purgeOldestTrash(account: f.a.accountID, bytes: 1)
+        try check(none.response.entries == 0 && none.chunks.isEmpty, "nothing left, got \(none)")
         // A purge of everything.
         let (z, vz) = try await f.create(.file, "z.txt", chunks: [c2])
         try await f.commit(z, base: vz, f.draft(.file, "z.txt", chunks: [c2], deleted: true), by: f.a, now: t1 + 2 * minute)

@@ -37,8 +37,8 @@ extension Admin {
 
     struct Quota: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
-            abstract: "Show accounts' usage and quotas: account, bytes used, quota, bytes free, chunks, metadata.",
-            discussion: "Usage is the bytes of the chunks an account stores (each once), with uploads under way, plus its metadata: the bytes of its versions and journal entries (chunk lists included).")
+            abstract: "Show accounts' usage and quotas: account, bytes used, quota, bytes free, chunks, metadata, Recently Deleted.",
+            discussion: "Usage is the bytes of the chunks an account stores (each once), with uploads under way, plus its metadata: the bytes of its versions and journal entries (chunk lists included). `trash` is the file bytes of its Recently Deleted entries: counted until purged, and purged oldest first when an upload would pass the quota (docs/trash.md).")
 
         @Option(help: "The server's data directory.") var data: String?
         @Option(help: "The server's PostgreSQL database (postgres://…), when it uses one.") var database: String?
@@ -53,7 +53,7 @@ extension Admin {
         static func line(_ u: AccountUsage) -> String {
             let quota = u.figures.quota.map { "quota \($0) (\(QuotaSize.human($0)))" } ?? "quota none"
             let free = u.free.map { "free \($0)" } ?? "free unlimited"
-            return "\(u.account)\tused \(u.figures.usage) (\(QuotaSize.human(u.figures.usage)))\t\(quota)\t\(free)\tchunks \(u.chunks)\tmetadata \(u.metadata)"
+            return "\(u.account)\tused \(u.figures.usage) (\(QuotaSize.human(u.figures.usage)))\t\(quota)\t\(free)\tchunks \(u.chunks)\tmetadata \(u.metadata)\ttrash \(u.trash) (\(QuotaSize.human(u.trash)))"
         }
     }
 }

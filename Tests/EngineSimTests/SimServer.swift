@@ -234,12 +234,15 @@ final class SimServer: @unchecked Sendable {
 
         func trashEntry(_ id: ItemID) throws -> TrashRow? { row(id) }
 
-        func purgeItems(_ ids: [ItemID]) throws {
+        func purgeItems(_ ids: [ItemID]) throws -> Set<ContentHash> {
+            var hashes = Set<ContentHash>()
             for id in ids where server.t.items[id]?.state.deleted == true {
+                for row in (server.t.versions[id] ?? [:]).values { for c in row.state.content.chunks { hashes.insert(c.hash) } }
                 server.t.items[id] = nil
                 server.t.versions[id] = nil
                 server.t.trash[id] = nil
             }
+            return hashes
         }
 
         // The simulated account has no quota: its metadata is not counted.

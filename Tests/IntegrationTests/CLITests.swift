@@ -39,7 +39,7 @@ import Testing
         #expect(try await NimbusBinary.run(["admin", "add-device", "--data", dir, "--account", "alice", "--device", "laptop"]).status == 0)
         #expect(try await NimbusBinary.run(["admin", "add-device", "--data", dir, "--account", "bob", "--device", "phone"]).status == 0)
         let set = try await NimbusBinary.run(["admin", "set-quota", "--data", dir, "--account", "alice", "2G"])
-        #expect(set.status == 0 && set.stdout == "alice\tused 0 (0 B)\tquota 2147483648 (2.0 GiB)\tfree 2147483648\tchunks 0\tmetadata 0\n", "\(set)")
+        #expect(set.status == 0 && set.stdout == "alice\tused 0 (0 B)\tquota 2147483648 (2.0 GiB)\tfree 2147483648\tchunks 0\tmetadata 0\ttrash 0 (0 B)\n", "\(set)")
         let all = try await NimbusBinary.run(["admin", "quota", "--data", dir])
         #expect(all.status == 0 && all.stdout.split(separator: "\n").count == 2 && all.stdout.contains("bob\tused 0 (0 B)\tquota none\tfree unlimited"),
                 "\(all)")

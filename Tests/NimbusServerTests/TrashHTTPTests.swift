@@ -87,4 +87,62 @@ import Testing
             #expect(metrics.contains("nimbus_trash_purged_entries_total 2") && metrics.contains("nimbus_trash_purged_bytes_total 3000"), "\(metrics)")
         }
     }
+
+    /// Over the quota with Recently Deleted holding bytes: the upload goes in, the oldest entry
+    /// is purged and its chunk freed at once; the newer entry and every live file stay.
+    @Test func anUploadOverTheQuotaPurgesTheOldestDeletedFirst() async throws {
+        let clock = Mutex<Int64>(1_000 * Self.second)
+        try await LiveServer.with(configure: { app in app.clock = { clock.withLock { $0 } } }) { s in
+            let client = NimbusClient(baseURL: s.url, token: try await s.token())
+            let c = "com.example.notes"
+            _ = try await client.createContainer(c)
+            func put(_ fill: UInt8, _ n: Int) async throws -> ChunkRef {
+                let bytes = [UInt8](repeating: fill, count: n)
+                let h = ChunkHashing.sha256(ByteBuffer(bytes: bytes))
+                try await client.putChunk(h, bytes)
+                return ChunkRef(hash: h, size: Int64(n))
+            }
+            func file(_ name: String, _ chunk: ChunkRef, deleted: Bool = false, base: Int64? = nil, id: ItemID = ItemID(UUID())) async throws -> (ItemID, Int64) {
+                let r = try await client.commit(c, CommitRequest(item: id, baseVersion: base, state: ItemDraft(
+                    kind: .file, parent: .root, name: ItemName(trusted: name), chunks: [chunk], mode: 0o644, modified: 1, deleted: deleted)))
+                return (id, r.item.version)
+            }
+            let live = try await put(1, 3_000), old = try await put(2, 3_000), newer = try await put(3, 3_000)
+            let (keep, _) = try await file("keep.txt", live)
+            let (o, vo) = try await file("old.txt", old)
+            let (n, vn) = try await file("newer.txt", newer)
+            clock.withLock { $0 = 2_000 * Self.second }
+            _ = try await file("old.txt", old, deleted: true, base: vo, id: o)
+            clock.withLock { $0 = 3_000 * Self.second }
+            _ = try await file("newer.txt", newer, deleted: true, base: vn, id: n)
+            let before = try #require(try await s.app.store.accountUsage(account: "alice").first)
+            #expect(before.trash == 6_000, "Recently Deleted's bytes, reported apart: \(before)")
+            let usage = before.figures.usage
+            _ = try await s.app.store.setQuota(account: "alice", bytes: usage + 500)
+
+            clock.withLock { $0 = 4_000 * Self.second }
+            let extra = try await put(4, 2_000)
+            #expect(extra.size == 2_000, "the upload went in")
+            let trash = try await client.trash(c)
+            #expect(trash.entries.map(\.item.id) == [n], "the oldest entry went, the newer stays: \(trash.entries.map(\.path))")
+            #expect(try await s.app.store.accountUsage(account: "alice").first?.trash == 3_000)
+            do {
+                _ = try await client.getChunk(old.hash, range: nil)
+                Issue.record("old.txt's chunk must be freed")
+            } catch let e as RemoteError { #expect(e.code == .chunkNotFound, "old.txt's chunk is freed: \(e)") }
+            #expect(try await client.getChunk(live.hash, range: nil).count == 3_000, "the live file's bytes are untouched")
+            #expect(try await client.getChunk(newer.hash, range: nil).count == 3_000, "the newer entry's bytes stay")
+            #expect(!(try await client.item(c, keep).deleted))
+            #expect(s.log.messages.contains { $0.contains("over its quota: purged its 1 oldest Recently Deleted entry") }, "\(s.log.messages)")
+            // No trash left to purge: refused as before.
+            _ = try await client.purgeTrash(c, nil)
+            let after = try #require(try await s.app.store.accountUsage(account: "alice").first)
+            _ = try await s.app.store.setQuota(account: "alice", bytes: after.figures.usage + 100)
+            do {
+                _ = try await put(5, 2_000)
+                Issue.record("over the quota with nothing to purge: refused")
+            } catch let e as RemoteError { #expect(e.code == .quotaExceeded) }
+            #expect(try await StoreCheck.problems(store: s.app.store, chunks: s.app.chunks).isEmpty)
+        }
+    }
 }
