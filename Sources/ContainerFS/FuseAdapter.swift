@@ -404,6 +404,16 @@ public final class FuseAdapter: FuseFilesystem {
     }
 
     public func getxattr(node: NodeID, name: String, size: Int, reply: consuming FuseReply) {
+        if case .trash(let t) = fs.ids.owner(of: node) {
+            let box = ReplyBox(reply)
+            return fs.trash.xattr(t, name: name) { r in
+                guard let reply = box.take() else { return }
+                switch r {
+                case .success(let v): if size == 0 { reply.xattrSize(v.count) } else if v.count > size { reply.error(.ERANGE) } else { reply.bytes(v) }
+                case .failure(let e): reply.error(e)
+                }
+            }
+        }
         guard case .item = fs.ids.owner(of: node) else { return reply.error(.ENODATA) }
         if name == Self.versionsXattr {
             let box = ReplyBox(reply)
@@ -424,7 +434,11 @@ public final class FuseAdapter: FuseFilesystem {
     public func listxattr(node: NodeID, size: Int, reply: consuming FuseReply) {
         do {
             let v: [UInt8]
-            if case .item = fs.ids.owner(of: node) { v = try fs.listxattr(node: node) } else { v = [] }
+            switch fs.ids.owner(of: node) {
+            case .item: v = try fs.listxattr(node: node)
+            case .trash(let t): v = fs.trash.listxattr(t)
+            default: v = []
+            }
             if size == 0 { reply.xattrSize(v.count) } else if v.count > size { reply.error(.ERANGE) } else { reply.bytes(v) }
         } catch { reply.error(error) }
     }

@@ -270,6 +270,50 @@ final class TrashFS: Sendable {
         }
     }
 
+    // MARK: attributes of an entry
+
+    /// What `getfattr` reads on an entry (`user.nimbus.itemid`, and `user.nimbus.trash.deleted`,
+    /// `.deleted-by`, `.expires`: UTC times and the device's name) and on an item inside one
+    /// (`user.nimbus.itemid`).
+    static let entryXattrs = ["user.nimbus.itemid", "user.nimbus.trash.deleted", "user.nimbus.trash.deleted-by", "user.nimbus.trash.expires"]
+
+    func listxattr(_ t: TNode) -> [UInt8] {
+        let names: [String] = switch t {
+        case .folder: []
+        case .entry: Self.entryXattrs
+        case .member: ["user.nimbus.itemid"]
+        }
+        return names.flatMap { Array($0.utf8) + [0] }
+    }
+
+    func xattr(_ t: TNode, name: String, done: @escaping @Sendable (Result<[UInt8], Errno>) -> Void) {
+        switch t {
+        case .folder: done(.failure(.ENODATA))
+        case .member(_, let id): done(name == "user.nimbus.itemid" ? .success(Array(id.description.utf8)) : .failure(.ENODATA))
+        case .entry(let root):
+            guard Self.entryXattrs.contains(name) else { return done(.failure(.ENODATA)) }
+            entries { r in
+                done(r.flatMap { list in
+                    guard let e = list.first(where: { $0.id == root }) else { return .failure(.ENOENT) }
+                    let text = switch name {
+                    case "user.nimbus.itemid": e.id.description
+                    case "user.nimbus.trash.deleted": Self.utc(e.deletedAt)
+                    case "user.nimbus.trash.deleted-by": e.device
+                    default: Self.utc(e.expires)
+                    }
+                    return .success(Array(text.utf8))
+                })
+            }
+        }
+    }
+
+    static func utc(_ ns: Int64) -> String {
+        var t = time_t(ns / 1_000_000_000)
+        var tmv = tm()
+        gmtime_r(&t, &tmv)
+        return String(format: "%04d-%02d-%02dT%02d:%02d:%02dZ", tmv.tm_year + 1900, tmv.tm_mon + 1, tmv.tm_mday, tmv.tm_hour, tmv.tm_min, tmv.tm_sec)
+    }
+
     // MARK: purging
 
     /// `rm` of a file entry, `rmdir` of a folder entry (`folder` says which was asked): purged

@@ -45,6 +45,13 @@ struct TrashMountTests {
             #expect(try sh("cat \(q(b))/.nimbus/trash/\(q(entryName))/f9.txt") == "file 9", "cat streams a deleted file from the server")
             let copy = shStatus("cp -r \(q(b))/.nimbus/trash/\(q(entryName)) \(q(w.base))/copied && cat \(q(w.base))/copied/f3.txt")
             #expect(copy.0 == 0 && copy.1 == "file 3", "cp -r copies a deleted tree out: \(copy)")
+            let entryPath = "\(b)/.nimbus/trash/\(entryName)"
+            #expect(Self.itemID(entryPath) == dirID)
+            #expect(shStatus("getfattr --absolute-names --only-values -n user.nimbus.trash.deleted-by \(q(entryPath))").1 == "a")
+            let deletedAt = shStatus("getfattr --absolute-names --only-values -n user.nimbus.trash.deleted \(q(entryPath))").1
+            let expires = shStatus("getfattr --absolute-names --only-values -n user.nimbus.trash.expires \(q(entryPath))").1
+            #expect(deletedAt.hasSuffix("Z") && expires > deletedAt && expires.hasPrefix("20"), "kept 30 days: \(deletedAt) → \(expires)")
+            #expect(Self.itemID("\(entryPath)/f3.txt") == ids["f3.txt"])
             let write = shStatus("echo x > \(q(b))/.nimbus/trash/\(q(entryName))/f9.txt")
             #expect(write.0 != 0, "read-only")
             let listed = try sh("cd \(q(b)) && \(q(Self.nimbus)) trash list --json")
@@ -82,6 +89,34 @@ struct TrashMountTests {
             try await eventually("f6 in the tree", "ls \(q(b))/.nimbus/trash/'dir 2'/ | grep -q '^f6 .*Z.txt$'")
             try sh("rm \(q(b))/.nimbus/trash/'dir 2'/f6\\ *.txt")
             #expect(try sh("cd \(q(b)) && \(q(Self.nimbus)) trash list") == "Recently Deleted is empty\n")
+            _ = try await w.admin("check", [])
+        }
+    }
+
+    /// A tiny retention: the entry leaves the list by itself, `nimbus admin gc` frees its bytes,
+    /// `nimbus admin quota` shows them gone, and the store stays consistent.
+    @Test func anExpiredEntryIsPurgedAndItsBytesFreed() async throws {
+        // 0.00005 days: 4.3 s (the server looks every second).
+        try await SyncWorld.run("trash-expiry", serve: ["--keep-deleted-days", "0.00005", "--gc-interval", "0"]) { w in
+            let a = try await w.mount("a")
+            func used() async throws -> (Int, String) {
+                let line = try await w.admin("quota", ["--account", "alice"])
+                return (line.split(separator: "\t").first { $0.hasPrefix("used ") }.flatMap { Int($0.dropFirst(5).split(separator: " ")[0]) } ?? -1, line)
+            }
+            try sh("head -c 300000 /dev/urandom > \(q(a))/big.bin")
+            try await eventually("uploaded", seconds: 30,
+                                 "grep -q '^upload-queue: 0$' \(q(a))/.nimbus/status && test \"$(getfattr --absolute-names --only-values -n user.nimbus.status \(q(a))/big.bin)\" = current")
+            let (before, _) = try await used()
+            try sh("rm \(q(a))/big.bin")
+            try await eventually("listed", "cd \(q(a)) && \(q(Self.nimbus)) trash list | grep -q '/big.bin$'")
+            let (listed, line) = try await used()
+            #expect(line.contains("trash 300000"), "Recently Deleted's bytes shown apart: \(line)")
+            #expect(listed >= before, "a deleted file still counts until purged")
+            try await eventually("expired", seconds: 20, "cd \(q(a)) && test \"$(\(q(Self.nimbus)) trash list)\" = 'Recently Deleted is empty'")
+            let gc = try await w.admin("gc", ["--grace", "0"])
+            #expect(gc.contains("freed") && !gc.contains("freed 0 chunk"), "\(gc)")
+            let (after, afterLine) = try await used()
+            #expect(before - after >= 300_000 - 4_096 && afterLine.contains("trash 0 "), "the bytes are freed: \(before) → \(after): \(afterLine)")
             _ = try await w.admin("check", [])
         }
     }
