@@ -68,6 +68,14 @@ public enum Mutation: String, CaseIterable, Sendable {
     /// lost, onto an item another device edited meanwhile).
     case deleteOnForeignAnswer = "delete-on-foreign-answer"
 
+    /// A delete of an item the server no longer has (purged from Recently Deleted) is retried
+    /// instead of being done.
+    case deleteOfPurgedRetried = "delete-of-purged-retried"
+
+    /// A change inside a folder purged from Recently Deleted is refused (`parent_not_found`)
+    /// instead of going to the top of the container (the server's `CommitEngine.place`).
+    case changeInPurgedFolderRefused = "change-in-purged-folder-refused"
+
     /// This mutation is the one the run breaks.
     public var isOn: Bool {
         #if DEBUG

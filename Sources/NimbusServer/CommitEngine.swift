@@ -146,6 +146,13 @@ struct CommitEngine<T: StoreTransaction> {
     /// brought back), a folder cannot go inside itself, and a taken name becomes `name 2.ext`.
     /// Returns whether the name was changed.
     private mutating func place(_ state: inout ItemState, id: ItemID, previous: ItemState?) throws -> Bool {
+        // A change inside a folder purged from Recently Deleted since (a device that had not
+        // heard of it): the item goes to the top of the container, where a restore of an entry
+        // whose folder is gone puts it too. Nothing written is refused for good.
+        if !state.location.parent.isRoot, !Mutation.changeInPurgedFolderRefused.isOn,
+           try tx.loadItem(state.location.parent) == nil, try tx.wasPurged(state.location.parent) {
+            state.location.parent = .root
+        }
         let parent = state.location.parent
         if parent == id { throw APIError(.moveCycle, "an item cannot be its own parent") }
         if state.kind == .folder, previous?.location.parent != parent || previous?.deleted == true {

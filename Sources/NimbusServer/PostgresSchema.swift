@@ -177,6 +177,7 @@ enum PostgresSchema {
             "CREATE INDEX items_trash ON items(container_id, trash_root) WHERE trash_root IS NOT NULL",
             "CREATE INDEX items_trash_time ON items(container_id, deleted_at, id) WHERE trash_root = id",
             "CREATE INDEX items_trash_expiry ON items(deleted_at) WHERE trash_root = id",
+            "CREATE TABLE purged_items (container_id BIGINT NOT NULL, id TEXT COLLATE \"C\" NOT NULL, PRIMARY KEY (container_id, id))",
         ]),
     ]
 

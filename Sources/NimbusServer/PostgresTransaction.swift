@@ -760,6 +760,11 @@ struct PostgresTransaction: StoreTransaction {
             UPDATE containers SET meta_bytes = meta_bytes - (SELECT coalesce(sum(n), 0) FROM gone) WHERE id = \(cid)
             """)
         db.send("DELETE FROM items WHERE container_id = \(cid) AND deleted AND id = ANY(\(list))")
+        db.send("INSERT INTO purged_items(container_id, id) SELECT \(cid), unnest(\(list)::text[]) ON CONFLICT DO NOTHING")
         return hashes
+    }
+
+    func wasPurged(_ id: ItemID) throws -> Bool {
+        !(try rows("SELECT 1 FROM purged_items WHERE container_id = \(cid) AND id = \(id.description)").isEmpty)
     }
 }

@@ -211,6 +211,7 @@ public final class SQLiteStore: ServerStore {
                 CREATE INDEX items_trash ON items(container_id, trash_root) WHERE trash_root IS NOT NULL;
                 CREATE INDEX items_trash_time ON items(container_id, deleted_at, id) WHERE trash_root = id;
                 CREATE INDEX items_trash_expiry ON items(deleted_at) WHERE trash_root = id;
+                CREATE TABLE purged_items (container_id INTEGER NOT NULL, id TEXT NOT NULL, PRIMARY KEY (container_id, id)) WITHOUT ROWID;
                 """)
         }
         return m

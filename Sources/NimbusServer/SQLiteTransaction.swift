@@ -250,8 +250,14 @@ struct SQLiteTransaction: StoreTransaction {
                 """, arguments: StatementArguments(args))
             try db.execute(sql: "DELETE FROM versions WHERE container_id = ?1 AND item_id IN (\(marks))", arguments: StatementArguments(args))
             try db.execute(sql: "DELETE FROM items WHERE container_id = ?1 AND deleted = 1 AND id IN (\(marks))", arguments: StatementArguments(args))
+            try db.execute(sql: "INSERT OR IGNORE INTO purged_items(container_id, id) SELECT ?1, value FROM json_each(?2)",
+                           arguments: [container.id, "[" + part.map { "\"\($0)\"" }.joined(separator: ",") + "]"])
         }
         return hashes
+    }
+
+    func wasPurged(_ id: ItemID) throws -> Bool {
+        try Bool.fetchOne(cached("SELECT 1 FROM purged_items WHERE container_id = ? AND id = ?"), arguments: [container.id, id.description]) ?? false
     }
 }
 

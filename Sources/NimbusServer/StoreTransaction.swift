@@ -85,9 +85,11 @@ protocol StoreTransaction {
     func trashEntries(after: TrashCursor?, limit: Int) throws -> [TrashRow]
     /// Entry `id`, when it is one.
     func trashEntry(_ id: ItemID) throws -> TrashRow?
-    /// Deletes these items and every version row of theirs (the journal keeps what it said);
-    /// returns the chunks those rows referred to.
+    /// Deletes these items and every version row of theirs (the journal keeps what it said),
+    /// remembering their ids (`wasPurged`); returns the chunks those rows referred to.
     func purgeItems(_ ids: [ItemID]) throws -> Set<ContentHash>
+    /// Whether item `id` was purged from Recently Deleted (it has no row any more).
+    func wasPurged(_ id: ItemID) throws -> Bool
 }
 
 /// Where a page of Recently Deleted ends: deletion time and id of its last entry.

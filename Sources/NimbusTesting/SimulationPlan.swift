@@ -56,6 +56,10 @@ public enum SimAction: String, Sendable, CaseIterable {
     case restart
     /// As `restart`, but the store's write-behind queue is dropped, not flushed (a `kill -9`).
     case crash
+    /// Restore a Recently Deleted entry (the `pick`-th, newest first) where it was.
+    case trashRestore
+    /// Purge a Recently Deleted entry (the `pick`-th, newest first).
+    case trashPurge
 }
 
 public struct SimStep: Sendable, CustomStringConvertible {
@@ -81,7 +85,7 @@ public struct SimStep: Sendable, CustomStringConvertible {
         case .mkdir, .rmdir, .rmTree: return "\(round): \(dev) \(action) \(folder)"
         case .rename: return "\(round): \(dev) rename #\(pick) to \(toName)"
         case .move: return "\(round): \(dev) move #\(pick) to \(SimPlan.path(toFolder, toName))"
-        case .write, .delete, .saveOver, .writeOpen, .saveAside: return "\(round): \(dev) \(action) #\(pick)"
+        case .write, .delete, .saveOver, .writeOpen, .saveAside, .trashRestore, .trashPurge: return "\(round): \(dev) \(action) #\(pick)"
         case .pause, .resume, .disconnect, .reconnect, .restart, .crash: return "\(round): \(dev) \(action)"
         }
     }
@@ -99,6 +103,11 @@ public struct SimPlan: Sendable {
         (.pause, 1), (.resume, 2), (.disconnect, 1), (.reconnect, 2), (.restart, 1), (.crash, 1),
     ]
 
+    /// With Recently Deleted restores (`trash`), and purges too (`purges`): the same draws, from
+    /// these tables.
+    public static let trashWeights: [(SimAction, Int)] = weights + [(.trashRestore, 3)]
+    public static let purgeWeights: [(SimAction, Int)] = weights + [(.trashRestore, 3), (.trashPurge, 1)]
+
     public let seed: UInt64
     public let devices: Int
     public let steps: [SimStep]
@@ -106,11 +115,12 @@ public struct SimPlan: Sendable {
     /// queue, as big files go (`SyncEngine.Options.contentApartBytes`).
     public var contentApart = false
 
-    public init(seed: UInt64, rounds: Int, devices: Int = 3) {
+    public init(seed: UInt64, rounds: Int, devices: Int = 3, trash: Bool = false, purges: Bool = false) {
         self.seed = seed
         self.devices = devices
         var rng = SplitMix64(seed: seed)
-        let total = Self.weights.reduce(0) { $0 + $1.1 }
+        let weights = purges ? Self.purgeWeights : trash ? Self.trashWeights : Self.weights
+        let total = weights.reduce(0) { $0 + $1.1 }
         var steps: [SimStep] = []
         steps.reserveCapacity(rounds)
         for r in 0..<rounds {
@@ -118,7 +128,7 @@ public struct SimPlan: Sendable {
             // or to an action's use of them does not shift every later step.
             let device = rng.below(devices)
             var w = rng.below(total)
-            let action = Self.weights.first { w -= $0.1; return w < 0 }!.0
+            let action = weights.first { w -= $0.1; return w < 0 }!.0
             let folder = Self.folders[rng.below(Self.folders.count)]
             let name = Self.names[rng.below(Self.names.count)]
             let toFolder = Self.folders[rng.below(Self.folders.count)]
@@ -157,8 +167,12 @@ public struct SimLedger: Sendable {
     /// it showed none). A write that survives only in the history of a deleted item was given up
     /// rightly only when the device whose delete took it had shown a version holding it.
     public private(set) var deletedShowing: [Key: Int64] = [:]
+    /// Items a device purged from Recently Deleted on purpose: nothing in them need survive.
+    public private(set) var purged: Set<ItemID> = []
 
     public init() {}
+
+    public mutating func purged(_ items: [ItemID]) { purged.formUnion(items) }
 
     public mutating func wrote(device: Int, item: ItemID, content: String) {
         last[Key(device: device, item: item)] = content

@@ -116,6 +116,14 @@ public enum SettleAction: Sendable, Equatable {
 }
 
 public enum DeleteAnswer {
+    /// The server has no such item any more (purged from Recently Deleted, docs/trash.md): the
+    /// delete is done and nothing is left to show; its base goes. Kept retrying instead
+    /// (`Mutation.deleteOfPurgedRetried`), the delete would stay queued for ever.
+    public static func gone(code: APIErrorCode?) -> [SettleAction]? {
+        guard code == .itemNotFound, !Mutation.deleteOfPurgedRetried.isOn else { return nil }
+        return [.saveBase(nil)]
+    }
+
     /// The answer to an item's own delete: no base either way. The delete is shown, or — the
     /// server ignored it (`delete_ignored`: edited elsewhere meanwhile) — the item comes back as
     /// a pulled state would, a folder with a listing of the container after it.

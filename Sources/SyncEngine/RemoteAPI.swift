@@ -25,6 +25,8 @@ public protocol RemoteAPI: Sendable {
     func trash(_ container: String) async throws -> TrashResponse
     /// Entry `id` and its items.
     func trashItems(_ container: String, _ id: ItemID) async throws -> TrashItemsResponse
+    /// Brings entry `id` back (into `folder`, or where it was).
+    func restoreTrash(_ container: String, _ id: ItemID, to folder: ItemID?) async throws -> TrashRestoreResponse
     /// Purges entry `id` (nil: every entry).
     func purgeTrash(_ container: String, _ id: ItemID?) async throws -> TrashPurgeResponse
     /// The account's devices (names for ids).

@@ -516,7 +516,18 @@ extension SyncEngine: ChangeObserver {
         }
         var d = ItemDraft(record)
         d.deleted = true
-        let r = try await client.commit(container, CommitRequest(item: id, baseVersion: baseVersion, state: d, seenCursor: cursor))
+        let r: CommitResponse
+        do {
+            r = try await client.commit(container, CommitRequest(item: id, baseVersion: baseVersion, state: d, seenCursor: cursor))
+        } catch let e as RemoteError {
+            guard let actions = DeleteAnswer.gone(code: e.code) else { throw e }
+            try await loop.turn(.commitAnswered(id)) {
+                trace("delete \(id) on v\(baseVersion): the server has no such item any more (purged); done")
+                let answer = AnswerContext(id: id, item: record, yours: nil, sent: d, previous: base, relocate: false, generation: nil, wholeNow: false)
+                for action in actions { try settleAction(action, answer) }
+            }
+            return
+        }
         let cameBack = try await loop.turn(.commitAnswered(id)) { () throws -> Bool in
             trace("delete \(id) on v\(baseVersion): \(r.outcome.rawValue) v\(r.item.version)\(r.item.deleted ? " deleted" : "")")
             // The answer covers any version that waited for this push.

@@ -217,6 +217,20 @@ enum SimChecks {
                 dev.restore()
             case .restart, .crash:
                 try await dev.restart(crash: step.action == .crash)
+            case .trashRestore, .trashPurge:
+                guard case .link(let link, _) = dev.network else { return "no link" }
+                let entries = try await link.trash(link.container).entries
+                guard !entries.isEmpty else { return "Recently Deleted is empty" }
+                let e = entries[Int(step.pick % UInt64(entries.count))]
+                if step.action == .trashRestore {
+                    let r = try await link.restoreTrash(link.container, e.item.id, to: nil)
+                    return "ok (\(e.path) as \(r.item.name.value), \(r.restored) items)"
+                }
+                // Recorded before it is sent: an answer lost after the purge went in still purged.
+                let items = try await link.trashItems(link.container, e.item.id).items.map(\.id)
+                ledger.purged(items)
+                let r = try await link.purgeTrash(link.container, e.item.id)
+                return "ok (\(e.path), \(r.items) items)"
             }
             return "ok"
         } catch let e as Errno {
@@ -340,9 +354,14 @@ enum SimChecks {
     /// (the current state or a conflict version), kept as history under a later state, or
     /// given up by a delete whose device had shown a version holding it. A write that survives
     /// only in the history of an item deleted by a device that never showed it is lost.
-    static func lostContents(_ ledger: SimLedger, versionsOf: (ItemID) async throws -> [VersionRecord]) async -> [String] {
+    /// `inTrash` (when known: the simulated server's tables) says whether a deleted item is in
+    /// Recently Deleted: a content whose item is deleted now must still be there (or have been
+    /// purged by a device on purpose).
+    static func lostContents(_ ledger: SimLedger, versionsOf: (ItemID) async throws -> [VersionRecord],
+                             inTrash: ((ItemID) -> Bool)? = nil) async -> [String] {
         var lost: [String] = []
         for (key, content) in ledger.mustSurvive {
+            if ledger.purged.contains(key.item) { continue }
             let hash = ContentHash(digest: SHA256.hash(data: Array(content.utf8)))
             let versions: [VersionRecord]
             do { versions = try await versionsOf(key.item) } catch {
@@ -351,6 +370,10 @@ enum SimChecks {
             }
             let vs = versions.map { v in
                 "v\(v.version) \(v.role) \(v.deviceName) \(v.state.name.value)\(v.state.deleted ? " deleted" : "")"
+            }
+            if let inTrash, versions.first(where: { $0.role == .current })?.state.deleted == true, !inTrash(key.item) {
+                lost.append("\(key.item) (device \(key.device)): \(content.trimmingCharacters(in: .newlines)) — deleted and not in Recently Deleted; versions: \(vs)")
+                continue
             }
             let holding = versions.filter { $0.state.chunks.contains { $0.hash == hash } }
             guard let first = holding.map(\.version).min() else {

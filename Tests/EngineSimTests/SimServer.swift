@@ -26,6 +26,7 @@ final class SimServer: @unchecked Sendable {
         var historyFloor: [ItemID: Int64] = [:]
         /// Recently Deleted: each deleted item's entry, deletion and bytes (CommitEngine+Trash).
         var trash: [ItemID: (root: ItemID, at: Int64, by: DeviceID, bytes: Int64)] = [:]
+        var purged: Set<ItemID> = []
         var cursor: Int64 = 0
         var journal: [Change] = []
     }
@@ -61,7 +62,11 @@ final class SimServer: @unchecked Sendable {
 
     /// One transaction: the tables are restored when it throws; long polls wake when the
     /// journal grew.
-    private func run(_ device: DeviceRecord, _ body: (inout CommitEngine<Transaction>) throws -> CommitResponse) throws -> CommitResponse {
+    func restoreTrash(_ id: ItemID, to folder: ItemID?, by device: DeviceRecord) throws -> TrashRestoreResponse {
+        try run(device) { try $0.restoreTrash(id, to: folder) }
+    }
+
+    private func run<R>(_ device: DeviceRecord, _ body: (inout CommitEngine<Transaction>) throws -> R) throws -> R {
         let saved = t
         var engine = CommitEngine(tx: Transaction(server: self), device: device, now: now, history: history)
         do {
@@ -241,9 +246,12 @@ final class SimServer: @unchecked Sendable {
                 server.t.items[id] = nil
                 server.t.versions[id] = nil
                 server.t.trash[id] = nil
+                server.t.purged.insert(id)
             }
             return hashes
         }
+
+        func wasPurged(_ id: ItemID) throws -> Bool { server.t.purged.contains(id) }
 
         // The simulated account has no quota: its metadata is not counted.
         var metadataAdded: Int64 { 0 }
@@ -393,6 +401,10 @@ final class SimLink: RemoteAPI, @unchecked Sendable {
                                    expires: Int64.max, items: e.row.items, bytes: e.row.bytes)
             return TrashItemsResponse(entry: entry, items: e.items.map(\.record), next: nil)
         }
+    }
+
+    func restoreTrash(_ container: String, _ id: ItemID, to folder: ItemID?) async throws -> TrashRestoreResponse {
+        try await call { try server.restoreTrash(id, to: folder, by: device) }
     }
 
     func purgeTrash(_ container: String, _ id: ItemID?) async throws -> TrashPurgeResponse {

@@ -154,7 +154,8 @@ final class SimWorld: @unchecked Sendable {
             }
             let opsDone = clock.time
             if let why = await settle(within: .seconds(600)) { throw SimFailure("the devices did not agree: \(why)") }
-            let lost = await SimChecks.lostContents(ledger) { [server] in server.versions($0) }
+            let lost = await SimChecks.lostContents(ledger, versionsOf: { [server] in server.versions($0) },
+                                                    inTrash: { [server] in server.t.trash[$0] != nil && server.t.items[$0]?.state.deleted == true })
             if !lost.isEmpty { throw SimFailure("lost \(lost.count) of \(ledger.last.count) contents:\n" + lost.joined(separator: "\n")) }
             let tree = await devices[0].tree() ?? [:]
             trace.append("tree: " + SimChecks.show(tree))
