@@ -120,4 +120,40 @@ struct TrashMountTests {
             _ = try await w.admin("check", [])
         }
     }
+
+    /// Three devices race on one entry: A restores it, B restores it too and purges it, while C,
+    /// offline with an edit inside it, comes back. Whatever order the server takes them in, the
+    /// devices end with one tree and C's edit is in it.
+    @Test func aRestoreRacingAnEditASecondRestoreAndAPurgeEndsOneWayAndLosesNothing() async throws {
+        try await SyncWorld.run("trash-race") { w in
+            let a = try await w.mount("a"), b = try await w.mount("b"), c = try await w.mount("c")
+            try sh("mkdir \(q(a))/dir && printf v1 > \(q(a))/dir/f.txt && printf other > \(q(a))/dir/g.txt")
+            for mp in [b, c] { try await eventually("the tree on \(mp)", "test \"$(cat \(q(mp))/dir/f.txt)\" = v1 && test -f \(q(mp))/dir/g.txt") }
+            try sh("\(q(Self.nimbus)) pause \(q(c))")
+            try sh("rm -r \(q(a))/dir")
+            try await eventually("the entry, seen from B", "cd \(q(b)) && \(q(Self.nimbus)) trash list | grep -q '/dir/$'")
+            try sh("printf 'edit on c' > \(q(c))/dir/f.txt")
+            // All at once.
+            let race = "( cd \(q(a)) && \(q(Self.nimbus)) trash restore dir ) > \(q(w.base))/ra 2>&1 & "
+                + "( cd \(q(b)) && \(q(Self.nimbus)) trash restore dir ) > \(q(w.base))/rb 2>&1 & "
+                + "( cd \(q(b)) && \(q(Self.nimbus)) trash purge dir ) > \(q(w.base))/pb 2>&1 & "
+                + "\(q(Self.nimbus)) resume \(q(c)) & wait"
+            _ = shStatus(race)
+            let outcomes = ["ra", "rb", "pb"].map { (try? String(contentsOfFile: w.base + "/" + $0, encoding: .utf8)) ?? "" }
+            print("trash race: \(outcomes.map { $0.trimmingCharacters(in: .whitespacesAndNewlines) })")
+            // Each either did it or said clearly why not.
+            for o in outcomes { #expect(o.contains("restored") || o.contains("purged") || o.contains("nothing in Recently Deleted"), "\(o)") }
+            let snapshot = "cd %@ && find . -path ./.nimbus -prune -o -type f -print0 | sort -z | xargs -0 -r sh -c 'for f; do printf \"%%s=%%s\\n\" \"$f\" \"$(cat \"$f\")\"; done' _"
+            func tree(_ mp: String) -> String { shStatus(String(format: snapshot, q(mp))).1 }
+            try await eventually("C's edit is up", seconds: 30, "grep -q '^upload-queue: 0$' \(q(c))/.nimbus/status")
+            let deadline = Date().addingTimeInterval(30)
+            while Date() < deadline, !(tree(a) == tree(b) && tree(b) == tree(c) && tree(a).contains("edit on c")) {
+                try await Task.sleep(for: .milliseconds(200))
+            }
+            let (ta, tb, tc) = (tree(a), tree(b), tree(c))
+            #expect(ta == tb && tb == tc, "one outcome everywhere:\na: \(ta)\nb: \(tb)\nc: \(tc)")
+            #expect(ta.contains("=edit on c"), "C's edit survives: \(ta)")
+            _ = try await w.admin("check", [])
+        }
+    }
 }
