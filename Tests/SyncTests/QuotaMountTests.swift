@@ -19,8 +19,9 @@ struct QuotaMountTests {
             let fields = set.split(separator: "\t").map(String.init)
             let usedNow = fields.first { $0.hasPrefix("used ") }.flatMap { Int64($0.dropFirst(5).split(separator: " ")[0]) } ?? -1
             let metadata = fields.first { $0.hasPrefix("metadata ") }.flatMap { Int64($0.dropFirst(9).trimmingCharacters(in: .whitespacesAndNewlines)) } ?? -1
-            #expect(fields.count == 6 && fields[0] == "alice" && fields[2] == "quota 102400 (100.0 KiB)" && fields[3] == "free \(102_400 - usedNow)"
-                    && fields[4] == "chunks 1" && usedNow == 5 + metadata && metadata > 0, "set-quota prints the usage, 5 bytes of content and the metadata: \(set)")
+            #expect(fields.count == 7 && fields[0] == "alice" && fields[2] == "quota 102400 (100.0 KiB)" && fields[3] == "free \(102_400 - usedNow)"
+                    && fields[4] == "chunks 1" && usedNow == 5 + metadata && metadata > 0 && fields[6] == "trash 0 (0 B)\n",
+                    "set-quota prints the usage, 5 bytes of content, the metadata and Recently Deleted's bytes: \(set)")
 
             // 3 MiB of random bytes: over the quota whatever the chunk boundaries.
             let source = w.base + "/big.src"
