@@ -85,14 +85,7 @@ public struct ChunkCollector: Sendable {
             let leftovers = try await store.chunkDeletions()
             try await delete(leftovers.map { ($0, nil) }, into: &report)
             let mark = try await store.markChunks(staleAt: cutoff)
-            let candidates = mark.candidates.keys.sorted()
-            for start in stride(from: 0, to: candidates.count, by: batch) {
-                try Task.checkCancellation()
-                let part = Array(candidates[start..<min(start + batch, candidates.count)])
-                let sweep = try await store.sweepChunks(part, mark: mark, staleAt: cutoff, now: now)
-                report.released += sweep.released
-                try await delete(sweep.doomed, into: &report)
-            }
+            try await sweep(mark.candidates.keys.sorted(), mark: mark, staleAt: cutoff, now: now, into: &report)
             return report
         }
         return report ?? CollectionReport(skipped: true)
@@ -108,16 +101,23 @@ public struct ChunkCollector: Sendable {
         let report = try await store.withCollectorLock { () async throws -> CollectionReport in
             var report = CollectionReport()
             let mark = try await store.markChunks(staleAt: now)
-            let candidates = mark.candidates.keys.filter(hashes.contains).sorted()
-            for start in stride(from: 0, to: candidates.count, by: batch) {
-                let part = Array(candidates[start..<min(start + batch, candidates.count)])
-                let sweep = try await store.sweepChunks(part, mark: mark, staleAt: now, now: now)
-                report.released += sweep.released
-                try await delete(sweep.doomed, into: &report)
-            }
+            try await sweep(mark.candidates.keys.filter(hashes.contains).sorted(), mark: mark, staleAt: now, now: now, into: &report)
             return report
         }
         return report ?? CollectionReport(skipped: true)
+    }
+
+    /// Sweeps `candidates` of `mark` in transactions of `batch`, deleting the bytes of what each
+    /// dooms.
+    private func sweep(_ candidates: [ContentHash], mark: ChunkMark, staleAt cutoff: Int64, now: Int64,
+                       into report: inout CollectionReport) async throws {
+        for start in stride(from: 0, to: candidates.count, by: batch) {
+            try Task.checkCancellation()
+            let part = Array(candidates[start..<min(start + batch, candidates.count)])
+            let sweep = try await store.sweepChunks(part, mark: mark, staleAt: cutoff, now: now)
+            report.released += sweep.released
+            try await delete(sweep.doomed, into: &report)
+        }
     }
 
     /// Deletes the bytes of doomed chunks, then forgets their deletions.

@@ -527,12 +527,7 @@ public final class PostgresStore: ServerStore {
                 return (ContainerRecord(id: cid, accountID: account, name: name), item)
             }
             if due.isEmpty { return total }
-            for (container, ids) in Dictionary(grouping: due, by: \.0).sorted(by: { $0.key.id < $1.key.id }) {
-                let r = try await purgeTrash(ids.map(\.1), in: container)
-                total.entries += r.entries
-                total.items += r.items
-                total.bytes += r.bytes
-            }
+            try await purgeDue(due, into: &total)
         }
     }
 

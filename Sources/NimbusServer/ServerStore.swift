@@ -253,3 +253,16 @@ extension ServerStore {
         return all
     }
 }
+
+extension ServerStore {
+    /// Purges `due` (entries by container, as `expireTrash` found them), adding what went to
+    /// `total`.
+    func purgeDue(_ due: [(ContainerRecord, ItemID)], into total: inout TrashPurgeResponse) async throws {
+        for (container, ids) in Dictionary(grouping: due, by: \.0).sorted(by: { $0.key.id < $1.key.id }) {
+            let r = try await purgeTrash(ids.map(\.1), in: container)
+            total.entries += r.entries
+            total.items += r.items
+            total.bytes += r.bytes
+        }
+    }
+}
