@@ -76,6 +76,10 @@ public enum Mutation: String, CaseIterable, Sendable {
     /// instead of going to the top of the container (the server's `CommitEngine.place`).
     case changeInPurgedFolderRefused = "change-in-purged-folder-refused"
 
+    /// An item the server no longer has (purged from Recently Deleted) stays here: a relist or a
+    /// retry of a kept folder's delete waits for a state of it that never comes.
+    case purgedItemStays = "purged-item-stays"
+
     /// This mutation is the one the run breaks.
     public var isOn: Bool {
         #if DEBUG

@@ -44,4 +44,27 @@ public struct SkippedRetry: Sendable, Equatable {
         if now.version > item.version { overtaking.append(now) }
         items.append(now.version >= item.version ? now : item)
     }
+
+    /// A folder delete whose folder the server no longer has (purged from Recently Deleted): its
+    /// delete for good (`PurgedItem.deleted`) is tried.
+    public mutating func addGone(_ item: ServerItem, cursor: Int64) {
+        guard let gone = PurgedItem.deleted(item, cursor: cursor) else { return }
+        items.append(gone)
+    }
+}
+
+/// An item the server answers it has no more (`item_not_found`: purged from Recently Deleted,
+/// docs/trash.md) while this device still shows it: it is deleted for good. Its state is made
+/// from what is known of it, deleted, at the container's `cursor` (or just past the version
+/// known), so it is newer than any state of it shown here; a state the server makes of that id
+/// later (a device's edit brings it back) is newer still. Waiting for a state that never comes
+/// would keep it here for good (`Mutation.purgedItemStays`).
+public enum PurgedItem {
+    public static func deleted(_ known: ServerItem, cursor: Int64) -> ServerItem? {
+        if Mutation.purgedItemStays.isOn { return nil }
+        var gone = known
+        gone.deleted = true
+        gone.version = max(known.version + 1, cursor)
+        return gone
+    }
 }

@@ -32,7 +32,7 @@ extension SyncEngine {
     /// Lists the whole container again and shows what is missing here (items already current
     /// are skipped by `apply`). The cursor is left alone: the journal still covers what follows.
     func relist() async throws {
-        let (all, _) = try await listAll()
+        let (all, cursor) = try await listAll()
         // A listing holds live items only: an item shown here from the server (it has a base)
         // that the listing lacks was deleted there. Its delete was not shown here (a folder kept
         // for local work, a state held while its upload was on its way) and the journal is past
@@ -49,8 +49,17 @@ extension SyncEngine {
         }
         var gone: [ServerItem] = []
         for id in missing {
-            guard let now = try? await client.item(container, id), now.deleted else { continue }
-            gone.append(now)
+            do {
+                let now = try await client.item(container, id)
+                if now.deleted { gone.append(now) }
+            } catch let e as RemoteError where e.code == .itemNotFound {
+                // Purged from Recently Deleted: deleted for good.
+                if let known = state.withLock({ $0.base(id)?.record }), let purged = PurgedItem.deleted(known, cursor: cursor) {
+                    gone.append(purged)
+                }
+            } catch {
+                continue
+            }
         }
         if !gone.isEmpty { try await loop.turn(.listed(gone.count)) { try apply(gone) } }
         log("listed the container again (\(all.count) items\(gone.isEmpty ? "" : ", \(gone.count) deleted there")): states not shown here before are shown now where they fit")
@@ -192,7 +201,13 @@ extension SyncEngine {
         var out = SkippedRetry()
         for item in skipped {
             guard SkippedRetry.asksServer(item) else { out.add(item); continue }
-            out.add(item, current: try? await client.item(container, item.id))
+            do {
+                out.add(item, current: try await client.item(container, item.id))
+            } catch let e as RemoteError where e.code == .itemNotFound {
+                out.addGone(item, cursor: state.withLock { $0.pull.cursor })
+            } catch {
+                out.add(item, current: nil)
+            }
         }
         return out
     }

@@ -121,10 +121,12 @@ import Testing
         #expect(r.failure == nil, "simulation seed \(seed)\(apart ? " (content apart)" : ""): \(r.failure ?? "")")
     }
 
-    /// Seeds of the run with purges (NIMBUS_SIM_PURGES=1) that found a stuck queue: 5 and 8, a
-    /// delete of an item purged meanwhile retried for ever (`DeleteAnswer.gone`); 47, a change
-    /// inside a folder purged meanwhile refused for ever (the server's `CommitEngine.place`).
-    @Test(arguments: [UInt64(5), 8, 47])
+    /// Seeds of the run with purges (NIMBUS_SIM_PURGES=1) that found a stuck queue or a device
+    /// that kept what the others had not: 5 and 8, a delete of an item purged meanwhile retried
+    /// for ever (`DeleteAnswer.gone`); 47, a change inside a folder purged meanwhile refused for
+    /// ever (the server's `CommitEngine.place`); 59, 61, 67, a folder kept here over a delete,
+    /// then purged elsewhere, kept for good (`PurgedItem.deleted`).
+    @Test(arguments: [UInt64(5), 8, 47, 59, 61, 67])
     func purgeSeedsThatFoundBugs(_ seed: UInt64) async throws {
         let r = await SimWorld.run(SimPlan(seed: seed, rounds: Self.rounds, trash: true, purges: true))
         #expect(r.failure == nil, "simulation seed \(seed) (restores and purges): \(r.failure ?? "")")

@@ -17,6 +17,20 @@ import Testing
         #expect(ArrivingChange.of(ApplyPlanTests.server(6, kind: .folder, deleted: true), over: old) == nil, "not a file")
     }
 
+    /// Purged from Recently Deleted: an item the server has no more is deleted here for good, at
+    /// a version past what is shown; a delete of it is done (docs/trash.md).
+    @Test func anItemTheServerPurgedIsDeletedForGood() {
+        let shown = ApplyPlanTests.server(7, kind: .folder)
+        let gone = PurgedItem.deleted(shown, cursor: 40)
+        #expect(gone?.deleted == true && gone?.version == 40 && gone?.id == shown.id)
+        #expect(PurgedItem.deleted(shown, cursor: 3)?.version == 8, "past the version known when the cursor is older")
+        var r = SkippedRetry()
+        r.addGone(ApplyPlanTests.server(7, kind: .folder, deleted: true), cursor: 50)
+        #expect(r.items.map(\.version) == [50] && r.items.allSatisfy(\.deleted))
+        #expect(DeleteAnswer.gone(code: .itemNotFound) == [.saveBase(nil)])
+        #expect(DeleteAnswer.gone(code: .unavailable) == nil && DeleteAnswer.gone(code: nil) == nil)
+    }
+
     @Test func aSkippedFolderDeleteIsTriedWithTheFoldersCurrentState() {
         let delete = ApplyPlanTests.server(7, kind: .folder, deleted: true)
         #expect(SkippedRetry.asksServer(delete) && !SkippedRetry.asksServer(ApplyPlanTests.server(7, kind: .folder))
