@@ -117,7 +117,6 @@ final class TrashFS: Sendable {
                 out.append((name, .entry(e.id)))
             }
         }
-        // A folder and an entry may share a name only if the entry's has a time in it: it has.
         return out
     }
 

@@ -58,7 +58,7 @@ struct Trash: AsyncParsableCommand {
         }
         let name = abs.lastPathComponent
         if abs.path == realRoot || abs.path == root { return "/" }
-        return (rel.isEmpty ? "" : rel) + "/" + name
+        return rel + "/" + name
     }
 
     /// The entry `arg` names: an item id, or the path it had (the newest deletion of that path).
