@@ -80,6 +80,10 @@ public enum Mutation: String, CaseIterable, Sendable {
     /// retry of a kept folder's delete waits for a state of it that never comes.
     case purgedItemStays = "purged-item-stays"
 
+    /// An item the server answered it has no more is deleted here although a newer state of it
+    /// was shown meanwhile (this device's own commit brought it back after the answer).
+    case purgeOverNewerState = "purge-over-newer-state"
+
     /// This mutation is the one the run breaks.
     public var isOn: Bool {
         #if DEBUG

@@ -39,10 +39,28 @@ public struct TrashResponse: Hashable, Sendable, Codable {
     public var next: String?
     /// How long the server keeps a deleted item (seconds).
     public var keepSeconds: Int64
-    public init(entries: [TrashEntry], next: String?, keepSeconds: Int64) {
+    /// The whole of the container's Recently Deleted; on the first page only.
+    public var total: TrashTotals?
+    public init(entries: [TrashEntry], next: String?, keepSeconds: Int64, total: TrashTotals? = nil) {
         self.entries = entries
         self.next = next
         self.keepSeconds = keepSeconds
+        self.total = total
+    }
+}
+
+/// What a container's Recently Deleted holds.
+public struct TrashTotals: Hashable, Sendable, Codable {
+    /// Entries (items deleted on their own).
+    public var entries: Int
+    /// Items in them (a folder's deleted descendants included).
+    public var items: Int
+    /// The sizes of their files, added up.
+    public var bytes: Int64
+    public init(entries: Int, items: Int, bytes: Int64) {
+        self.entries = entries
+        self.items = items
+        self.bytes = bytes
     }
 }
 

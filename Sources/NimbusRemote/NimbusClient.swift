@@ -149,10 +149,12 @@ public struct NimbusClient: Sendable {
         var after: String?
         var keep: Int64 = 0
         var pages = 0
+        var total: TrashTotals?
         repeat {
             let page = try await trashPage(container, after: after)
             all += page.entries
             keep = page.keepSeconds
+            if pages == 0 { total = page.total }
             pages += 1
             // A server that repeats itself would loop for ever.
             guard page.next == nil || page.next != after, pages < 100_000 else {
@@ -160,7 +162,12 @@ public struct NimbusClient: Sendable {
             }
             after = page.next
         } while after != nil
-        return TrashResponse(entries: all, next: nil, keepSeconds: keep)
+        return TrashResponse(entries: all, next: nil, keepSeconds: keep, total: total)
+    }
+
+    /// What the container's Recently Deleted holds (nil: a server that does not say).
+    public func trashTotals(_ container: String) async throws -> TrashTotals? {
+        try await trashPage(container, limit: 1).total
     }
 
     public func trashPage(_ container: String, after: String? = nil, limit: Int = 500) async throws -> TrashResponse {

@@ -494,6 +494,10 @@ public final class PostgresStore: ServerStore {
         }
     }
 
+    public func trashTotals(in container: ContainerRecord) async throws -> TrashTotals {
+        try await lockedTransaction(container) { tx in (try tx.trashTotals(), nil) }
+    }
+
     public func trashEntry(_ id: ItemID, in container: ContainerRecord) async throws -> TrashListed? {
         try await lockedTransaction(container) { tx in
             (try TrashStore(tx: tx).entry(id).map { TrashListed(row: $0.row, path: $0.path, items: $0.items) }, nil)

@@ -747,6 +747,15 @@ struct PostgresTransaction: StoreTransaction {
             """).first
     }
 
+    func trashTotals() throws -> TrashTotals {
+        guard let row = try rows("""
+            SELECT count(*) FILTER (WHERE id = trash_root), count(*), coalesce(sum(trash_bytes), 0)::bigint
+            FROM items WHERE container_id = \(cid) AND trash_root IS NOT NULL AND deleted
+            """).first else { return TrashTotals(entries: 0, items: 0, bytes: 0) }
+        let (entries, items, bytes) = try row.decode((Int64, Int64, Int64).self)
+        return TrashTotals(entries: Int(entries), items: Int(items), bytes: bytes)
+    }
+
     func purgeItems(_ ids: [ItemID]) throws -> Set<ContentHash> {
         guard !ids.isEmpty else { return [] }
         for id in ids { known.items[id] = .some(nil); known.currentSeqs[id] = .some(nil); known.earlier[id] = nil }

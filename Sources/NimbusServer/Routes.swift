@@ -141,7 +141,8 @@ struct Routes: Sendable {
             let rows = try await self.store.trash(in: c, after: after, limit: limit + 1)
             let page = rows.prefix(limit)
             let next = rows.count > limit ? page.last.map { TrashCursor(deletedAt: $0.row.deletedAt, id: $0.row.item.id).text } : nil
-            return JSONResponse.make(TrashResponse(entries: page.map(self.entry), next: next, keepSeconds: self.trashKeepSeconds))
+            let total = after == nil ? try await self.store.trashTotals(in: c) : nil
+            return JSONResponse.make(TrashResponse(entries: page.map(self.entry), next: next, keepSeconds: self.trashKeepSeconds, total: total))
         }
         v1.get("containers/:container/trash/:item/items") { req, ctx in
             let c = try await self.container(ctx)

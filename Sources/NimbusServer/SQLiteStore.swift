@@ -362,6 +362,10 @@ public final class SQLiteStore: ServerStore {
         }
     }
 
+    public func trashTotals(in container: ContainerRecord) async throws -> TrashTotals {
+        try await pool.read { db in try SQLiteTransaction(db: db, container: container).trashTotals() }
+    }
+
     public func trashEntry(_ id: ItemID, in container: ContainerRecord) async throws -> TrashListed? {
         try await pool.read { db in
             try TrashStore(tx: SQLiteTransaction(db: db, container: container)).entry(id).map { TrashListed(row: $0.row, path: $0.path, items: $0.items) }

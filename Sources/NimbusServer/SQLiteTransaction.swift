@@ -232,6 +232,15 @@ struct SQLiteTransaction: StoreTransaction {
                          arguments: [container.id, id.description]).map(trashRow)
     }
 
+    func trashTotals() throws -> TrashTotals {
+        let row = try Row.fetchOne(cached("""
+            SELECT coalesce(sum(CASE WHEN id = trash_root THEN 1 ELSE 0 END), 0) AS entries, count(*) AS items,
+                coalesce(sum(trash_bytes), 0) AS bytes
+            FROM items WHERE container_id = ? AND trash_root IS NOT NULL AND deleted = 1
+            """), arguments: [container.id])
+        return TrashTotals(entries: row?["entries"] ?? 0, items: row?["items"] ?? 0, bytes: row?["bytes"] ?? 0)
+    }
+
     func purgeItems(_ ids: [ItemID]) throws -> Set<ContentHash> {
         var hashes = Set<ContentHash>()
         for start in stride(from: 0, to: ids.count, by: 500) {

@@ -51,6 +51,8 @@ public protocol ServerStore: Sendable {
 
     /// Entries newest first, after `after`, at most `limit`, each with where it was.
     func trash(in container: ContainerRecord, after: TrashCursor?, limit: Int) async throws -> [TrashListed]
+    /// What the container's Recently Deleted holds.
+    func trashTotals(in container: ContainerRecord) async throws -> TrashTotals
     /// Entry `id` with its items (nil when `id` is not an entry).
     func trashEntry(_ id: ItemID, in container: ContainerRecord) async throws -> TrashListed?
     /// Brings entry `id` back (`not_in_trash` when it is not one), into `folder` or where it was:

@@ -85,6 +85,8 @@ protocol StoreTransaction {
     func trashEntries(after: TrashCursor?, limit: Int) throws -> [TrashRow]
     /// Entry `id`, when it is one.
     func trashEntry(_ id: ItemID) throws -> TrashRow?
+    /// What the container's Recently Deleted holds.
+    func trashTotals() throws -> TrashTotals
     /// Deletes these items and every version row of theirs (the journal keeps what it said),
     /// remembering their ids (`wasPurged`); returns the chunks those rows referred to.
     func purgeItems(_ ids: [ItemID]) throws -> Set<ContentHash>

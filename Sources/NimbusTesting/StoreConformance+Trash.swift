@@ -43,6 +43,8 @@ extension StoreConformance {
         try check(listed[0].row.items == 4 && listed[0].row.bytes == 40 && listed[0].path == "/dir", "dir holds 4 items, 40 bytes, got \(listed[0].row)")
         try check(listed[0].row.deletedAt == t1 && listed[0].row.deletedBy == f.b.id, "when and by whom, got \(listed[0].row)")
         try check(listed[1].path == "/dir/old.txt" && listed[1].row.items == 1 && listed[1].row.bytes == 30, "old.txt on its own, got \(listed[1])")
+        let totals = try await f.store.trashTotals(in: f.container)
+        try check(totals == TrashTotals(entries: 2, items: 5, bytes: 70), "totals: 2 entries of 5 items, 70 bytes, got \(totals)")
         guard let entry = try await f.store.trashEntry(dir, in: f.container) else { throw ConformanceFailure("dir is an entry") }
         try check(Set(entry.items?.map(\.id) ?? []) == [dir, sub, a, b], "the entry's items, got \(entry.items?.map(\.state.location.name) ?? [])")
         try check(try await f.store.trashEntry(a, in: f.container) == nil, "a.txt went with dir: not an entry of its own")
@@ -66,6 +68,8 @@ extension StoreConformance {
         try check(try await f.allChanges().suffix(4).allSatisfy { $0.kind == .restore }, "every restored item is a journal restore")
         listed = try await f.store.trash(in: f.container, after: nil, limit: 10)
         try check(listed.map(\.row.item.id) == [old], "only old.txt is left, got \(listed.map(\.path))")
+        let left = try await f.store.trashTotals(in: f.container)
+        try check(left == TrashTotals(entries: 1, items: 1, bytes: 30), "totals after the restore, got \(left)")
 
         // Not an entry: a live item, an unknown one.
         for id in [dir, ItemID(UUID())] {

@@ -29,7 +29,7 @@ public struct SkippedRetry: Sendable, Equatable {
 
     public init() {}
 
-    public var isEmpty: Bool { items.isEmpty }
+    public var isEmpty: Bool { items.isEmpty && purged.isEmpty }
 
     /// The server is asked for the item's current state before it is tried again.
     public static func asksServer(_ item: ServerItem) -> Bool { item.deleted && item.kind == .folder }
@@ -45,11 +45,28 @@ public struct SkippedRetry: Sendable, Equatable {
         items.append(now.version >= item.version ? now : item)
     }
 
-    /// A folder delete whose folder the server no longer has (purged from Recently Deleted): its
-    /// delete for good (`PurgedItem.deleted`) is tried.
-    public mutating func addGone(_ item: ServerItem, cursor: Int64) {
-        guard let gone = PurgedItem.deleted(item, cursor: cursor) else { return }
-        items.append(gone)
+    /// A folder delete whose folder the server no longer has (purged from Recently Deleted):
+    /// its delete for good is tried, made in the turn that shows it (`purgedDeletes`) from the
+    /// state shown then. `asked` is the version shown here when the server was asked.
+    public mutating func addGone(_ item: ServerItem, asked: Int64?) {
+        purged.append(Purged(item: item, asked: asked))
+    }
+
+    /// Folders the server answered it has no more, with the version shown here when it was asked.
+    public private(set) var purged: [Purged] = []
+
+    public struct Purged: Sendable, Equatable {
+        public var item: ServerItem
+        public var asked: Int64?
+    }
+
+    /// The deletes for good of `purged` (`PurgedItem.deleted`), from what is shown here now
+    /// (`shown`: the state of an id shown here, nil for none).
+    public func purgedDeletes(shown: (ItemID) -> ServerItem?, cursor: Int64) -> [ServerItem] {
+        purged.compactMap { p in
+            let now = shown(p.item.id)
+            return PurgedItem.deleted(now ?? p.item, asked: now == nil ? p.item.version : p.asked, cursor: cursor)
+        }
     }
 }
 
@@ -59,9 +76,15 @@ public struct SkippedRetry: Sendable, Equatable {
 /// known), so it is newer than any state of it shown here; a state the server makes of that id
 /// later (a device's edit brings it back) is newer still. Waiting for a state that never comes
 /// would keep it here for good (`Mutation.purgedItemStays`).
+///
+/// `asked` is the version shown here when the server was asked. When a newer state was shown
+/// meanwhile, the answer is older than it (this device's own commit brought the item back on the
+/// server after the server answered), and nothing is made: the made delete would be newer than
+/// the server's live item and remove it here alone (`Mutation.purgeOverNewerState`).
 public enum PurgedItem {
-    public static func deleted(_ known: ServerItem, cursor: Int64) -> ServerItem? {
+    public static func deleted(_ known: ServerItem, asked: Int64?, cursor: Int64) -> ServerItem? {
         if Mutation.purgedItemStays.isOn { return nil }
+        guard known.version == asked || Mutation.purgeOverNewerState.isOn else { return nil }
         var gone = known
         gone.deleted = true
         gone.version = max(known.version + 1, cursor)

@@ -23,6 +23,8 @@ public protocol RemoteAPI: Sendable {
     func streamChunk(_ hash: ContentHash, _ part: (UnsafeRawBufferPointer) throws -> Void) async throws -> Int64
     /// Recently Deleted (docs/trash.md): every entry, newest first.
     func trash(_ container: String) async throws -> TrashResponse
+    /// What the container's Recently Deleted holds (nil: the server does not say).
+    func trashTotals(_ container: String) async throws -> TrashTotals?
     /// Entry `id` and its items.
     func trashItems(_ container: String, _ id: ItemID) async throws -> TrashItemsResponse
     /// Brings entry `id` back (into `folder`, or where it was).

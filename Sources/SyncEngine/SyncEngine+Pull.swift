@@ -39,29 +39,37 @@ extension SyncEngine {
         // it, so this is the only way it still comes: ask for its state and apply it
         // (EngineSimTests: a folder deleted elsewhere goes on a device that restarted meanwhile).
         let listed = Set(all.map(\.id))
-        let missing: [ItemID] = try await loop.turn(.listed(all.count)) {
+        let missing: [(id: ItemID, version: Int64)] = try await loop.turn(.listed(all.count)) {
             // Whatever is still skipped after this is recorded again by `apply`.
             state.withLock { $0.pull.minSkipped = nil }
             try apply(all)
             return state.withLock { s in
-                s.items.bases.compactMap { id, b in !b.record.deleted && id != .root && !listed.contains(id) ? id : nil }.sorted()
+                s.items.bases.compactMap { id, b in !b.record.deleted && id != .root && !listed.contains(id) ? (id, b.version) : nil }
+                    .sorted { $0.id < $1.id }
             }
         }
         var gone: [ServerItem] = []
-        for id in missing {
+        var purged: [(id: ItemID, asked: Int64)] = []
+        for (id, version) in missing {
             do {
                 let now = try await client.item(container, id)
                 if now.deleted { gone.append(now) }
             } catch let e as RemoteError where e.code == .itemNotFound {
-                // Purged from Recently Deleted: deleted for good.
-                if let known = state.withLock({ $0.base(id)?.record }), let purged = PurgedItem.deleted(known, cursor: cursor) {
-                    gone.append(purged)
-                }
+                purged.append((id, version))  // purged from Recently Deleted: deleted for good
             } catch {
                 continue
             }
         }
-        if !gone.isEmpty { try await loop.turn(.listed(gone.count)) { try apply(gone) } }
+        if !gone.isEmpty || !purged.isEmpty {
+            try await loop.turn(.listed(gone.count + purged.count)) {
+                // Made from what is shown now: a state shown since the server was asked is newer
+                // than its answer (SyncCore `PurgedItem`).
+                let made = state.withLock { s in
+                    purged.compactMap { p in s.base(p.id).flatMap { PurgedItem.deleted($0.record, asked: p.asked, cursor: cursor) } }
+                }
+                try apply(gone + made)
+            }
+        }
         log("listed the container again (\(all.count) items\(gone.isEmpty ? "" : ", \(gone.count) deleted there")): states not shown here before are shown now where they fit")
     }
 
@@ -147,6 +155,7 @@ extension SyncEngine {
                 }
                 setConnection(.online)
                 backoff.answered()
+                if Self.changesTrash(r.changes) || state.withLock({ $0.trashFigures.at == nil }) { refreshTrashFigures() }
             } catch is CancellationError {
                 return
             } catch {
@@ -201,10 +210,11 @@ extension SyncEngine {
         var out = SkippedRetry()
         for item in skipped {
             guard SkippedRetry.asksServer(item) else { out.add(item); continue }
+            let asked = state.withLock { $0.base(item.id)?.version }
             do {
                 out.add(item, current: try await client.item(container, item.id))
             } catch let e as RemoteError where e.code == .itemNotFound {
-                out.addGone(item, cursor: state.withLock { $0.pull.cursor })
+                out.addGone(item, asked: asked)
             } catch {
                 out.add(item, current: nil)
             }
@@ -222,8 +232,11 @@ extension SyncEngine {
     /// Shows what `current` found (in a turn).
     func applyRetry(_ r: SkippedRetry) throws {
         guard !r.isEmpty else { return }
-        state.withLock { s in for now in r.overtaking { s.items[now.id, default: SyncItem()].remote.skip(now) } }
-        try apply(r.items)
+        let made = state.withLock { s in
+            for now in r.overtaking { s.items[now.id, default: SyncItem()].remote.skip(now) }
+            return r.purgedDeletes(shown: { s.base($0)?.record }, cursor: s.pull.cursor)
+        }
+        try apply(r.items + made)
     }
 
     /// Notes on disk that a remote state was not shown here (skipped, or held for a writer or a

@@ -82,6 +82,7 @@ extension SyncEngine: VersionSource {
     public func trashEntries(done: @escaping @Sendable (Result<[TrashEntryInfo], Errno>) -> Void) {
         serverCall(done: done) {
             let listing = try await self.client.trash(self.container)
+            self.noteTrashListing(listing.entries)
             let names = Dictionary((try? await self.client.devices())?.map { ($0.id, $0.name) } ?? [], uniquingKeysWith: { a, _ in a })
             return listing.entries.map { e in
                 TrashEntryInfo(id: e.item.id, isFolder: e.item.kind == .folder, path: e.path, deletedAt: e.deletedAt,
@@ -114,6 +115,7 @@ extension SyncEngine: VersionSource {
             if case .failure(let e) = r { done(e) } else { done(nil) }
         }) {
             _ = try await self.client.purgeTrash(self.container, root)
+            self.refreshTrashFigures()
         }
     }
 

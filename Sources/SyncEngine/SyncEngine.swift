@@ -165,6 +165,8 @@ public final class SyncEngine: Sendable {
         var running: Task<Void, Never>?
         /// `nimbus pause`: no network until `nimbus resume` (persisted in meta `sync.paused`).
         var paused = false
+        /// What the container's Recently Deleted holds, for `.nimbus/status`.
+        var trashFigures = TrashFigures()
 
         /// The base of an item: the server state shown here (nil: not committed yet).
         func base(_ id: ItemID) -> Base? { items[id]?.base }
@@ -405,7 +407,8 @@ public final class SyncEngine: Sendable {
 
     /// Lines for `.nimbus/status` (SyncStatusSource).
     public func statusLines() -> [(String, String)] {
-        state.withLock { s in
+        trashFiguresRead()
+        return state.withLock { s in
             var lines = [("connection", s.link.state.description), ("server", client.baseURL), ("container", container),
                          ("cursor", "\(s.pull.cursor)"), ("upload-queue", "\(s.push.queue.workCount)"),
                          ("download-queue", "\(s.downloads.fetches.count)"), ("downloads-active", "\(s.downloads.fetches.active)"),
@@ -417,6 +420,7 @@ public final class SyncEngine: Sendable {
                       ("read-timeout", "\(options.hydrationSeconds) s")]
             // Items the server refused for the account's quota (shown only while some wait).
             lines += s.items.quotaLine.map { [("quota", $0)] } ?? []
+            lines += Self.trashLines(s.trashFigures)
             lines.append(("sync-error", s.link.lastError ?? "none"))
             return lines
         }

@@ -125,8 +125,10 @@ import Testing
     /// that kept what the others had not: 5 and 8, a delete of an item purged meanwhile retried
     /// for ever (`DeleteAnswer.gone`); 47, a change inside a folder purged meanwhile refused for
     /// ever (the server's `CommitEngine.place`); 59, 61, 67, a folder kept here over a delete,
-    /// then purged elsewhere, kept for good (`PurgedItem.deleted`).
-    @Test(arguments: [UInt64(5), 8, 47, 59, 61, 67])
+    /// then purged elsewhere, kept for good (`PurgedItem.deleted`); 245, a relist that found an
+    /// item purged deleted it here although this device's commit had brought it back meanwhile
+    /// (`PurgedItem.deleted`'s `asked`).
+    @Test(arguments: [UInt64(5), 8, 47, 59, 61, 67, 245])
     func purgeSeedsThatFoundBugs(_ seed: UInt64) async throws {
         let r = await SimWorld.run(SimPlan(seed: seed, rounds: Self.rounds, trash: true, purges: true))
         #expect(r.failure == nil, "simulation seed \(seed) (restores and purges): \(r.failure ?? "")")

@@ -239,6 +239,12 @@ final class SimServer: @unchecked Sendable {
 
         func trashEntry(_ id: ItemID) throws -> TrashRow? { row(id) }
 
+        func trashTotals() throws -> TrashTotals {
+            let members = server.t.trash.filter { server.t.items[$0.key]?.state.deleted == true }
+            return TrashTotals(entries: members.filter { $0.key == $0.value.root }.count, items: members.count,
+                               bytes: members.values.reduce(0) { $0 + $1.bytes })
+        }
+
         func purgeItems(_ ids: [ItemID]) throws -> Set<ContentHash> {
             var hashes = Set<ContentHash>()
             for id in ids where server.t.items[id]?.state.deleted == true {
@@ -378,6 +384,14 @@ final class SimLink: RemoteAPI, @unchecked Sendable {
             guard ContentHash(digest: SHA256.hash(data: bytes)) == hash else { throw APIError(.badRequest, "chunk bytes do not match \(hash)") }
             server.chunks[hash] = bytes
         }
+    }
+
+    /// Answered without the faults' random draws (no delay, no 503), so that asking for it
+    /// leaves every seed's path as it was; a cut or refused link still fails it.
+    func trashTotals(_ container: String) async throws -> TrashTotals? {
+        if cut { throw RemoteError.transport("simulated: the network is down") }
+        if unauthorized { throw RemoteError.server(status: 401, code: APIErrorCode.unauthorized.rawValue, message: "simulated: unknown or revoked token", missing: nil) }
+        return try SimServer.Transaction(server: server).trashTotals()
     }
 
     // Recently Deleted, from the simulated server's tables (kept 30 days).

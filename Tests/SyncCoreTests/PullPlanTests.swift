@@ -21,12 +21,20 @@ import Testing
     /// a version past what is shown; a delete of it is done (docs/trash.md).
     @Test func anItemTheServerPurgedIsDeletedForGood() {
         let shown = ApplyPlanTests.server(7, kind: .folder)
-        let gone = PurgedItem.deleted(shown, cursor: 40)
+        let gone = PurgedItem.deleted(shown, asked: 7, cursor: 40)
         #expect(gone?.deleted == true && gone?.version == 40 && gone?.id == shown.id)
-        #expect(PurgedItem.deleted(shown, cursor: 3)?.version == 8, "past the version known when the cursor is older")
+        #expect(PurgedItem.deleted(shown, asked: 7, cursor: 3)?.version == 8, "past the version known when the cursor is older")
+        #expect(PurgedItem.deleted(shown, asked: 5, cursor: 40) == nil,
+                "a state shown since the server was asked (this device's commit brought the item back) is newer than the answer")
         var r = SkippedRetry()
-        r.addGone(ApplyPlanTests.server(7, kind: .folder, deleted: true), cursor: 50)
-        #expect(r.items.map(\.version) == [50] && r.items.allSatisfy(\.deleted))
+        r.addGone(ApplyPlanTests.server(7, kind: .folder, deleted: true), asked: 6)
+        #expect(!r.isEmpty && r.items.isEmpty)
+        let folder6 = ApplyPlanTests.server(6, kind: .folder), folder9 = ApplyPlanTests.server(9, kind: .folder)
+        #expect(r.purgedDeletes(shown: { _ in folder6 }, cursor: 50).map(\.version) == [50])
+        let made = r.purgedDeletes(shown: { _ in folder6 }, cursor: 50)
+        #expect(made.allSatisfy(\.deleted) && made.map(\.id) == [folder6.id])
+        #expect(r.purgedDeletes(shown: { _ in nil }, cursor: 50).map(\.version) == [50], "nothing shown: the skipped delete itself")
+        #expect(r.purgedDeletes(shown: { _ in folder9 }, cursor: 50).isEmpty, "shown newer since it was asked")
         #expect(DeleteAnswer.gone(code: .itemNotFound) == [.saveBase(nil)])
         #expect(DeleteAnswer.gone(code: .unavailable) == nil && DeleteAnswer.gone(code: nil) == nil)
     }

@@ -60,6 +60,11 @@ struct TrashMountTests {
             #expect(entries.first?["path"] as? String == "/dir" && entries.first?["items"] as? Int == 11 && entries.first?["deletedBy"] as? String == "a",
                     "\(listed)")
             #expect(entries.first?["id"] as? String == dirID)
+            // .nimbus/status counts it, bytes apart.
+            let bytes = entries.first?["bytes"] as? Int ?? -1
+            #expect(bytes > 60)
+            try await eventually("Recently Deleted in B's status", seconds: 2,
+                                 "grep -qx 'recently-deleted: 1' \(q(b))/.nimbus/status && grep -qx 'recently-deleted-bytes: \(bytes)' \(q(b))/.nimbus/status")
 
             // B made a new dir meanwhile: the restore goes to "dir 2" and keeps both.
             try sh("mkdir \(q(b))/dir && printf new > \(q(b))/dir/new.txt")
@@ -76,12 +81,16 @@ struct TrashMountTests {
             #expect(versions.contains("conflict!") && versions.contains("current"), "the conflict version is still there: \(versions)")
             try await eventually("the conflict shows on A", "test \"$(getfattr --absolute-names --only-values -n user.nimbus.conflicts \(q(a))/'dir 2'/f0.txt)\" = 1")
             #expect(try sh("cd \(q(a)) && \(q(Self.nimbus)) trash list") == "Recently Deleted is empty\n")
+            try await eventually("the restore in A's status", seconds: 2, "grep -qx 'recently-deleted: 0' \(q(a))/.nimbus/status")
 
             // A purge is for good; naming something not there is a clear error.
             try sh("rm \(q(a))/'dir 2'/f5.txt")
             try await eventually("f5 listed", "cd \(q(b)) && \(q(Self.nimbus)) trash list | grep -q '/dir 2/f5.txt'")
             let purged = try sh("cd \(q(b)) && \(q(Self.nimbus)) trash purge 'dir 2/f5.txt'")
             #expect(purged.contains("purged /dir 2/f5.txt: 1 entry, 1 item"), "\(purged)")
+            // A purge leaves no journal entry: a status read asks again when its figure is 10 s old.
+            try await eventually("the purge in A's status", seconds: 15,
+                                 "grep -qx 'recently-deleted: 0' \(q(a))/.nimbus/status && grep -qx 'recently-deleted-bytes: 0' \(q(a))/.nimbus/status")
             let missing = shStatus("cd \(q(b)) && \(q(Self.nimbus)) trash restore 'dir 2/f5.txt'")
             #expect(missing.0 == 2 && missing.1.contains("nothing in Recently Deleted was at /dir 2/f5.txt"), "\(missing)")
             // rm in .nimbus/trash/ purges too.
