@@ -159,12 +159,14 @@ extension ContainerFS {
     /// Drops the cached bytes of a file that nobody has open and that has no unsaved writes:
     /// `decide` (called with the lock held, so no open can race) says whether the engine lets it
     /// go and marks it not present; then the cache file becomes holes of the same size. Throws
-    /// EBUSY when the file is open or mid-save, or `decide` refuses. The kernel's pages go too.
+    /// EBUSY when the file is open or mid-save, when a change of it has not reached the engine
+    /// yet (`noticesPending`: its bytes are unsynced although no queue holds it, as after a save
+    /// renamed over it), or `decide` refuses. The kernel's pages go too.
     public func evictContent(_ item: ItemID, decide: () -> Bool) throws(Errno) {
         let node = try lock.withLock { () throws(Errno) -> NodeID in
             guard let node = t.byID[item], let n = t.nodes[node], n.linked else { throw .ENOENT }
             guard n.rec.kind == .file else { throw .EISDIR }
-            guard n.openHandles == 0, !n.metaDirty, decide() else { throw .EBUSY }
+            guard n.openHandles == 0, !n.metaDirty, n.noticesPending == 0 || Mutation.evictUnnoticedChange.isOn, decide() else { throw .EBUSY }
             let fd = store.cache.open(item, create: false)
             if fd >= 0 {
                 // Punching keeps the size; a file system without hole punching gets truncated

@@ -322,7 +322,7 @@ extension ContainerFS {
         p.children[s.name] = node
         if s.kind == .folder { p.subdirs += 1 }
         store.enqueue(.upsert(rec))
-        events.append(.created, origin: .remote, path: pathLocked(n), detail: "v\(s.version)")
+        events.append(s.restored ? .restored : .created, origin: .remote, path: pathLocked(n), detail: "v\(s.version)")
         actions.append(.entry(parent: p.node, name: s.name))
         actions.append(.node(p.node))
         return .done

@@ -25,6 +25,8 @@ public enum EventKind: String, Sendable, CaseIterable {
     case conflict
     /// A new version from another device.
     case version
+    /// An item brought back from Recently Deleted (docs/trash.md).
+    case restored
 }
 
 /// Who made an event happen (its fourth field): a program here, another device, the sync engine.

@@ -23,6 +23,9 @@ public struct RemoteState: Sendable {
     public var oldPresent: (@Sendable (Range<Int64>) -> Bool)?
     /// The server version (for the event line).
     public var version: Int64 = 0
+    /// The state is a restore from Recently Deleted (the journal's `restore`): a new item's
+    /// event line says `restored` rather than `created`.
+    public var restored = false
     /// With `resetContent`: the file's write generation (`WriteState.generation`) when the
     /// engine decided to replace it; a write or truncate since then keeps the file (skipped).
     public var unlessWrittenSince: UInt64?

@@ -80,6 +80,18 @@ public enum Mutation: String, CaseIterable, Sendable {
     /// retry of a kept folder's delete waits for a state of it that never comes.
     case purgedItemStays = "purged-item-stays"
 
+    /// An item the tree no longer holds (a folder delete took it after the server had moved it
+    /// out) is shown again with the bytes its base says were downloaded: they went with it.
+    case showAbsentAsDownloaded = "show-absent-as-downloaded"
+
+    /// The cache keeper evicts a file whose change has not reached the engine yet (a save
+    /// renamed over it a moment ago): its new bytes become holes before they are uploaded.
+    case evictUnnoticedChange = "evict-unnoticed-change"
+
+    /// A relist that could not ask about an item the listing lacks (the network went, the
+    /// server was busy) ends without it: the item stays here for good.
+    case relistDropsUnanswered = "relist-drops-unanswered"
+
     /// An item the server answered it has no more is deleted here although a newer state of it
     /// was shown meanwhile (this device's own commit brought it back after the answer).
     case purgeOverNewerState = "purge-over-newer-state"

@@ -19,6 +19,10 @@ public struct ApplyFacts: Sendable, Equatable {
     /// commit's answer whose place was taken here, when the note that it waits was lost with a
     /// restart; an item a folder delete took with it after the server had moved it out).
     public var placeDiffers: Bool
+    /// The tree does not hold the item at all although it has a base (a folder delete took it
+    /// with it after the server had moved it out): its bytes went with it, so showing it again
+    /// makes a placeholder, whatever the base says was downloaded.
+    public var absent: Bool
     /// The file is open for writing here, or written since its last close or fsync.
     public var openForWriting: Bool
     /// For a folder delete only: an item below the folder has local work not uploaded yet
@@ -33,13 +37,14 @@ public struct ApplyFacts: Sendable, Equatable {
     public var deleteShown: Int64?
 
     public init(shownVersion: Int64?, contentDiffers: Bool = false, forced: Bool = false, pushPending: Bool = false,
-                placeDiffers: Bool = false, openForWriting: Bool = false, localWorkBelow: Bool = false, newerBelow: Bool = false,
-                deleteShown: Int64? = nil) {
+                placeDiffers: Bool = false, absent: Bool = false, openForWriting: Bool = false, localWorkBelow: Bool = false,
+                newerBelow: Bool = false, deleteShown: Int64? = nil) {
         self.shownVersion = shownVersion
         self.contentDiffers = contentDiffers
         self.forced = forced
         self.pushPending = pushPending
         self.placeDiffers = placeDiffers
+        self.absent = absent
         self.openForWriting = openForWriting
         self.localWorkBelow = localWorkBelow
         self.newerBelow = newerBelow
@@ -115,7 +120,7 @@ extension SyncItem {
         // Shown: the holds it overtakes go (a version held for a push that ended without a
         // commit, then overtaken, stayed held for good).
         remote.drop(upTo: server.version)
-        let contentChanged = f.shownVersion == nil || f.contentDiffers
+        let contentChanged = f.shownVersion == nil || f.contentDiffers || (f.absent && !Mutation.showAbsentAsDownloaded.isOn)
         return .show(resetContent: isFile && contentChanged,
                      underClaim: f.shownVersion != nil && isFile && !server.deleted && f.contentDiffers)
     }
@@ -193,7 +198,12 @@ extension ApplyFacts {
         var facts = ApplyFacts(shownVersion: old?.version, contentDiffers: contentDiffers, forced: forced, pushPending: pushPending,
                                deleteShown: old == nil ? deleteShown : nil)
         if let old, old.version == item.version, !pushPending, !item.deleted {
-            facts.placeDiffers = look.place(item.id).map { $0.parent != item.parent || !ItemName.same($0.name, item.name.value) } ?? true
+            let place = look.place(item.id)
+            facts.placeDiffers = place.map { $0.parent != item.parent || !ItemName.same($0.name, item.name.value) } ?? true
+            facts.absent = place == nil
+        } else if old != nil, !pushPending, item.kind == .file, !item.deleted, !contentDiffers {
+            // A newer state of a file taken from the tree meanwhile is shown; its bytes are gone.
+            facts.absent = look.place(item.id) == nil
         }
         if old != nil, item.kind == .file, item.deleted || contentDiffers {
             facts.openForWriting = look.openForWriting(item.id) ?? false
@@ -225,6 +235,13 @@ extension ApplyStep {
     /// The actions of the step for the arriving `item` over `old`; `leaving` from
     /// `ApplyFacts.gather`: only a delete that goes in takes the items moving out (a kept one is
     /// retried, and listing again at every retry would list for ever).
+    /// The base once `item` is shown: a file whose content is reset has none of it here (its
+    /// bytes went with what took it from the tree, `ApplyFacts.absent`, although the base says
+    /// the same content was downloaded).
+    static func base(_ item: ServerItem, over old: Base?, resetContent: Bool) -> Base? {
+        resetContent && !item.deleted ? .placeholder(item) : Base.afterShowing(item, over: old)
+    }
+
     public func actions(_ item: ServerItem, old: Base?, leaving: Bool) -> [ApplyAction] {
         switch self {
         case .oldNews:
@@ -234,7 +251,7 @@ extension ApplyStep {
         case .show(let resetContent, let underClaim):
             let frozen = resetContent ? old.flatMap { o in o.present.map { Base(record: o.record, present: $0) } } : nil
             return (leaving ? [.relistAfter] : []) + (item.deleted ? [.deleteShown(item.version)] : []) + (underClaim ? [.claim] : [])
-                + [.show(resetContent: resetContent, base: Base.afterShowing(item, over: old), frozen: frozen)]
+                + [.show(resetContent: resetContent, base: Self.base(item, over: old, resetContent: resetContent), frozen: frozen)]
         }
     }
 }

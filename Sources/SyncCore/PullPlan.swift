@@ -91,3 +91,22 @@ public enum PurgedItem {
         return gone
     }
 }
+
+/// What a relist does with its ask about an item shown here that the listing lacks (deleted or
+/// purged there), when the ask failed. The mark that made the relist due is cleared only when
+/// it ends; the states it finds were held in memory only (a restart lost them), so an item left
+/// unasked would stay here for good.
+public enum MissingItemAsk: Sendable, Equatable {
+    /// Purged from Recently Deleted: deleted for good (`PurgedItem.deleted`).
+    case purged
+    /// The relist fails and stays due: the pull asks again after its back-off.
+    case relistAgain
+    /// Refused as a request (not about the item): the item is left as it is.
+    case skip
+
+    public static func of(code: APIErrorCode?, failure: UploadFailure) -> MissingItemAsk {
+        if code == .itemNotFound { return .purged }
+        if failure == .refused { return .skip }
+        return Mutation.relistDropsUnanswered.isOn ? .skip : .relistAgain
+    }
+}

@@ -54,10 +54,12 @@ extension SyncEngine {
             do {
                 let now = try await client.item(container, id)
                 if now.deleted { gone.append(now) }
-            } catch let e as RemoteError where e.code == .itemNotFound {
-                purged.append((id, version))  // purged from Recently Deleted: deleted for good
             } catch {
-                continue
+                switch MissingItemAsk.of(code: (error as? RemoteError)?.code, failure: Self.classify(error)) {
+                case .purged: purged.append((id, version))
+                case .relistAgain: throw error
+                case .skip: continue
+                }
             }
         }
         if !gone.isEmpty || !purged.isEmpty {
@@ -145,7 +147,9 @@ extension SyncEngine {
                 for c in r.changes { last[c.item.id] = c }
                 // Items skipped earlier (name taken, folder missing) may fit now that this page
                 // moved things: tried again after it.
-                let skipped = try await applyAskingPresenters(last.values.sorted { $0.seq < $1.seq }.map(\.item), event: .page(r.changes.count)) {
+                let restored = Set(last.values.filter { $0.kind == .restore }.map(\.item.id))
+                let skipped = try await applyAskingPresenters(last.values.sorted { $0.seq < $1.seq }.map(\.item), event: .page(r.changes.count),
+                                                              restored: restored) {
                     state.withLock { s in s.skippedRemote().filter { r in last[r.id] == nil } }
                 }
                 let retry = skipped.isEmpty ? SkippedRetry() : await current(skipped)
@@ -175,10 +179,11 @@ extension SyncEngine {
     /// and told to reacquire after (docs/presenters.md). The asks come before the turn and any
     /// claim, so a presenter that reacts by coordinating never waits for us.
     @discardableResult
-    func applyAskingPresenters(_ items: [ServerItem], event: EngineLoop.Event, after: () -> [ServerItem] = { [] }) async throws -> [ServerItem] {
+    func applyAskingPresenters(_ items: [ServerItem], event: EngineLoop.Event, restored: Set<ItemID> = [],
+                               after: () -> [ServerItem] = { [] }) async throws -> [ServerItem] {
         let fs = tree
         guard let presenters = services?.presenters, !presenters.isEmpty else {
-            return try await loop.turn(event) { try apply(items); return after() }
+            return try await loop.turn(event) { try apply(items, restored: restored); return after() }
         }
         let touched: [(ItemID, RelinquishReason)] = state.withLock { s in
             items.compactMap { item in
@@ -200,7 +205,7 @@ extension SyncEngine {
             return await group.reduce(into: []) { $0.append($1) }
         }
         defer { for (outcome, path) in asked { presenters.reacquire(outcome.asked, path: path) } }
-        return try await loop.turn(event) { try apply(items); return after() }
+        return try await loop.turn(event) { try apply(items, restored: restored); return after() }
     }
 
     /// Skipped states to try again, with each folder delete replaced by the folder's current
@@ -265,7 +270,8 @@ extension SyncEngine {
     /// Shows server states here. Items with local changes not yet pushed are left alone: their
     /// commit carries the old base, the server merges or keeps both, and the commit's answer is
     /// applied then (a remote change never overwrites unsynced local bytes).
-    func apply(_ items: [ServerItem], force: Set<ItemID> = []) throws {
+    /// `restored`: items whose state is a restore from Recently Deleted (for the event line).
+    func apply(_ items: [ServerItem], force: Set<ItemID> = [], restored: Set<ItemID> = []) throws {
         assert(EngineLoop.inTurn, "apply outside a turn of the engine loop")
         let fs = tree
         var claims: [Claim] = []
@@ -346,6 +352,7 @@ extension SyncEngine {
                 case .show(let resetContent, let base, let frozen):
                     oldBases[item.id] = .some(old)
                     var rs = Self.remoteState(item, resetContent: resetContent)
+                    rs.restored = restored.contains(item.id)
                     rs.unlessWrittenSince = generation
                     // Open readers keep the old file: they may read what of it was here.
                     rs.oldPresent = frozen.map { f -> @Sendable (Range<Int64>) -> Bool in { f.missing(in: $0).isEmpty } }

@@ -174,4 +174,50 @@ import Testing
         #expect(!done.changing && done.generation != idle.generation)
         fs.release(node: e.node, handle: o.handle)
     }
+
+    /// The cache keeper and the engine's upload queue in one: each content change told is
+    /// queued, and at that moment an eviction is tried, which the "engine" allows for an item it
+    /// has not queued (uploaded already). Simulation seed 3117 with restores and purges.
+    final class EvictInTheWindow: ChangeObserver {
+        struct State {
+            var fs: ContainerFS?
+            var queued: Set<ItemID> = []
+            var evicted: [Bool] = []
+        }
+        let state = Mutex(State())
+        func localChange(_ change: LocalChange) {
+            guard case .contentChanged(let id) = change, let fs = state.withLock({ $0.fs }) else { return }
+            let evicted = (try? fs.evictContent(id) { self.state.withLock { !$0.queued.contains(id) } }) != nil
+            state.withLock { $0.evicted.append(evicted); $0.queued.insert(id) }
+        }
+    }
+
+    /// A file whose change has not reached the engine is unsynced although no queue holds it
+    /// (its last version was uploaded; a save was just renamed over it): the cache keeper must
+    /// not make its bytes holes, or they would be uploaded as zeros.
+    @Test func aFileIsNeverEvictedWhileItsChangeIsOnItsWayToTheEngine() throws {
+        let dir = URL(fileURLWithPath: NSTemporaryDirectory()).appendingPathComponent("nimbus-evict-\(UUID().uuidString)")
+        let store = try LocalStore(directory: dir)
+        defer { store.close(); try? FileManager.default.removeItem(at: dir) }
+        let observer = EvictInTheWindow()
+        let fs = try ContainerFS(store: store, observer: observer)
+        observer.state.withLock { $0.fs = fs }
+        func save(_ name: String, _ text: String) throws {
+            let (e, h) = try fs.create(parent: .root, name: name, mode: 0o644, flags: O_RDWR, caller: .process)
+            _ = try Array(text.utf8).withUnsafeBytes { try fs.write(node: e.node, handle: h.handle, offset: 0, data: $0) }
+            try fs.fsync(node: e.node, handle: h.handle, dataOnly: false)
+            fs.release(node: e.node, handle: h.handle)
+            fs.forget(node: e.node, count: 1)
+        }
+        try save("doc.txt", "first")
+        #expect(try fs.readText("doc.txt") == "first")
+        // Uploaded: the engine holds nothing of it any more.
+        observer.state.withLock { $0.queued.removeAll(); $0.evicted.removeAll() }
+        // An editor's save: a new file renamed over the document (which keeps its identity).
+        try save(".doc.txt.tmp", "second, longer")
+        try fs.rename(parent: .root, name: ".doc.txt.tmp", newParent: .root, newName: "doc.txt", flags: [])
+        let tries = observer.state.withLock { $0.evicted }
+        #expect(tries.count >= 3 && !tries.contains(true), "evicted while the change was on its way: \(tries)")
+        #expect(try fs.readText("doc.txt") == "second, longer")
+    }
 }

@@ -53,8 +53,8 @@ import Testing
     }
 
     static func plan(_ seed: UInt64, apart: Bool, trash: Bool = false) -> SimPlan {
-        // Purges too with NIMBUS_SIM_PURGES=1 (docs/sync.md "Simulation": not in the default run yet).
-        var p = SimPlan(seed: seed, rounds: rounds, trash: trash, purges: trash && ProcessInfo.processInfo.environment["NIMBUS_SIM_PURGES"] != nil)
+        // Purges too, unless NIMBUS_SIM_PURGES=0.
+        var p = SimPlan(seed: seed, rounds: rounds, trash: trash, purges: trash && ProcessInfo.processInfo.environment["NIMBUS_SIM_PURGES"] != "0")
         p.contentApart = apart
         return p
     }
@@ -127,8 +127,13 @@ import Testing
     /// ever (the server's `CommitEngine.place`); 59, 61, 67, a folder kept here over a delete,
     /// then purged elsewhere, kept for good (`PurgedItem.deleted`); 245, a relist that found an
     /// item purged deleted it here although this device's commit had brought it back meanwhile
-    /// (`PurgedItem.deleted`'s `asked`).
-    @Test(arguments: [UInt64(5), 8, 47, 59, 61, 67, 245])
+    /// (`PurgedItem.deleted`'s `asked`); 940, 1154, 1460, a file a folder delete took from the
+    /// tree after the server had moved it out, shown again as downloaded and read as zeros
+    /// (`ApplyFacts.absent`); 1716, a relist that lost its ask about a purged folder to a 503
+    /// after a crash, keeping the folder for good (`MissingItemAsk`); 3117, a save renamed over
+    /// an uploaded file evicted before the engine heard of it, uploaded as zeros
+    /// (`ContainerFS.evictContent`, `noticesPending`).
+    @Test(arguments: [UInt64(5), 8, 47, 59, 61, 67, 245, 940, 1154, 1460, 1716, 3117])
     func purgeSeedsThatFoundBugs(_ seed: UInt64) async throws {
         let r = await SimWorld.run(SimPlan(seed: seed, rounds: Self.rounds, trash: true, purges: true))
         #expect(r.failure == nil, "simulation seed \(seed) (restores and purges): \(r.failure ?? "")")

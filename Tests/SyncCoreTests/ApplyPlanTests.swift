@@ -69,6 +69,11 @@ import Testing
         #expect(item.planApply(Self.server(5), ApplyFacts(shownVersion: 5)) == .oldNews)
         #expect(item.planApply(Self.server(5), ApplyFacts(shownVersion: 6, placeDiffers: true)) == .oldNews)
         #expect(item.planApply(Self.server(5), ApplyFacts(shownVersion: 5, pushPending: true, placeDiffers: true)) == .heldForPush)
+        // Not in the tree at all: its bytes went with what took it (purge seed 1460).
+        #expect(item.planApply(Self.server(5), ApplyFacts(shownVersion: 5, placeDiffers: true, absent: true)) == .show(resetContent: true, underClaim: false))
+        #expect(item.planApply(Self.server(6), ApplyFacts(shownVersion: 5, absent: true)) == .show(resetContent: true, underClaim: false))
+        #expect(item.planApply(Self.server(7, kind: .folder), ApplyFacts(shownVersion: 6, absent: true)) == .show(resetContent: false, underClaim: false),
+                "a folder has no bytes")
     }
 
     @Test func oldNewsLetsGoOfHoldsItCovers() {
@@ -210,14 +215,16 @@ extension ApplyPlanTests {
         #expect(f.placeDiffers)
         a.here = nil
         (f, _) = ApplyFacts.gather(v5, old: Self.base(v5), pushPending: false, forced: false, deleteShown: nil, a.lookups)
-        #expect(f.placeDiffers, "not in the tree: not shown")
+        #expect(f.placeDiffers && f.absent, "not in the tree: not shown, and its bytes are gone")
         (f, _) = ApplyFacts.gather(v5, old: Self.base(v5), pushPending: true, forced: false, deleteShown: nil, a.lookups)
         #expect(!f.placeDiffers && a.place == 3 && f.pushPending)
         (f, _) = ApplyFacts.gather(ApplyPlanTests.server(6), old: Self.base(v5), pushPending: false, forced: false, deleteShown: nil, a.lookups)
-        #expect(a.place == 3, "a newer version is news anyway")
+        #expect(a.place == 4 && f.absent, "a newer version is news anyway; only whether the tree still holds the file is asked")
+        (f, _) = ApplyFacts.gather(Self.withChunks(6, [9]), old: Self.base(v5), pushPending: false, forced: false, deleteShown: nil, a.lookups)
+        #expect(a.place == 4 && !f.absent, "new content is reset anyway")
         // Never shown here: the delete shown since counts, nothing else is asked.
         (f, _) = ApplyFacts.gather(v5, old: nil, pushPending: false, forced: true, deleteShown: 9, a.lookups)
-        #expect(f.deleteShown == 9 && f.forced && f.shownVersion == nil && a.place == 3 && a.writer == 0)
+        #expect(f.deleteShown == 9 && f.forced && f.shownVersion == nil && a.place == 4 && a.writer == 1)
     }
 
     @Test func theWriterIsAskedForNewContentOrADeleteOfAFileShownHere() {
@@ -266,5 +273,11 @@ extension ApplyPlanTests {
         let old = Base(record: Self.withChunks(5, [2, 3]), present: [true, false])
         #expect(ApplyStep.show(resetContent: true, underClaim: true).actions(ApplyPlanTests.server(7), old: old, leaving: false)
             == [.claim, .show(resetContent: true, base: .placeholder(ApplyPlanTests.server(7)), frozen: old)])
+        // The same content, reset (the file was taken from the tree): none of it is here any more.
+        let whole = Base(record: Self.withChunks(5, [2]), present: nil)
+        #expect(ApplyStep.show(resetContent: true, underClaim: false).actions(Self.withChunks(5, [2]), old: whole, leaving: false)
+            == [.show(resetContent: true, base: .placeholder(Self.withChunks(5, [2])), frozen: nil)])
+        #expect(ApplyStep.show(resetContent: false, underClaim: false).actions(Self.withChunks(6, [2]), old: whole, leaving: false)
+            == [.show(resetContent: false, base: Base(record: Self.withChunks(6, [2]), present: nil), frozen: nil)])
     }
 }

@@ -35,6 +35,11 @@ import Testing
         #expect(made.allSatisfy(\.deleted) && made.map(\.id) == [folder6.id])
         #expect(r.purgedDeletes(shown: { _ in nil }, cursor: 50).map(\.version) == [50], "nothing shown: the skipped delete itself")
         #expect(r.purgedDeletes(shown: { _ in folder9 }, cursor: 50).isEmpty, "shown newer since it was asked")
+        #expect(MissingItemAsk.of(code: .itemNotFound, failure: .transient) == .purged)
+        #expect(MissingItemAsk.of(code: nil, failure: .transient) == .relistAgain, "a lost connection: the relist is due again")
+        #expect(MissingItemAsk.of(code: .unavailable, failure: .transient) == .relistAgain)
+        #expect(MissingItemAsk.of(code: .unauthorized, failure: .unauthorized) == .relistAgain)
+        #expect(MissingItemAsk.of(code: .badRequest, failure: .refused) == .skip)
         #expect(DeleteAnswer.gone(code: .itemNotFound) == [.saveBase(nil)])
         #expect(DeleteAnswer.gone(code: .unavailable) == nil && DeleteAnswer.gone(code: nil) == nil)
     }

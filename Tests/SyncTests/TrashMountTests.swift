@@ -82,6 +82,10 @@ struct TrashMountTests {
             try await eventually("the conflict shows on A", "test \"$(getfattr --absolute-names --only-values -n user.nimbus.conflicts \(q(a))/'dir 2'/f0.txt)\" = 1")
             #expect(try sh("cd \(q(a)) && \(q(Self.nimbus)) trash list") == "Recently Deleted is empty\n")
             try await eventually("the restore in A's status", seconds: 2, "grep -qx 'recently-deleted: 0' \(q(a))/.nimbus/status")
+            // .nimbus/events says what happened: the delete on A, the restore from B.
+            let events = try sh("cat \(q(a))/.nimbus/events")
+            #expect(events.contains(" deleted local /dir\n") && events.contains(" restored remote /dir 2 v")
+                    && events.contains(" restored remote /dir 2/f9.txt v"), "\(events.suffix(2000))")
 
             // A purge is for good; naming something not there is a clear error.
             try sh("rm \(q(a))/'dir 2'/f5.txt")
