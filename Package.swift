@@ -103,7 +103,7 @@ let package = Package(
         .executableTarget(
             name: "NimbusBench",
             dependencies: [
-                "NimbusCore", "NimbusProtocol", "NimbusRemote",
+                "NimbusCore", "NimbusProtocol", "NimbusRemote", "MountPorts",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
             ],

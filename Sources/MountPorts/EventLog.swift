@@ -51,11 +51,17 @@ public final class EventLog: Sendable {
         /// lines: `readFiltered`); `lines[firstLine]` is the oldest line kept.
         var lines: [LineInfo] = []
         var firstLine = 0
+        /// The last second a line was written in and its text up to the milliseconds
+        /// ("2026-11-23T04:50:01."): formatted once per second, not once per line.
+        var second: Int = -1
+        var secondText: [UInt8] = []
     }
 
     struct LineInfo {
         var start: Int64
-        var paths: [String]
+        var path: String
+        var to: String?
+        var paths: [String] { to.map { [path, $0] } ?? [path] }
     }
 
     /// Where a reader that sees only some lines is in the stream (`readFiltered`): its own offset
@@ -98,6 +104,8 @@ public final class EventLog: Sendable {
     /// Keeps a new reservation (the sequence a restart after a crash must start from).
     private let reserve: (@Sendable (UInt64) -> Void)?
     static let reservation: UInt64 = 1024
+    /// The highest first sequence number taken as it is.
+    public static let highest = UInt64.max / 2
     /// Serial, so reservations are kept in the order made.
     private let reserveQueue = DispatchQueue(label: "nimbus.events-reserve")
 
@@ -106,7 +114,9 @@ public final class EventLog: Sendable {
     public init(firstSequence: UInt64 = 1, capacity: Int = 1 << 20, reserve: (@Sendable (UInt64) -> Void)? = nil) {
         self.capacity = capacity
         self.reserve = reserve
-        state = Mutex(State(seq: firstSequence, reserved: firstSequence + Self.reservation))
+        // A number no run can reach (a damaged state directory) must not trap the mount.
+        let first = min(firstSequence, Self.highest)
+        state = Mutex(State(seq: first, reserved: first + Self.reservation))
     }
 
     /// The sequence number the next line will get.
@@ -120,7 +130,8 @@ public final class EventLog: Sendable {
     /// through a shell redirect flushes twice; the first write after a create is part of it).
     public func append(_ kind: EventKind, origin: EventOrigin, path: String, to: String? = nil, detail: String? = nil,
                        coalesce: Set<EventKind> = []) {
-        let time = Self.time()
+        var ts = timespec()
+        clock_gettime(CLOCK_REALTIME, &ts)
         let now = ContinuousClock.now
         var renewed: UInt64?
         let seq: UInt64? = state.withLock { s in
@@ -135,13 +146,28 @@ public final class EventLog: Sendable {
             }
             let seq = s.seq
             s.last = (kind, origin, path, now)
-            var line = "\(s.seq) \(time) \(kind.rawValue) \(origin.rawValue) \(Self.escape(path))"
-            if let to { line += " -> \(Self.escape(to))" }
-            if let detail { line += " \(detail)" }
-            line += "\n"
+            s.lines.append(LineInfo(start: s.base + Int64(s.buffer.count), path: path, to: to))
+            // Written straight into the buffer (a line built as a String, then copied, cost
+            // several allocations per event: `nimbus-bench events`).
+            Self.appendDecimal(&s.buffer, s.seq)
+            s.buffer.append(UInt8(ascii: " "))
+            Self.appendTime(&s, ts)
+            s.buffer.append(UInt8(ascii: " "))
+            s.buffer.append(contentsOf: kind.rawValue.utf8)
+            s.buffer.append(UInt8(ascii: " "))
+            s.buffer.append(contentsOf: origin.rawValue.utf8)
+            s.buffer.append(UInt8(ascii: " "))
+            Self.appendEscaped(&s.buffer, path)
+            if let to {
+                s.buffer.append(contentsOf: " -> ".utf8)
+                Self.appendEscaped(&s.buffer, to)
+            }
+            if let detail {
+                s.buffer.append(UInt8(ascii: " "))
+                s.buffer.append(contentsOf: detail.utf8)
+            }
+            s.buffer.append(UInt8(ascii: "\n"))
             s.seq += 1
-            s.lines.append(LineInfo(start: s.base + Int64(s.buffer.count), paths: to.map { [path, $0] } ?? [path]))
-            s.buffer += Array(line.utf8)
             if s.buffer.count - s.oldest > capacity {
                 // Whole lines leave the front: the oldest kept line moves on at once, the bytes
                 // are dropped in bulk (a removeFirst of the whole buffer per line was quadratic:
@@ -253,9 +279,46 @@ public final class EventLog: Sendable {
         return String(out)
     }
 
-    static func time() -> String {
-        var ts = timespec()
-        clock_gettime(CLOCK_REALTIME, &ts)
+    /// `p` as `escape` writes it; a path with nothing to escape (almost all) is copied as it is.
+    static func appendEscaped(_ buffer: inout [UInt8], _ p: String) {
+        // Only these bytes start an escape (`>` when after `-`); UTF-8's multi-byte sequences
+        // never contain them.
+        let plain = p.utf8.allSatisfy { b in b >= 0x20 && b != 0x7F && b != UInt8(ascii: "\\") && b != UInt8(ascii: ">") }
+        if plain { buffer.append(contentsOf: p.utf8) } else { buffer.append(contentsOf: escape(p).utf8) }
+    }
+
+    static func appendDecimal(_ buffer: inout [UInt8], _ v: UInt64) {
+        var digits: (UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8,
+                     UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8) =
+            (0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
+        var n = 0, v = v
+        withUnsafeMutableBytes(of: &digits) { d in
+            repeat {
+                d[19 - n] = UInt8(ascii: "0") + UInt8(v % 10)
+                v /= 10
+                n += 1
+            } while v > 0
+            buffer.append(contentsOf: d[(20 - n)...])
+        }
+    }
+
+    /// `ts` as UTC with milliseconds (`time(_:)`'s text), the part up to the seconds reused
+    /// within a second.
+    static func appendTime(_ s: inout State, _ ts: timespec) {
+        if ts.tv_sec != s.second {
+            s.second = ts.tv_sec
+            let text = time(ts)
+            s.secondText = Array(text.utf8.prefix(20))
+        }
+        s.buffer.append(contentsOf: s.secondText)
+        let ms = ts.tv_nsec / 1_000_000
+        s.buffer.append(UInt8(ascii: "0") + UInt8(ms / 100))
+        s.buffer.append(UInt8(ascii: "0") + UInt8(ms / 10 % 10))
+        s.buffer.append(UInt8(ascii: "0") + UInt8(ms % 10))
+        s.buffer.append(UInt8(ascii: "Z"))
+    }
+
+    static func time(_ ts: timespec) -> String {
         var tm = tm()
         var t = ts.tv_sec
         gmtime_r(&t, &tm)

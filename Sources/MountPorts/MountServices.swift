@@ -19,7 +19,8 @@ public struct MountServices: Sendable {
     /// increasing across restarts, also after kill -9: this run's first numbers are promised on
     /// disk before the first line (EventLog.reserve).
     public static func open(store: LocalStore, presenterTimeout: Duration) throws -> MountServices {
-        let first = (try? store.meta("events.seq")).flatMap { $0.flatMap { UInt64($0) } } ?? 1
+        // A damaged number (beyond any run's) is taken as the highest one, never trapped on.
+        let first = min((try? store.meta("events.seq")).flatMap { $0.flatMap { UInt64($0) } } ?? 1, EventLog.highest)
         try store.setMeta("events.seq", "\(first + EventLog.reservation)")
         store.commitQueued()
         // The reservation runs on EventLog's own queue, where waiting for the commit holds no one.

@@ -1,6 +1,7 @@
 import ArgumentParser
 import AsyncHTTPClient
 import Foundation
+import MountPorts
 import NimbusCore
 import NimbusProtocol
 import NimbusRemote
@@ -9,7 +10,35 @@ import NimbusRemote
 /// server (scripts/bench-server starts one). Figures only; nothing here asserts a threshold.
 @main
 struct Bench: AsyncParsableCommand {
-    static let configuration = CommandConfiguration(commandName: "nimbus-bench", subcommands: [ServerBench.self, PopulateBench.self])
+    static let configuration = CommandConfiguration(commandName: "nimbus-bench", subcommands: [ServerBench.self, PopulateBench.self, EventsBench.self])
+}
+
+/// `nimbus-bench events`: the cost of one `.nimbus/events` line (every create, change, move and
+/// delete on a mount writes one), in process: paths like an untarred source tree's, a few that
+/// need escaping. Figures only.
+struct EventsBench: ParsableCommand {
+    static let configuration = CommandConfiguration(commandName: "events")
+    @Option var lines = 1_000_000
+
+    func run() {
+        let log = EventLog(firstSequence: 1)
+        let paths = (0..<1000).map { i in
+            i % 100 == 0 ? "/src/odd\\name\n-> \(i).txt" : "/src/swift-nio/Sources/NIOCore/Module\(i % 37)/ByteBuffer-aux\(i).swift"
+        }
+        let kinds: [EventKind] = [.created, .changed, .attributes, .deleted]
+        let start = ContinuousClock.now
+        for i in 0..<lines {
+            let p = paths[i % paths.count]
+            if i % 10 == 9 {
+                log.append(.moved, origin: .local, path: p, to: p + ".bak")
+            } else {
+                log.append(kinds[i % kinds.count], origin: .local, path: p, detail: i % 3 == 0 ? "v\(i)" : nil)
+            }
+        }
+        let took = ContinuousClock.now - start
+        let ns = Double(took.components.seconds) * 1e9 + Double(took.components.attoseconds) / 1e9
+        print(String(format: "events  %d lines in %.3f s: %.0f ns per line (%lld bytes written)", lines, ns / 1e9, ns / Double(lines), log.size))
+    }
 }
 
 struct ServerBench: AsyncParsableCommand {

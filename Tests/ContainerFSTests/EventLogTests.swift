@@ -1,6 +1,9 @@
 @testable import ContainerFS
 import Testing
-import MountPorts
+@testable import MountPorts
+import Foundation
+import Glibc
+import LocalStore
 
 /// The log behind `.nimbus/events`: line format, escapes, what is kept when it grows.
 @Suite struct EventLogTests {
@@ -24,6 +27,44 @@ import MountPorts
         #expect(String(second[4]).components(separatedBy: " -> ").count == 2)
         #expect(log.nextSequence == 43)
         #expect(log.size == Int64(Self.text(log).utf8.count))
+    }
+
+    /// The line is written byte by byte (no String per field): the same text as the format says,
+    /// for any sequence number, time and name.
+    @Test func theFieldsAreWrittenExactly() throws {
+        let log = EventLog(firstSequence: 9_007_199_254_740_993)
+        var before = timespec()
+        clock_gettime(CLOCK_REALTIME, &before)
+        log.append(.changed, origin: .sync, path: "/d\u{E9}j\u{E0} vu/\u{65E5}\u{672C}.txt", detail: "v0")
+        log.append(.restored, origin: .remote, path: "/0", to: "/9")
+        let lines = Self.text(log).split(separator: "\n").map(String.init)
+        #expect(lines.count == 2)
+        let f = lines[0].split(separator: " ", maxSplits: 4).map(String.init)
+        #expect(f[0] == "9007199254740993" && f[2] == "changed" && f[3] == "sync" && f[4] == "/d\u{E9}j\u{E0} vu/\u{65E5}\u{672C}.txt v0")
+        #expect(f[1].wholeMatch(of: /[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]{3}Z/) != nil, "\(f[1])")
+        // The same text as the time of `before`, within the second or two the test took.
+        let expected = EventLog.time(before)
+        #expect(f[1].prefix(16) == expected.prefix(16), "\(f[1]) vs \(expected)")
+        #expect(lines[1].split(separator: " ").dropFirst(2).joined(separator: " ") == "restored remote /0 -> /9")
+        #expect(lines[1].hasPrefix("9007199254740994 "))
+        // A number beyond any run's (a damaged state directory) does not trap the mount.
+        let odd = EventLog(firstSequence: .max)
+        odd.append(.created, origin: .local, path: "/x")
+        #expect(odd.nextSequence == EventLog.highest + 1)
+        #expect(log.size == Int64(Self.text(log).utf8.count))
+    }
+
+    /// The next number is kept in the state directory; a damaged one (beyond any run's) is
+    /// taken as the highest, not trapped on when the mount opens.
+    @Test func aDamagedStoredSequenceDoesNotTrapTheMount() throws {
+        let dir = URL(fileURLWithPath: NSTemporaryDirectory()).appendingPathComponent("nimbus-events-\(UUID().uuidString)")
+        let store = try LocalStore(directory: dir)
+        defer { store.close(); try? FileManager.default.removeItem(at: dir) }
+        try store.setMeta("events.seq", "\(UInt64.max)")
+        store.commitQueued()
+        let services = try MountServices.open(store: store, presenterTimeout: .seconds(1))
+        services.events.append(.created, origin: .local, path: "/x")
+        #expect(services.events.nextSequence == EventLog.highest + 1)
     }
 
     @Test func controlCharactersInNamesCannotForgeLinesOrReachATerminal() {
