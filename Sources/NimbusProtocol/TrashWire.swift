@@ -49,7 +49,8 @@ public struct TrashResponse: Hashable, Sendable, Codable {
     }
 }
 
-/// What a container's Recently Deleted holds.
+/// An amount of Recently Deleted: what a container's holds (`TrashResponse.total`), or what a
+/// purge took (`TrashPurgeResponse`).
 public struct TrashTotals: Hashable, Sendable, Codable {
     /// Entries (items deleted on their own).
     public var entries: Int
@@ -103,13 +104,4 @@ public struct TrashRestoreResponse: Hashable, Sendable, Codable {
 }
 
 /// `DELETE …/trash/{item}` and `DELETE …/trash`: what was purged.
-public struct TrashPurgeResponse: Hashable, Sendable, Codable {
-    public var entries: Int
-    public var items: Int
-    public var bytes: Int64
-    public init(entries: Int, items: Int, bytes: Int64) {
-        self.entries = entries
-        self.items = items
-        self.bytes = bytes
-    }
-}
+public typealias TrashPurgeResponse = TrashTotals
