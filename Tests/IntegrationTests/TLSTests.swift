@@ -136,17 +136,23 @@ import Glibc
         let start = try await NimbusBinary.run(["serve", "--data", pki.dir + "/d", "--listen", "127.0.0.1:0", "--tls-cert", old.cert, "--tls-key", old.key])
         #expect(start.status == 2 && start.stderr.contains("expired") && start.stderr.contains("renew"), "\(start)")
 
-        let port = Int.random(in: 20000...60000)
-        let s = try Background("exec openssl s_server -accept 127.0.0.1:\(port) -cert \(old.cert) -key \(old.key) -www -quiet")
-        defer { s.stop() }
-        let client = NimbusClient(baseURL: "https://127.0.0.1:\(port)", token: "nim_x", http: try ServerAddress.httpClient(caFile: pki.ca, retryConnects: false))
-        var why = ""
-        for _ in 0..<100 {  // until s_server listens
-            why = await transportError { _ = try await client.whoami() }
-            if !why.contains("refused") { break }
-            try await Task.sleep(for: .milliseconds(50))
+        // openssl's test server on a random port; a port someone else holds makes it exit, and
+        // then another port is tried. What it printed is in the failure message.
+        var why = "", said = ""
+        attempts: for _ in 0..<5 {
+            let port = Int.random(in: 20000...60000)
+            let s = try Background("exec openssl s_server -accept 127.0.0.1:\(port) -cert \(old.cert) -key \(old.key) -www -quiet")
+            defer { s.stop() }
+            let client = NimbusClient(baseURL: "https://127.0.0.1:\(port)", token: "nim_x", http: try ServerAddress.httpClient(caFile: pki.ca, retryConnects: false))
+            for _ in 0..<400 {  // until s_server listens (20 s at most)
+                why = await transportError { _ = try await client.whoami() }
+                if !why.contains("refused") { break attempts }
+                if !s.isRunning { break }
+                try await Task.sleep(for: .milliseconds(50))
+            }
+            said = s.output
         }
-        #expect(why.contains("expired on"), "\(why)")
+        #expect(why.contains("expired on"), "\(why); openssl s_server said: \(said)")
     }
 
     /// A certificate that ends soon is reported when the server starts (and every hour), with
