@@ -26,7 +26,21 @@ extension FastJSON {
         return try JSONDecoder().decode(ItemState.self, from: Data(bytes))
     }
 
+    /// A stored journal record (`encode(record:)`), fast when possible, else by `JSONDecoder`.
+    public static func decodeItemRecord(_ text: String) throws -> ItemRecord {
+        let bytes = Array(text.utf8)
+        if let r = try? fastItemRecord(bytes) { return r }
+        return try JSONDecoder().decode(ItemRecord.self, from: Data(bytes))
+    }
+
     // MARK: the documents
+
+    static func fastItemRecord(_ bytes: [UInt8]) throws -> ItemRecord {
+        var s = JSONScanner(bytes)
+        let r = try itemRecord(&s)
+        try s.end()
+        return r
+    }
 
     static func fastItemsResponse(_ bytes: [UInt8]) throws -> ItemsResponse {
         var s = JSONScanner(bytes)

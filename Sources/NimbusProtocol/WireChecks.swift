@@ -1,3 +1,4 @@
+import Foundation
 import NimbusCore
 
 /// The one place where numbers and shapes that arrive from the wire are checked.
@@ -16,6 +17,12 @@ public struct WireProblem: Error, Sendable, Equatable, CustomStringConvertible {
 /// A request body that is checked after decoding.
 public protocol WireChecked: Decodable {
     func check() throws(WireProblem)
+    /// The value a request body holds (`JSONDecoder`'s value or error, however it is read).
+    static func decodeBody(_ bytes: [UInt8]) throws -> Self
+}
+
+extension WireChecked {
+    public static func decodeBody(_ bytes: [UInt8]) throws -> Self { try JSONDecoder().decode(Self.self, from: Data(bytes)) }
 }
 
 /// The ranges the protocol accepts.
@@ -39,6 +46,8 @@ public enum WireRange {
 }
 
 extension CommitRequest: WireChecked {
+    public static func decodeBody(_ bytes: [UInt8]) throws -> CommitRequest { try FastJSON.decodeCommitRequest(bytes) }
+
     public func check() throws(WireProblem) {
         if item.isRoot { throw WireProblem(.badRequest, "the root folder cannot be changed") }
         if let v = baseVersion, !WireRange.version.contains(v) {

@@ -37,7 +37,7 @@ extension PostgresStore {
             guard budget.admit(record.utf8.count) else { more = true; break }
             changes.append(Change(seq: seq, kind: ChangeKind(rawValue: kind) ?? .update,
                                   device: DeviceID(device) ?? DeviceID(UUID()),
-                                  item: try Codec.decode(ItemRecord.self, record)))
+                                  item: try Codec.decodeRecord(record)))
         }
         return ChangesResponse(changes: changes, cursor: more ? (changes.last?.seq ?? since) : max(since, cursor), more: more)
     }

@@ -423,7 +423,7 @@ struct Routes: Sendable {
         let body = try await req.body.collect(upTo: limit)
         let value: T
         do {
-            value = try JSONDecoder().decode(type, from: Data(buffer: body))
+            value = try T.decodeBody(Array(buffer: body))
         } catch {
             if let api = error as? APIError { throw api }
             if case DecodingError.dataCorrupted(let c) = error, c.debugDescription.hasPrefix("invalid name") {

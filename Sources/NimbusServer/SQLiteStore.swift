@@ -445,7 +445,7 @@ public final class SQLiteStore: ServerStore {
                 guard budget.admit(record.utf8.count) else { more = true; break }
                 changes.append(Change(seq: row["seq"], kind: ChangeKind(rawValue: row["kind"]) ?? .update,
                                       device: DeviceID(row["device_id"] as String) ?? DeviceID(UUID()),
-                                      item: try Codec.decode(ItemRecord.self, record)))
+                                      item: try Codec.decodeRecord(record)))
             }
             let cursor = more ? (changes.last?.seq ?? since) : max(since, try Self.cursor(db, container.id))
             return ChangesResponse(changes: changes, cursor: cursor, more: more)
@@ -537,6 +537,11 @@ enum Codec {
     static func encode(_ record: ItemRecord) throws -> String { FastJSON.encode(record: record) }
     static func decode<T: Decodable>(_ type: T.Type, _ text: String) throws -> T {
         try JSONDecoder().decode(type, from: Data(text.utf8))
+    }
+    /// A journal record (read for every change a device is sent): the hand-written reader,
+    /// `JSONDecoder` as its fallback.
+    static func decodeRecord(_ text: String) throws -> ItemRecord {
+        try FastJSON.decodeItemRecord(text)
     }
     /// A stored state: the hand-written reader (read for every listed item), `JSONDecoder` as
     /// its fallback.

@@ -108,6 +108,8 @@ import Testing
             }
             let recordText = FastJSON.encode(record: record)
             #expect(try JSONDecoder().decode(ItemRecord.self, from: Data(recordText.utf8)) == record)
+            #expect(try FastJSON.fastItemRecord(Array(recordText.utf8)) == record)
+            #expect(try FastJSON.decodeItemRecord(String(decoding: try standard.encode(record), as: UTF8.self)) == record)
             let outcomes: [CommitOutcome] = [.applied, .unchanged, .conflict]
             let answer = CommitResponse(outcome: outcomes[n % 3], yours: n % 3 == 2 ? "conflict" : nil, item: record, renamed: n % 2 == 0,
                                         restored: (0..<(n % 3)).map { _ in ItemID(UUID()) }, cursor: Int64(n) * 1_000_000_007)
@@ -170,5 +172,93 @@ import Testing
                  String(decoding: doc.prefix(200), as: UTF8.self))
         }
     }
-}
 
+    /// Commit requests (what a device sends per change) and their answers: written by hand, read
+    /// by `JSONDecoder` as what was written; written by `JSONEncoder` in any formatting, read by
+    /// the fast readers themselves (no fallback) as `JSONDecoder` reads them.
+    @Test func commitsAndTheirAnswersReadByHandAsJSONDecoderReadsThem() throws {
+        var rng = SystemRandomNumberGenerator()
+        for (n, record) in randomItems(300).enumerated() {
+            var draft = ItemDraft(record)
+            draft.extra = n % 7 == 0 ? JSONValue.parse(#"{"tags":["x","y\n"],"n":1.5,"deep":{"a":[null,true]}}"#) : nil
+            let bytes = Data((0..<(n % 4 == 0 ? 0 : Int.random(in: 1...3000, using: &rng))).map { _ in UInt8.random(in: 0...255, using: &rng) })
+            let inline: [InlineChunk]? = n % 3 == 0 ? nil : [InlineChunk(hash: ContentHash(digest: (0..<32).map { _ in UInt8.random(in: 0...255, using: &rng) }), bytes: bytes)]
+            let request = CommitRequest(item: ItemID(UUID()), baseVersion: n % 2 == 0 ? nil : Int64(n) * 1_000_003 - 5, state: draft,
+                                        seenCursor: n % 5 == 0 ? nil : Int64.max - Int64(n), inline: inline)
+            var docs = [FastJSON.encode(request)]
+            #expect(try JSONDecoder().decode(CommitRequest.self, from: Data(docs[0])) == request)
+            for f: JSONEncoder.OutputFormatting in [[], [.sortedKeys], [.prettyPrinted, .sortedKeys], [.withoutEscapingSlashes]] {
+                let e = JSONEncoder()
+                e.outputFormatting = f
+                docs.append(Array(try e.encode(request)))
+            }
+            for doc in docs {
+                #expect(try FastJSON.fastCommitRequest(doc) == request)
+                #expect(try CommitRequest.decodeBody(doc) == request)
+            }
+
+            let outcomes: [CommitOutcome] = [.applied, .unchanged, .conflict, .deleteIgnored]
+            let answer = CommitResponse(outcome: outcomes[n % 4], yours: n % 4 == 2 ? "conflict" : nil, item: record, renamed: n % 2 == 0,
+                                        restored: (0..<(n % 3)).map { _ in ItemID(UUID()) }, cursor: Int64(n) * 1_000_000_007)
+            var answers = [FastJSON.encode(answer)]
+            for f: JSONEncoder.OutputFormatting in [[], [.prettyPrinted, .sortedKeys]] {
+                let e = JSONEncoder()
+                e.outputFormatting = f
+                answers.append(Array(try e.encode(answer)))
+            }
+            for doc in answers { #expect(try FastJSON.fastCommitResponse(doc) == answer) }
+        }
+    }
+
+    /// Odd and hostile commit requests and answers: the public readers give exactly what
+    /// `JSONDecoder` gives — the same value, or an error.
+    @Test func oddCommitsGetTheStandardAnswer() throws {
+        let id = "0b7a3c2e-5f7e-4c52-9a47-0e1a2b3c4d5e", parent = "9d6f1e2a-0000-4000-8000-000000000001"
+        let hash = String(repeating: "ab", count: 32)
+        let good = #"{"item":"\#(id)","baseVersion":3,"seenCursor":9,"state":{"kind":"file","parent":"\#(parent)","name":"n","chunks":[{"hash":"\#(hash)","size":5}],"mode":420,"modified":1,"deleted":false},"inline":[{"hash":"\#(hash)","bytes":"aGVsbG8="}]}"#
+        func with(_ old: String, _ new: String) -> String { good.replacingOccurrences(of: old, with: new) }
+        let requests: [String] = [
+            good, with(#""baseVersion":3,"#, ""), with(#""baseVersion":3"#, #""baseVersion":null"#),
+            with(#","inline":[{"hash":"\#(hash)","bytes":"aGVsbG8="}]"#, ""), with(#""inline":["#, #""inline":null,"x":["#),
+            with("aGVsbG8=", "aGVsbG8"), with("aGVsbG8=", "!!!!"), with("aGVsbG8=", ""), with("aGVsbG8=", #"aGVs\/bG8="#),
+            with(#""bytes":"aGVsbG8=""#, #""bytes":null"#), with(#""bytes":"aGVsbG8=""#, #""bytes":[104]"#),
+            with(#""hash":"\#(hash)","bytes""#, #""hash":"abc","bytes""#),
+            with(#""name":"n""#, #""name":"a/b""#), with(#""name":"n""#, #""name":"..""#), with(#""name":"n""#, #""name":"\u0000""#),
+            with(#""name":"n""#, #""name":"\ud800""#), with(#""mode":420"#, #""mode":-1"#), with(#""mode":420"#, #""mode":4294967296"#),
+            with(#""deleted":false"#, #""deleted":false,"extra":{"a":[1,2,{"b":null}]}"#),
+            with(#""deleted":false"#, #""deleted":false,"extra":\#(String(repeating: "[", count: 500))\#(String(repeating: "]", count: 500))"#),
+            with(#""deleted":false"#, #""deleted":0"#), with(#","deleted":false"#, ""), with(#""kind":"file""#, #""kind":"folder""#),
+            with(#""item":"\#(id)""#, #""item":"\#(id)","item":"\#(parent)""#), with(#""item":"\#(id)","#, ""),
+            with(#""seenCursor":9"#, #""seenCursor":9.5"#), with(#""seenCursor":9"#, #""seenCursor":99999999999999999999"#),
+            good + " ", good + "x", "", "{}", "[]", "null",
+        ]
+        func same<T: Equatable>(_ a: () throws -> T, _ b: () throws -> T, _ doc: String) {
+            switch (Result(catching: a), Result(catching: b)) {
+            case (.success(let x), .success(let y)): #expect(x == y, "\(doc)")
+            case (.failure, .failure): break
+            case (let x, let y): Issue.record("\(doc): fast \(x), standard \(y)")
+            }
+        }
+        for doc in requests {
+            same({ try CommitRequest.decodeBody(Array(doc.utf8)) }, { try JSONDecoder().decode(CommitRequest.self, from: Data(doc.utf8)) }, doc)
+        }
+        let record = randomItems(1)[0]
+        let answer = String(decoding: FastJSON.encode(CommitResponse(outcome: .applied, item: record, cursor: 7)), as: UTF8.self)
+        let answers: [String] = [
+            answer, answer.replacingOccurrences(of: #""outcome":"applied""#, with: #""outcome":"merged""#),
+            answer.replacingOccurrences(of: #""renamed":false"#, with: #""renamed":null"#),
+            answer.replacingOccurrences(of: #""restored":[]"#, with: #""restored":["x"]"#),
+            answer.replacingOccurrences(of: #""cursor":7"#, with: #""cursor":7,"cursor":8"#), String(answer.dropLast()),
+        ]
+        let records: [String] = [FastJSON.encode(record: record)] + answers.map { doc in
+            // The record inside each answer, and the odd ones.
+            String(doc.drop(while: { $0 != "{" }).dropFirst().drop(while: { $0 != "{" }))
+        } + [FastJSON.encode(record: record) + "x", "{}", String(FastJSON.encode(record: record).dropLast())]
+        for doc in records {
+            same({ try FastJSON.decodeItemRecord(doc) }, { try JSONDecoder().decode(ItemRecord.self, from: Data(doc.utf8)) }, doc)
+        }
+        for doc in answers {
+            same({ try FastJSON.decodeCommitResponse(Array(doc.utf8)) }, { try JSONDecoder().decode(CommitResponse.self, from: Data(doc.utf8)) }, doc)
+        }
+    }
+}
