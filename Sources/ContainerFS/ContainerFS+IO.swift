@@ -76,7 +76,13 @@ extension ContainerFS {
                 n.metaDirty = true  // the close reports the change (one event per save, not two)
                 return n.rec.id
             }
-            if let changed { observer?.localChange(.contentChanged(changed)) }
+            if let changed {
+                // Like a first write: the emptied file's queue entry goes behind the change at
+                // once, so the edit survives a stop before its close (a remote state shown
+                // meanwhile records the item and leaves the close nothing to report).
+                if !Mutation.truncatingOpenUnqueued.isOn { queue(.contentChanged(changed)) }
+                observer?.localChange(.contentChanged(changed))
+            }
             if killed { invalidateAttributesNow(node) }
             // Pages cached from before the truncation must go.
             return FuseOpen(handle: h, keepCache: false)

@@ -223,7 +223,7 @@ public final class ContainerFS: @unchecked Sendable {
 
     /// The change's upload-queue entry, behind the change in the store's queue (a sync engine
     /// observes this tree: a local-only mount queues nothing).
-    private func queue(_ c: LocalChange) {
+    func queue(_ c: LocalChange) {
         guard observer != nil, !Mutation.queueEntryAtNotice.isOn else { return }
         let q = c.queued
         store.enqueue(.syncOp(q.item, kind: q.kind))

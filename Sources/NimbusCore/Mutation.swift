@@ -56,6 +56,10 @@ public enum Mutation: String, CaseIterable, Sendable {
     /// disk): its content files are exchanged on disk, its rows only in the queue.
     case transferIdentityWhileUnsaved = "transfer-identity-while-unsaved"
 
+    /// An open with `O_TRUNC` queues no upload entry: the content change rests on the close,
+    /// which reports nothing when a remote state was shown meanwhile.
+    case truncatingOpenUnqueued = "truncating-open-unqueued"
+
     /// A big file's content is chunked and uploaded in the queue, holding back every item after it.
     case bigContentInQueue = "big-content-in-queue"
 

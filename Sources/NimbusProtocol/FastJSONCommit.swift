@@ -72,6 +72,12 @@ extension FastJSON {
 
     static func fastCommitRequest(_ bytes: [UInt8]) throws -> CommitRequest {
         var s = JSONScanner(bytes)
+        let r = try commitRequest(&s)
+        try s.end()
+        return r
+    }
+
+    static func commitRequest(_ s: inout JSONScanner) throws -> CommitRequest {
         var item: ItemID?, base: Int64?, cursor: Int64?, draft: ItemDraft?, inline: [InlineChunk]?
         var seen: UInt32 = 0  // (a key twice: the fallback decides, as JSONDecoder takes the first)
         try s.object { s, key in
@@ -89,7 +95,6 @@ extension FastJSON {
             default: try s.skipValue()
             }
         }
-        try s.end()
         guard let item, let draft else { throw JSONScanner.Failure() }
         return CommitRequest(item: item, baseVersion: base, state: draft, seenCursor: cursor, inline: inline)
     }
@@ -141,6 +146,12 @@ extension FastJSON {
 
     static func fastCommitResponse(_ bytes: [UInt8]) throws -> CommitResponse {
         var s = JSONScanner(bytes)
+        let r = try commitResponse(&s)
+        try s.end()
+        return r
+    }
+
+    static func commitResponse(_ s: inout JSONScanner) throws -> CommitResponse {
         var outcome: CommitOutcome?, yours: String?, item: ItemRecord?, renamed: Bool?, restored: [ItemID]?, cursor: Int64?
         var seen: UInt32 = 0  // (a key twice: the fallback decides, as JSONDecoder takes the first)
         try s.object { s, key in
@@ -161,8 +172,98 @@ extension FastJSON {
             default: try s.skipValue()
             }
         }
-        try s.end()
         guard let outcome, let item, let renamed, let restored, let cursor else { throw JSONScanner.Failure() }
         return CommitResponse(outcome: outcome, yours: yours, item: item, renamed: renamed, restored: restored, cursor: cursor)
+    }
+
+    // MARK: batches
+
+    /// A batch of commits: each written as `encode(_: CommitRequest)` writes it.
+    public static func encode(_ b: CommitBatchRequest) -> [UInt8] {
+        var out: [UInt8] = Array(#"{"commits":["#.utf8)
+        for (i, c) in b.commits.enumerated() {
+            if i > 0 { out.append(UInt8(ascii: ",")) }
+            out.append(contentsOf: encode(c))
+        }
+        out.append(contentsOf: "]}".utf8)
+        return out
+    }
+
+    /// A batch's answers: each commit's answer by hand, an error (rare) by `JSONEncoder`.
+    public static func encode(_ b: CommitBatchResponse) -> [UInt8] {
+        var out: [UInt8] = Array(#"{"results":["#.utf8)
+        for (i, r) in b.results.enumerated() {
+            if i > 0 { out.append(UInt8(ascii: ",")) }
+            if let ok = r.ok {
+                out.append(contentsOf: #"{"ok":"#.utf8)
+                out.append(contentsOf: encode(ok))
+                out.append(UInt8(ascii: "}"))
+            } else {
+                out.append(contentsOf: (try? JSONEncoder().encode(r)) ?? Data("{}".utf8))
+            }
+        }
+        out.append(contentsOf: "]}".utf8)
+        return out
+    }
+
+    public static func decodeCommitBatch(_ bytes: [UInt8]) throws -> CommitBatchRequest {
+        if let b = try? fastCommitBatch(bytes) { return b }
+        return try JSONDecoder().decode(CommitBatchRequest.self, from: Data(bytes))
+    }
+
+    public static func decodeCommitBatchResponse(_ bytes: [UInt8]) throws -> CommitBatchResponse {
+        if let b = try? fastCommitBatchResponse(bytes) { return b }
+        return try JSONDecoder().decode(CommitBatchResponse.self, from: Data(bytes))
+    }
+
+    static func fastCommitBatch(_ bytes: [UInt8]) throws -> CommitBatchRequest {
+        var s = JSONScanner(bytes)
+        var commits: [CommitRequest]?
+        var seen: UInt32 = 0  // (a key twice: the fallback decides, as JSONDecoder takes the first)
+        try s.object { s, key in
+            switch key {
+            case "commits":
+                try first(&seen, 0)
+                var out: [CommitRequest] = []
+                // (At most what the body limit holds; `check()` then refuses more than the limit.)
+                try s.array { s in out.append(try commitRequest(&s)) }
+                commits = out
+            default: try s.skipValue()
+            }
+        }
+        try s.end()
+        guard let commits else { throw JSONScanner.Failure() }
+        return CommitBatchRequest(commits: commits)
+    }
+
+    /// Answers read by hand; a batch with an error in it goes to `JSONDecoder` whole (rare).
+    static func fastCommitBatchResponse(_ bytes: [UInt8]) throws -> CommitBatchResponse {
+        var s = JSONScanner(bytes)
+        var results: [CommitBatchResponse.Result]?
+        var seen: UInt32 = 0  // (a key twice: the fallback decides, as JSONDecoder takes the first)
+        try s.object { s, key in
+            switch key {
+            case "results":
+                try first(&seen, 0)
+                var out: [CommitBatchResponse.Result] = []
+                try s.array { s in
+                    var ok: CommitResponse?
+                    var seen2: UInt32 = 0
+                    try s.object { s, key in
+                        switch key {
+                        case "ok": try first(&seen2, 0); ok = try commitResponse(&s)
+                        default: throw JSONScanner.Failure()
+                        }
+                    }
+                    guard let ok else { throw JSONScanner.Failure() }
+                    out.append(.init(ok: ok))
+                }
+                results = out
+            default: try s.skipValue()
+            }
+        }
+        try s.end()
+        guard let results else { throw JSONScanner.Failure() }
+        return CommitBatchResponse(results: results)
     }
 }

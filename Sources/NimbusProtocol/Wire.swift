@@ -40,6 +40,8 @@ public enum ProtocolLimits {
     public static let inlineFileBytes = 64 * 1024
     public static let inlinePageBytes = 1024 * 1024
     public static let inlinePageChunks = 16
+    /// Most commits in one `POST …/commits` (its body is held to `maxChunkListBody`).
+    public static let maxBatchCommits = 64
 }
 
 /// An item as the server reports it: its current state plus bookkeeping.
@@ -148,6 +150,31 @@ public struct CommitRequest: Hashable, Sendable, Codable {
         self.seenCursor = seenCursor
         self.inline = inline
     }
+}
+
+/// `POST /v1/containers/{container}/commits`: several commits in one request, applied in the
+/// order sent, each on its own (one refused does not stop the ones after it). A device sends the
+/// commits of its queue this way when several are ready (`CommitBatch`).
+public struct CommitBatchRequest: Hashable, Sendable, Codable {
+    public var commits: [CommitRequest]
+    public init(commits: [CommitRequest]) { self.commits = commits }
+}
+
+/// The answers to a `CommitBatchRequest`, one per commit in its order: the commit's answer, or
+/// the error (and HTTP status) it would have had alone.
+public struct CommitBatchResponse: Hashable, Sendable, Codable {
+    public struct Result: Hashable, Sendable, Codable {
+        public var ok: CommitResponse?
+        public var status: Int?
+        public var error: ErrorBody.Detail?
+        public init(ok: CommitResponse) { self.ok = ok }
+        public init(status: Int, error: ErrorBody.Detail) {
+            self.status = status
+            self.error = error
+        }
+    }
+    public var results: [Result]
+    public init(results: [Result]) { self.results = results }
 }
 
 public enum CommitOutcome: String, Hashable, Sendable, Codable {

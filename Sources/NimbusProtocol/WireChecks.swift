@@ -63,6 +63,23 @@ extension CommitRequest: WireChecked {
     }
 }
 
+extension CommitBatchRequest: WireChecked {
+    public static func decodeBody(_ bytes: [UInt8]) throws -> CommitBatchRequest { try FastJSON.decodeCommitBatch(bytes) }
+
+    public func check() throws(WireProblem) {
+        guard (1...ProtocolLimits.maxBatchCommits).contains(commits.count) else {
+            throw WireProblem(.badRequest, "a batch carries 1…\(ProtocolLimits.maxBatchCommits) commits, not \(commits.count); split it")
+        }
+        var ids = Set<ItemID>()
+        for c in commits {
+            guard ids.insert(c.item).inserted else {
+                throw WireProblem(.badRequest, "item \(c.item) is twice in one batch; send its last state once")
+            }
+            try c.check()
+        }
+    }
+}
+
 extension ItemDraft {
     public func check() throws(WireProblem) {
         if mode > 0o7777 { throw WireProblem(.invalidMode, "mode \(mode) has bits outside 0o7777; send permission bits only") }

@@ -99,6 +99,29 @@ public struct NimbusClient: Sendable {
         }
     }
 
+    /// Several commits in one request (`POST …/commits`), applied by the server in this order,
+    /// each on its own: one answer or error per commit. A failure of the request as a whole (no
+    /// answer, a refused token, a server in trouble) is thrown: any of the commits may have been
+    /// applied, as with a single commit whose answer was lost.
+    public func commitBatch(_ container: String, _ requests: [CommitRequest]) async throws -> [Result<CommitResponse, RemoteError>] {
+        let r = try await send(.POST, "/v1/containers/\(escape(container))/commits",
+                               body: ByteBuffer(bytes: FastJSON.encode(CommitBatchRequest(commits: requests))), contentType: "application/json")
+        try check(r)
+        let answer: CommitBatchResponse
+        do { answer = try FastJSON.decodeCommitBatchResponse(Array(buffer: r.body)) } catch {
+            throw RemoteError.unexpected(status: r.status, "the answer is not the expected JSON: \(error)")
+        }
+        guard answer.results.count == requests.count else {
+            throw RemoteError.unexpected(status: r.status, "\(answer.results.count) answers to \(requests.count) commits")
+        }
+        return answer.results.map { result in
+            if let ok = result.ok { return .success(ok) }
+            guard let e = result.error else { return .failure(.unexpected(status: r.status, "an answer with neither a commit nor an error")) }
+            let quota = e.usage.map { QuotaFigures(usage: $0, quota: e.quota) }
+            return .failure(.server(status: result.status ?? 400, code: e.code, message: e.message, missing: e.missing, quota: quota))
+        }
+    }
+
     /// A long-poll (`wait` > 0) is answered by `wait` seconds at the latest; a server silent 10 s
     /// past that (stopped, hung, or a network that drops everything) counts as gone, so the
     /// status says offline within `wait` + 10 s, not `wait` + `timeout`.

@@ -73,9 +73,12 @@ struct ErrorMiddleware: RouterMiddleware {
     }
 
     static func response(for error: APIError) -> Response {
-        let body = ErrorBody(code: error.code.rawValue, message: error.message, missing: error.missing,
-                             usage: error.quota?.usage, quota: error.quota?.quota)
-        return JSONResponse.make(body, status: .init(code: error.code.httpStatus))
+        JSONResponse.make(body(for: error), status: .init(code: error.code.httpStatus))
+    }
+
+    static func body(for error: APIError) -> ErrorBody {
+        ErrorBody(code: error.code.rawValue, message: error.message, missing: error.missing,
+                  usage: error.quota?.usage, quota: error.quota?.quota)
     }
 
     /// A short, client-safe description of a decoding failure: what is wrong and where.

@@ -192,18 +192,27 @@ struct Routes: Sendable {
         v1.post("containers/:container/commit") { req, ctx in
             let c = try await self.container(ctx)
             let body = try await self.decodeChunkList(CommitRequest.self, req, ctx)
+            return JSONResponse.make(try await self.commit(body, in: c, by: try ctx.requireDevice(), ctx))
+        }
+        v1.post("containers/:container/commits") { req, ctx in
+            let c = try await self.container(ctx)
+            let batch = try await self.decodeChunkList(CommitBatchRequest.self, req, ctx)
             let d = try ctx.requireDevice()
-            if let wrong = InlineChunk.checkCommit(body) { throw APIError(.badRequest, wrong) }
-            // A small file's bytes came with its commit: stored as an upload first (hash checked
-            // as it passes, quota counted), so the commit finds its chunk.
-            for chunk in body.inline ?? [] {
-                try await ChunkUploads.store(ByteBuffer(bytes: chunk.bytes), as: chunk.hash, account: d.accountID, store: self.store,
-                                             chunks: self.chunks, clock: self.clock, makeRoom: self.makeRoom(ctx.logger))
-                self.metrics.bytesIn.increment(by: Int64(chunk.bytes.count))
+            // In the order sent, each on its own: one refused leaves the others as they would be
+            // alone (a device sends a folder's create before its children's).
+            var results: [CommitBatchResponse.Result] = []
+            results.reserveCapacity(batch.commits.count)
+            for commit in batch.commits {
+                do {
+                    results.append(.init(ok: try await self.commit(commit, in: c, by: d, ctx)))
+                } catch {
+                    let e = ErrorMiddleware.apiError(error, request: req, logger: ctx.logger)
+                    results.append(.init(status: e.code.httpStatus, error: ErrorMiddleware.body(for: e).error))
+                }
             }
-            let r = try await self.store.commit(body, in: c, by: d, now: self.clock())
-            self.committed(c, r)
-            return JSONResponse.make(r)
+            var headers = HTTPFields()
+            headers[.contentType] = "application/json"
+            return Response(status: .ok, headers: headers, body: .init(byteBuffer: ByteBuffer(bytes: FastJSON.encode(CommitBatchResponse(results: results)))))
         }
         v1.get("containers/:container/changes") { req, ctx in
             let c = try await self.container(ctx)
@@ -379,6 +388,20 @@ struct Routes: Sendable {
 
     static func notInTrash(_ id: ItemID) -> APIError {
         APIError(.notInTrash, "item \(id) is not in Recently Deleted: it is live, it was purged, or it went with a deleted folder (restore or purge the folder); list the entries with GET …/trash")
+    }
+
+    /// One commit (alone or in a batch): a small file's bytes that came with it are stored as an
+    /// upload first (hash checked as they pass, quota counted), so the commit finds its chunk.
+    private func commit(_ body: CommitRequest, in c: ContainerRecord, by d: DeviceRecord, _ ctx: NimbusContext) async throws -> CommitResponse {
+        if let wrong = InlineChunk.checkCommit(body) { throw APIError(.badRequest, wrong) }
+        for chunk in body.inline ?? [] {
+            try await ChunkUploads.store(ByteBuffer(bytes: chunk.bytes), as: chunk.hash, account: d.accountID, store: store,
+                                         chunks: chunks, clock: clock, makeRoom: makeRoom(ctx.logger))
+            metrics.bytesIn.increment(by: Int64(chunk.bytes.count))
+        }
+        let r = try await store.commit(body, in: c, by: d, now: clock())
+        committed(c, r)
+        return r
     }
 
     private func committed(_ c: ContainerRecord, _ r: CommitResponse) {

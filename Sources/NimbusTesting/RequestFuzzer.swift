@@ -58,9 +58,16 @@ public struct RequestFuzzer: Sendable {
         case 2: (method, path) = ("GET", "/v1/containers/\(c)/items?\(query(["after": item, "limit": number(&rng)], &rng))")
         case 3: (method, path) = ("GET", "/v1/containers/\(c)/items/\(item)")
         case 4: (method, path) = ("GET", "/v1/containers/\(c)/items/\(item)/versions")
-        case 5, 6:
+        case 5:
             (method, path) = ("POST", "/v1/containers/\(c)/commit")
             body = json(commitBody(&rng), &rng)
+        case 6:
+            // A batch: none, a few (one of them maybe twice), or one too many.
+            (method, path) = ("POST", "/v1/containers/\(c)/commits")
+            let n = rng.chance(0.05) ? 65 : Int(rng.next() % 5)
+            var commits = (0..<n).map { _ in commitBody(&rng) }
+            if let first = commits.first, rng.chance(0.1) { commits.append(first) }
+            body = json(.object([("commits", .array(commits))]), &rng)
         case 7:
             (method, path) = ("POST", "/v1/containers/\(c)/items/\(item)/resolve")
             body = json(resolveBody(&rng), &rng)
@@ -90,7 +97,7 @@ public struct RequestFuzzer: Sendable {
             default: (method, path) = ("DELETE", "/v1/containers/\(c)/trash")
             }
         default:
-            (method, path) = (pick(["DELETE", "PATCH", "OPTIONS", "HEAD", "GET"], &rng), pick(["/v1/containers/\(c)", "/v1/chunks", "/v1/containers/\(c)/commit"], &rng))
+            (method, path) = (pick(["DELETE", "PATCH", "OPTIONS", "HEAD", "GET"], &rng), pick(["/v1/containers/\(c)", "/v1/chunks", "/v1/containers/\(c)/commit", "/v1/containers/\(c)/commits"], &rng))
         }
         if rng.chance(0.05) { method = pick(["GET", "POST", "PUT", "DELETE"], &rng) }
         var authorization = "Bearer \(world.token)"

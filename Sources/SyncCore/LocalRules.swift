@@ -68,12 +68,56 @@ public enum CommitPlan {
     /// exists here but was never committed, so it is created before the item (else the server
     /// answers `parent_not_found` and the item would wait for good); nil when every one is on
     /// the server, refused for good, or pushed ahead `pushAheadLimit` times already.
-    public static func folderFirst<Instant>(above: [ItemID], _ record: (ItemID) -> SyncItem<Instant>?) -> ItemID? {
+    public static func folderFirst<Instant>(above: [ItemID], onItsWay: (ItemID) -> Bool = { _ in false },
+                                            _ record: (ItemID) -> SyncItem<Instant>?) -> ItemID? {
         above.last { id in
+            // A folder gathered into the batch this item joins goes before it in that request.
+            if onItsWay(id) { return false }
             let r = record(id)
             return r?.base == nil && r?.upload.refused != true && (r?.upload.pushedAhead ?? 0) < pushAheadLimit
         }
     }
+}
+
+/// The commits one request carries (`POST …/commits`): the pushes of the items next in the
+/// queue, gathered while each is a commit ready to go, then sent together and settled one by
+/// one in queue order, as if sent one after the other. The server applies them in that order;
+/// nothing else of this device reaches it in between.
+public struct CommitBatch: Sendable, Equatable {
+    /// What the gathered commits do before the next item's push.
+    public enum Next: Sendable, Equatable {
+        /// It joins them.
+        case join
+        /// They go first: a delete must reach the server after the commits queued before it
+        /// (a folder's delete would otherwise take a child committed after it, and a create sent
+        /// after its folder's delete brings the folder back), and content that goes up before
+        /// its commit would hold them back.
+        case sendFirst
+    }
+
+    public static var maxCommits: Int { ProtocolLimits.maxBatchCommits }
+    /// About what the gathered requests may weigh as JSON (the server takes 8 MiB).
+    public static var maxBytes: Int { 1 << 20 }
+
+    public private(set) var commits = 0
+    public private(set) var bytes = 0
+
+    public init() {}
+
+    /// The next push: a delete, or a commit whose content is read and uploaded before it
+    /// (anything but what travels inside the commit).
+    public static func next(isDelete: Bool, uploadsContent: Bool) -> Next {
+        isDelete || uploadsContent ? .sendFirst : .join
+    }
+
+    /// A commit of about `chunks` chunk references and `inlineBytes` bytes inside it joins.
+    public mutating func add(chunks: Int, inlineBytes: Int) {
+        commits += 1
+        bytes += 400 + chunks * 100 + inlineBytes * 4 / 3
+    }
+
+    /// No more: the next item's push starts the next request.
+    public var isFull: Bool { commits >= Self.maxCommits || bytes >= Self.maxBytes }
 }
 
 extension SyncItem {

@@ -35,19 +35,22 @@ public struct UploadQueue<ID: Hashable & Sendable>: Sendable, Equatable {
         order.removeAll { $0 == id }
     }
 
-    /// The item being pushed now: out of the order, still local work not on the server.
-    public private(set) var inFlight: ID?
+    /// The items being pushed now (one, or the commits of one batch: `CommitBatch`): out of the
+    /// order, still local work not on the server.
+    public private(set) var inFlight: Set<ID> = []
+
+    public func isInFlight(_ id: ID) -> Bool { inFlight.contains(id) }
 
     /// Queued or being pushed.
-    public func hasWork(_ id: ID) -> Bool { inFlight == id || members.contains(id) }
+    public func hasWork(_ id: ID) -> Bool { inFlight.contains(id) || members.contains(id) }
 
     /// Items waiting and in flight (`.nimbus/status`'s `upload-queue`).
-    public var workCount: Int { order.count + (inFlight == nil ? 0 : 1) }
+    public var workCount: Int { order.count + inFlight.count }
 
     /// Takes the first item that `ready` accepts and marks it in flight.
     public mutating func takeNext(where ready: (ID) -> Bool) -> ID? {
         guard let id = takeFirst(where: ready) else { return nil }
-        inFlight = id
+        inFlight.insert(id)
         return id
     }
 
@@ -55,12 +58,13 @@ public struct UploadQueue<ID: Hashable & Sendable>: Sendable, Equatable {
     /// `first` flies now and `id` goes next.
     public mutating func sendFirst(_ first: ID, before id: ID) {
         remove(first)
+        inFlight.remove(id)
         prepend(id)
-        inFlight = first
+        inFlight.insert(first)
     }
 
-    /// The push of `id` is over; nothing changes when another item is in flight.
+    /// The push of `id` is over; the other items in flight still fly.
     public mutating func landed(_ id: ID) {
-        if inFlight == id { inFlight = nil }
+        inFlight.remove(id)
     }
 }

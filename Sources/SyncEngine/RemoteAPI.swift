@@ -10,6 +10,8 @@ public protocol RemoteAPI: Sendable {
     var baseURL: String { get }
     func createContainer(_ name: String) async throws -> ContainerInfo
     func commit(_ container: String, _ request: CommitRequest) async throws -> CommitResponse
+    /// Several commits in one request, applied in order, each on its own (`NimbusClient.commitBatch`).
+    func commitBatch(_ container: String, _ requests: [CommitRequest]) async throws -> [Result<CommitResponse, RemoteError>]
     func changes(_ container: String, since: Int64, wait: Int, limit: Int) async throws -> ChangesResponse
     func items(_ container: String, after: ItemID?, limit: Int) async throws -> ItemsResponse
     func item(_ container: String, _ id: ItemID) async throws -> ItemRecord

@@ -50,37 +50,151 @@ extension SyncEngine: ChangeObserver {
                 if await wakeups.next() == nil { return }
                 continue
             }
+            if await !push(from: id) { return }
+        }
+    }
+
+    /// A commit ready to go: the request, and what settling its answer needs.
+    struct ReadyCommit {
+        var id: ItemID
+        var work: CommitWork
+        var request: CommitRequest
+        var upTo: Int64
+    }
+
+    /// Pushes `first` and, while the items next in the queue are commits ready to go, theirs in
+    /// the same request (SyncCore `CommitBatch`: a delete, or content to upload first, sends the
+    /// gathered ones first). False when the engine is stopping.
+    func push(from first: ItemID) async -> Bool {
+        var gathered: [ReadyCommit] = []
+        var batch = CommitBatch()
+        var id = first
+        while true {
             do {
-                try await push(id)
-                let retry = try await loop.turn(.pushEnded(id)) { try pushEnded(id) }
-                // The queue is empty: what was in the way of skipped remote items has moved.
-                do { try await retrySkipped(retry) } catch {
-                    log("showing skipped remote items failed: \(error)")
+                let (decided, upTo) = try await decide(id)
+                switch decided {
+                case .nothing, .askPresenters:
+                    // Nothing to send: its push ends now, as it would alone (the record's
+                    // events keep their order: a content upload apart may end before the request).
+                    guard await ended(id) else { return stopping(gathered.map(\.id)) }
+                case .delete(let base, let cursor):
+                    // A delete goes alone, after the commits queued before it
+                    // (`CommitBatch.next`).
+                    guard await send(gathered) else { return stopping(id) }
+                    return await pushDelete(id, base: base, cursor: cursor, upTo: upTo)
+                case .commit(let c):
+                    let uploads = c.needsContent && c.size > ProtocolLimits.inlineFileBytes
+                    if !gathered.isEmpty, CommitBatch.next(isDelete: false, uploadsContent: uploads) == .sendFirst {
+                        guard await send(gathered) else { return stopping(id) }
+                        gathered = []
+                        batch = CommitBatch()
+                    }
+                    if let ready = try await readyCommit(id, c, upTo: upTo) {
+                        gathered.append(ready)
+                        batch.add(chunks: ready.request.state.chunks.count, inlineBytes: ready.request.inline?.reduce(0) { $0 + $1.bytes.count } ?? 0)
+                    } else {
+                        guard await ended(id) else { return stopping(gathered.map(\.id)) }
+                    }
                 }
             } catch {
-                // The change stays queued (in memory and on disk) whatever the error: it leaves
-                // the queue only when the server has it.
-                if Task.isCancelled {
-                    await loop.turn(.pushFailed(id)) { state.withLock { s in s.push.queue.landed(id); s.push.upload = nil; s.push.queue.prepend(id) } }
-                    log("upload of \(id) stopped: the engine is stopping; it stays queued and goes at the next start")
-                    return
-                }
-                let failure = Self.classify(error)
-                let (delay, putBack) = await loop.turn(.pushFailed(id)) { pushFailed(id, error, failure) }
-                switch failure {
-                case .unauthorized: log("upload of \(id) refused: \(error); uploads wait for a valid token (mount again with --token-file)")
-                case .transient: log("upload of \(id) failed: \(error); retrying in \(delay) s")
-                case .refused: log("upload of \(id) refused: \(error); kept queued, retrying in \(delay) s or when it changes")
-                case .overQuota: log("upload of \(id) refused for the account's quota: \(error); kept queued, retrying in \(delay) s")
-                case .moveRefused: log("upload of \(id) refused: \(error); putting it back where the server has it")
-                }
-                // The conflict rule for crossing moves (docs/protocol.md "Commit"): the mover's
-                // device puts the folder back where the server has it. Only the refused move is
-                // undone; nothing else of the item was in it (folders have no content).
-                if putBack { await revertToServer(id) }
-                offlineIfUnreachable(error, failure)
+                // The gathered ones first, as they would have gone alone; then this one's failure.
+                guard await send(gathered) else { return stopping(id) }
+                return await failed(id, error)
+            }
+            if batch.isFull || Task.isCancelled { break }
+            guard let next = await loop.turn(.pushDue, { nextToPush() }) else { break }
+            id = next
+        }
+        return await send(gathered)
+    }
+
+    /// Sends the gathered commits (one alone as `commit`, several as one `commitBatch`) and ends
+    /// each push in queue order: an answer settled, or a failure taken (when the request failed
+    /// as a whole, in reverse, so the items keep their order at the head of the queue). False
+    /// when the engine is stopping.
+    func send(_ gathered: [ReadyCommit]) async -> Bool {
+        guard !gathered.isEmpty else { return true }
+        var answers: [Result<CommitResponse, any Error>] = []
+        var whole: (any Error)?
+        if gathered.count == 1, let c = gathered.first {
+            do { answers = [.success(try await client.commit(container, c.request))] } catch { answers = [.failure(error)] }
+        } else {
+            trace("push: \(gathered.count) commits in one request")
+            do {
+                let results = try await client.commitBatch(container, gathered.map(\.request))
+                answers = results.map { $0.mapError { $0 } }
+            } catch {
+                whole = error
             }
         }
+        if let whole {
+            for c in gathered.reversed() {
+                guard await failed(c.id, whole) else { return stopping(gathered.prefix { $0.id != c.id }.map(\.id)) }
+            }
+            return true
+        }
+        for (i, c) in gathered.enumerated() {
+            let rest = gathered.dropFirst(i + 1).map(\.id)
+            do {
+                let r = try answers[i].get()
+                try await loop.turn(.commitAnswered(c.id)) { try commitAnswered(c.id, c.work, r, upTo: c.upTo) }
+            } catch {
+                guard await failed(c.id, error) else { return stopping(rest) }
+                continue
+            }
+            guard await ended(c.id) else { return stopping(rest) }
+        }
+        return true
+    }
+
+    /// The push of `id` is over: what waited for it goes in; when the queue is empty, what was
+    /// in the way of skipped remote items has moved. False when the engine is stopping.
+    private func ended(_ id: ItemID) async -> Bool {
+        let retry: [ServerItem]
+        do { retry = try await loop.turn(.pushEnded(id)) { try pushEnded(id) } } catch {
+            return await failed(id, error)
+        }
+        do { try await retrySkipped(retry) } catch {
+            log("showing skipped remote items failed: \(error)")
+        }
+        return true
+    }
+
+    /// The push of `id` failed: the change stays queued (in memory and on disk) whatever the
+    /// error; it leaves the queue only when the server has it. False when the engine is stopping.
+    private func failed(_ id: ItemID, _ error: any Error) async -> Bool {
+        if Task.isCancelled { return stopping(id) }
+        let failure = Self.classify(error)
+        let (delay, putBack) = await loop.turn(.pushFailed(id)) { pushFailed(id, error, failure) }
+        switch failure {
+        case .unauthorized: log("upload of \(id) refused: \(error); uploads wait for a valid token (mount again with --token-file)")
+        case .transient: log("upload of \(id) failed: \(error); retrying in \(delay) s")
+        case .refused: log("upload of \(id) refused: \(error); kept queued, retrying in \(delay) s or when it changes")
+        case .overQuota: log("upload of \(id) refused for the account's quota: \(error); kept queued, retrying in \(delay) s")
+        case .moveRefused: log("upload of \(id) refused: \(error); putting it back where the server has it")
+        }
+        // The conflict rule for crossing moves (docs/protocol.md "Commit"): the mover's
+        // device puts the folder back where the server has it. Only the refused move is
+        // undone; nothing else of the item was in it (folders have no content).
+        if putBack { await revertToServer(id) }
+        offlineIfUnreachable(error, failure)
+        return true
+    }
+
+    /// The engine is stopping with these pushes not ended: they stay queued, first, in their
+    /// order, and go at the next start. Returns false.
+    private func stopping(_ ids: ItemID...) -> Bool { stopping(ids) }
+
+    private func stopping(_ ids: [ItemID]) -> Bool {
+        state.withLock { s in
+            s.push.upload = nil
+            for id in ids.reversed() {
+                s.push.queue.landed(id)
+                s.push.queue.prepend(id)
+            }
+        }
+        for id in ids { log("upload of \(id) stopped: the engine is stopping; it stays queued and goes at the next start") }
+        return false
     }
 
     /// The next item to push, taken from the queue and marked in flight (in a turn); nil when
@@ -92,7 +206,10 @@ extension SyncEngine: ChangeObserver {
             // An item waiting out its back-off stays in its place; the next ready one goes
             // (one item the server refuses for a while never holds up the others). A paced
             // item (a file that keeps changing, SyncCore `UploadPacing`) waits the same way.
-            return s.push.queue.takeNext(where: { s.items[$0]?.upload.ready(at: now) ?? true })
+            // An item queued again while its push is on its way (gathered into this request)
+            // goes after that push ends.
+            let flying = s.push.queue.inFlight
+            return s.push.queue.takeNext(where: { !flying.contains($0) && (s.items[$0]?.upload.ready(at: now) ?? true) })
         }
         guard let id = next else { return nil }
         guard let first = folderToCreateFirst(for: id) else { return id }
@@ -118,7 +235,7 @@ extension SyncEngine: ChangeObserver {
             s.push.queue.landed(id); s.push.upload = nil
             s.items[id]?.upload.on(.pushEnded(closed: closed), at: now, rules: rules)
             s.link.pushesClear(anyQueuedFailure: s.items.failed.contains { s.push.queue.contains($0) })
-            return (s.push.queue.isEmpty ? s.skippedRemote() : [], held)
+            return (s.push.queue.isEmpty && s.push.queue.inFlight.isEmpty ? s.skippedRemote() : [], held)
         }
         if let held {
             do { try apply([held]) } catch {
@@ -199,7 +316,7 @@ extension SyncEngine: ChangeObserver {
         let above = fs.ancestors(of: id).filter { !$0.isRoot }
         let now = options.clock.now, rules = pacingRules
         return state.withLock { s in
-            guard let f = CommitPlan.folderFirst(above: above, { s.items[$0] }) else { return nil }
+            guard let f = CommitPlan.folderFirst(above: above, onItsWay: { s.push.queue.isInFlight($0) }, { s.items[$0] }) else { return nil }
             s.items[f, default: SyncItem()].upload.on(.pushedAhead, at: now, rules: rules)
             return f
         }
@@ -266,9 +383,9 @@ extension SyncEngine: ChangeObserver {
     }
 
 
-    /// Commits the item's whole current state against its base: decided in a turn, the content
-    /// and the commit sent between turns, the answer settled in a turn.
-    func push(_ id: ItemID) async throws {
+    /// The push's decision, in turns (presenters asked to save first when it concerns a file's
+    /// content), and how far the item's queue entries go.
+    func decide(_ id: ItemID) async throws -> (PushWork, Int64) {
         await store.queueCommitted()  // the queue entries of this item are in the table now (durable or not)
         let upTo = try store.lastSyncOpSeq(id) ?? 0
         var work = try await loop.turn(.pushStep(id)) { try decidePush(id, upTo: upTo, askPresenters: true) }
@@ -279,31 +396,30 @@ extension SyncEngine: ChangeObserver {
             _ = await presenters.ask(.save, paths: [path])
             work = try await loop.turn(.pushStep(id)) { try decidePush(id, upTo: upTo, askPresenters: false) }
         }
-        switch work {
-        case .nothing, .askPresenters:
-            return
-        case .delete(let base, let cursor):
-            try await pushDelete(id, base: base, cursor: cursor)
-            try store.removeSyncOps(id, upTo: upTo)
-        case .commit(var c):
-            if c.needsContent {
-                let fs = tree
-                if let up = await loop.turn(.contentSent(id), { takeContentUp(id, c, fs: fs) }) {
-                    c.draft.chunks = up
-                } else if c.snapshot == nil, c.size >= options.contentApartBytes, !Mutation.bigContentInQueue.isOn {
-                    await loop.turn(.contentApart(id)) { sendContentApart(id, c, upTo: upTo, fs: fs) }
-                    return
-                } else {
-                    // nil: a write started while chunking; its close queues the item again.
-                    guard let content = try await uploadContent(id, known: c.base?.record.chunks, fs: fs, snapshot: c.snapshot, inline: true) else { return }
-                    c.draft.chunks = content.chunks
-                    c.inline = content.inline
-                }
+        return (work, upTo)
+    }
+
+    /// A commit's content read (and uploaded unless it goes inside), then its request built in a
+    /// turn; nil when there is nothing to send now (content going up apart, a write started
+    /// while chunking, nothing changed).
+    func readyCommit(_ id: ItemID, _ work: CommitWork, upTo: Int64) async throws -> ReadyCommit? {
+        var c = work
+        if c.needsContent {
+            let fs = tree
+            if let up = await loop.turn(.contentSent(id), { takeContentUp(id, c, fs: fs) }) {
+                c.draft.chunks = up
+            } else if c.snapshot == nil, c.size >= options.contentApartBytes, !Mutation.bigContentInQueue.isOn {
+                await loop.turn(.contentApart(id)) { sendContentApart(id, c, upTo: upTo, fs: fs) }
+                return nil
+            } else {
+                // nil: a write started while chunking; its close queues the item again.
+                guard let content = try await uploadContent(id, known: c.base?.record.chunks, fs: fs, snapshot: c.snapshot, inline: true) else { return nil }
+                c.draft.chunks = content.chunks
+                c.inline = content.inline
             }
-            guard let request = try await loop.turn(.contentSent(id), { try commitRequest(id, c, upTo: upTo) }) else { return }
-            let r = try await client.commit(container, request)
-            try await loop.turn(.commitAnswered(id)) { try commitAnswered(id, c, r, upTo: upTo) }
         }
+        guard let request = try await loop.turn(.contentSent(id), { try commitRequest(id, c, upTo: upTo) }) else { return nil }
+        return ReadyCommit(id: id, work: c, request: request, upTo: upTo)
     }
 
     /// The chunks uploaded apart for this commit, when they are of the file as it is now (in a
@@ -498,6 +614,18 @@ extension SyncEngine: ChangeObserver {
                 try store.removeSyncOps(id, upTo: upTo)
             }
         }
+    }
+
+    /// A delete, alone: sent, its queue entries dropped, its push ended. False when the engine
+    /// is stopping.
+    private func pushDelete(_ id: ItemID, base: Base?, cursor: Int64, upTo: Int64) async -> Bool {
+        do {
+            try await pushDelete(id, base: base, cursor: cursor)
+            try store.removeSyncOps(id, upTo: upTo)
+        } catch {
+            return await failed(id, error)
+        }
+        return await ended(id)
     }
 
     private func pushDelete(_ id: ItemID, base: Base?, cursor: Int64) async throws {

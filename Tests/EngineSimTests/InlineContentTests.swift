@@ -48,6 +48,34 @@ import Testing
         }
     }
 
+    /// A burst of small files goes up in a few requests (`CommitBatch`): every file's commit,
+    /// far fewer POSTs; the other device shows them all, with their bytes.
+    @Test func aBurstOfSmallFilesGoesUpInFewRequests() async throws {
+        try await RecoveryTests.twoDevices { a, b, client, sim in
+            let before = try await Self.posts(client)
+            // Queued while the engine is paused, so the burst is there when it resumes.
+            a.engine.setPaused(true)
+            let made = try a.fs.mkdir(parent: NodeID.root, name: "burst", mode: 0o755, caller: .process)
+            a.fs.forget(node: made.node, count: 1)
+            let folder = made.node
+            for i in 0..<40 { _ = try a.writeFile(node: nil, parent: folder, name: "f\(i).txt", content: "file \(i)\n") }
+            a.engine.setPaused(false)
+            if let why = await sim.settle([a, b], client: client, within: .seconds(30)) { throw SimFailure("the burst did not reach b: \(why)") }
+            let tree = await b.tree() ?? [:]
+            for i in 0..<40 { #expect(tree["burst/f\(i).txt"] == "file \(i)\n", "f\(i).txt on b") }
+            let posts = try await Self.posts(client) - before
+            #expect(posts >= 1 && posts <= 4, "41 commits in \(posts) requests")
+            #expect(try await Self.chunkPuts(client) == 0, "their bytes went inside the commits")
+        }
+    }
+
+    /// Commit requests the server answered (`POST`, 200; `/metrics`).
+    static func posts(_ client: NimbusClient) async throws -> Int {
+        let text = try await client.send(.GET, "/metrics", authorized: false).text
+        return text.split(separator: "\n").filter { $0.hasPrefix("nimbus_http_requests_total{") && $0.contains("method=\"POST\",status=\"200\"") }
+            .compactMap { Int($0.split(separator: " ").last ?? "") }.reduce(0, +)
+    }
+
     /// Chunk uploads the server took (`PUT /v1/chunks/{hash}` answers 201, a container's PUT 200; `/metrics`).
     static func chunkPuts(_ client: NimbusClient) async throws -> Int {
         let text = try await client.send(.GET, "/metrics", authorized: false).text

@@ -348,6 +348,31 @@ final class SimLink: RemoteAPI, @unchecked Sendable {
         }
     }
 
+    /// One request: the commits applied in order, each on its own (as the server's route does);
+    /// the answer to all of them may be lost like a single commit's.
+    func commitBatch(_ container: String, _ requests: [CommitRequest]) async throws -> [Result<CommitResponse, RemoteError>] {
+        try await go()
+        var results: [Result<CommitResponse, RemoteError>] = []
+        for request in requests {
+            do {
+                if let wrong = InlineChunk.checkCommit(request) { throw APIError(.badRequest, wrong) }
+                for c in request.inline ?? [] {
+                    if overQuota { throw APIError.quotaExceeded(usage: 1 << 20, quota: 1 << 20, size: Int64(c.bytes.count)) }
+                    guard ContentHash(digest: SHA256.hash(data: c.bytes)) == c.hash else { throw APIError(.badRequest, "chunk bytes do not match \(c.hash)") }
+                    server.chunks[c.hash] = Array(c.bytes)
+                }
+                results.append(.success(try server.commit(request, by: device)))
+            } catch let e as APIError {
+                results.append(.failure(.server(status: e.code.httpStatus, code: e.code.rawValue, message: e.message, missing: e.missing, quota: e.quota)))
+            }
+        }
+        try await back()
+        if dropAnswers > 0, rng.below(dropAnswers) == 0 {
+            throw RemoteError.server(status: 500, code: APIErrorCode.internal.rawValue, message: "simulated: the answer to an applied batch was lost", missing: nil)
+        }
+        return results
+    }
+
     func changes(_ container: String, since: Int64, wait: Int, limit: Int) async throws -> ChangesResponse {
         try await go()
         if wait > 0, server.t.cursor <= since {

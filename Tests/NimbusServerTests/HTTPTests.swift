@@ -123,6 +123,74 @@ import Testing
         }
     }
 
+    /// `POST …/commits`: the commits of one request applied in the order sent, each on its own
+    /// (a refused one leaves the others as they would be alone, and is answered with the error it
+    /// would have had alone); a batch that is empty, too long or names an item twice is refused
+    /// whole, before anything is applied.
+    @Test func aBatchAppliesItsCommitsInOrderEachOnItsOwn() async throws {
+        try await LiveServer.with { s in
+            let client = NimbusClient(baseURL: s.url, token: try await s.token())
+            _ = try await client.createContainer(Self.container)
+            func inline(_ text: String) -> (ChunkRef, InlineChunk) {
+                let bytes = Array(text.utf8)
+                let hash = ContentHash(digest: SHA256.hash(data: bytes))
+                return (ChunkRef(hash: hash, size: Int64(bytes.count)), InlineChunk(hash: hash, bytes: Data(bytes)))
+            }
+            let folder = ItemID(UUID()), inside = ItemID(UUID()), wrong = ItemID(UUID()), orphan = ItemID(UUID()), last = ItemID(UUID())
+            let (ref, chunk) = inline("inside the new folder\n")
+            var bad = inline("these bytes\n").1
+            bad.bytes = Data("other bytes\n".utf8)
+            let batch = [
+                CommitRequest(item: folder, baseVersion: nil, state: Self.draft("new folder", kind: .folder)),
+                CommitRequest(item: inside, baseVersion: nil, state: Self.draft("a.txt", chunks: [ref], parent: folder), inline: [chunk]),
+                CommitRequest(item: wrong, baseVersion: nil, state: Self.draft("b.txt", chunks: [ChunkRef(hash: bad.hash, size: Int64(bad.bytes.count))]), inline: [bad]),
+                CommitRequest(item: orphan, baseVersion: nil, state: Self.draft("c.txt", parent: ItemID(UUID()))),
+                CommitRequest(item: last, baseVersion: nil, state: Self.draft("a.txt", kind: .folder, parent: folder)),
+            ]
+            let results = try await client.commitBatch(Self.container, batch)
+            #expect(results.count == 5)
+            #expect((try? results[0].get())?.outcome == .applied, "the folder first")
+            #expect((try? results[1].get())?.item.parent == folder, "then the file in it (the folder was there)")
+            guard case .failure(let e2) = results[2], case .failure(let e3) = results[3] else {
+                Issue.record("refused commits answered: \(results[2]), \(results[3])")
+                return
+            }
+            #expect(e2.code == .hashMismatch, "\(e2)")
+            #expect(e3.code == .parentNotFound, "\(e3)")
+            if case .server(let status, _, _, _, _) = e3 { #expect(status == APIErrorCode.parentNotFound.httpStatus) }
+            let renamed = try results[4].get()
+            #expect(renamed.renamed && renamed.item.name.value == "a 2.txt", "the last one saw the file before it: \(renamed.item.name)")
+            for (id, there) in [(folder, true), (inside, true), (wrong, false), (orphan, false), (last, true)] {
+                let found: Bool
+                do { _ = try await client.item(Self.container, id); found = true } catch let e as RemoteError where e.code == .itemNotFound { found = false }
+                #expect(found == there, "\(id)")
+            }
+            let cursor = try await client.changes(Self.container, since: 0).cursor
+
+            // Refused whole: nothing applied.
+            func refusedWhole(_ requests: [CommitRequest], _ why: Comment) async throws {
+                do {
+                    _ = try await client.commitBatch(Self.container, requests)
+                    Issue.record("a batch went through: \(why)")
+                } catch let e as RemoteError {
+                    #expect(e.code == .badRequest, "\(why): \(e)")
+                }
+            }
+            let one = CommitRequest(item: ItemID(UUID()), baseVersion: nil, state: Self.draft("d.txt"))
+            try await refusedWhole([], "empty")
+            try await refusedWhole([one, one], "the same item twice")
+            try await refusedWhole((0...ProtocolLimits.maxBatchCommits).map { i in
+                CommitRequest(item: ItemID(UUID()), baseVersion: nil, state: Self.draft("f\(i)"))
+            }, "more than \(ProtocolLimits.maxBatchCommits)")
+            try await refusedWhole([one, CommitRequest(item: .root, baseVersion: nil, state: Self.draft("root"))], "one of them unacceptable")
+            #expect(try await client.changes(Self.container, since: 0).cursor == cursor, "nothing of a refused batch was applied")
+            let raw = try await client.send(.POST, "/v1/containers/\(Self.container)/commits", body: ByteBuffer(string: #"{"commits":[{"item":1}]}"#),
+                                            contentType: "application/json")
+            let body = try Self.error(of: raw)
+            #expect(raw.status == 400 && body.error.code == APIErrorCode.invalidJSON.rawValue, "\(raw.text)")
+        }
+    }
+
     @Test func requestsWithoutAValidTokenAre401() async throws {
         try await LiveServer.with { s in
             for (token, authorized) in [("", false), ("nim_not-a-real-token", true)] {

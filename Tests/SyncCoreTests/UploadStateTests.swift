@@ -27,16 +27,43 @@ import Testing
         var q = UploadQueue<Int>()
         for i in 1...3 { q.append(i) }
         #expect(q.takeNext { $0 != 1 } == 2)
-        #expect(q.inFlight == 2 && q.hasWork(2) && !q.contains(2) && q.workCount == 3)
+        #expect(q.inFlight == [2] && q.hasWork(2) && !q.contains(2) && q.workCount == 3)
         q.landed(3)  // another item's push ended: 2 still flies
-        #expect(q.inFlight == 2)
+        #expect(q.inFlight == [2])
         q.landed(2)
-        #expect(q.inFlight == nil && !q.hasWork(2) && q.workCount == 2)
+        #expect(q.inFlight.isEmpty && !q.hasWork(2) && q.workCount == 2)
         // A folder above 3 that the server lacks goes first; 3 goes next.
         #expect(q.takeNext { $0 == 3 } == 3)
         q.sendFirst(1, before: 3)
-        #expect(q.inFlight == 1 && q.items == [3] && q.hasWork(3))
-        #expect(q.takeNext { _ in false } == nil && q.inFlight == 1)
+        #expect(q.inFlight == [1] && q.items == [3] && q.hasWork(3))
+        #expect(q.takeNext { _ in false } == nil && q.inFlight == [1])
+        // A batch: several fly at once, each lands alone.
+        #expect(q.takeNext { _ in true } == 3 && q.inFlight == [1, 3] && q.workCount == 2)
+        q.landed(1)
+        #expect(q.inFlight == [3] && q.isInFlight(3) && !q.isInFlight(1))
+    }
+}
+
+/// `CommitBatch`: what joins the commits gathered for one request, and when it is full.
+@Suite struct CommitBatchTests {
+    @Test func aDeleteOrAnUploadSendsTheGatheredFirst() {
+        #expect(CommitBatch.next(isDelete: false, uploadsContent: false) == .join)
+        #expect(CommitBatch.next(isDelete: true, uploadsContent: false) == .sendFirst)
+        #expect(CommitBatch.next(isDelete: false, uploadsContent: true) == .sendFirst)
+    }
+
+    @Test func fullByCountOrByWeight() {
+        var b = CommitBatch()
+        for _ in 1..<CommitBatch.maxCommits { b.add(chunks: 1, inlineBytes: 100) }
+        #expect(!b.isFull)
+        b.add(chunks: 1, inlineBytes: 100)
+        #expect(b.isFull && b.commits == CommitBatch.maxCommits)
+        var heavy = CommitBatch()
+        for _ in 0..<15 { heavy.add(chunks: 1, inlineBytes: 64 * 1024) }
+        #expect(heavy.isFull == (heavy.bytes >= CommitBatch.maxBytes) && heavy.bytes > 15 * 64 * 1024)
+        var long = CommitBatch()
+        long.add(chunks: 20_000, inlineBytes: 0)
+        #expect(long.isFull, "one state with a long chunk list goes alone")
     }
 }
 
