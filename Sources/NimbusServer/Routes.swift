@@ -199,13 +199,24 @@ struct Routes: Sendable {
             let batch = try await self.decodeChunkList(CommitBatchRequest.self, req, ctx)
             let d = try ctx.requireDevice()
             // In the order sent, each on its own: one refused leaves the others as they would be
-            // alone (a device sends a folder's create before its children's).
+            // alone (a device sends a folder's create before its children's). The small files'
+            // bytes are stored first (a commit whose bytes are refused is answered that error),
+            // then the commits go together (one transaction where the engine groups them).
+            var stored: [(any Error)?] = []
+            for commit in batch.commits {
+                do { try await self.storeInline(commit, account: d.accountID, ctx); stored.append(nil) } catch { stored.append(error) }
+            }
+            let ready = zip(batch.commits, stored).compactMap { $1 == nil ? $0 : nil }
+            var answers = await self.store.commitAll(ready, in: c, by: d, now: self.clock()).makeIterator()
             var results: [CommitBatchResponse.Result] = []
             results.reserveCapacity(batch.commits.count)
-            for commit in batch.commits {
-                do {
-                    results.append(.init(ok: try await self.commit(commit, in: c, by: d, ctx)))
-                } catch {
+            for failed in stored {
+                let outcome: Result<CommitResponse, any Error> = failed.map { .failure($0) } ?? answers.next() ?? .failure(APIError(.internal, "no answer"))
+                switch outcome {
+                case .success(let r):
+                    self.committed(c, r)
+                    results.append(.init(ok: r))
+                case .failure(let error):
                     let e = ErrorMiddleware.apiError(error, request: req, logger: ctx.logger)
                     results.append(.init(status: e.code.httpStatus, error: ErrorMiddleware.body(for: e).error))
                 }
@@ -393,15 +404,20 @@ struct Routes: Sendable {
     /// One commit (alone or in a batch): a small file's bytes that came with it are stored as an
     /// upload first (hash checked as they pass, quota counted), so the commit finds its chunk.
     private func commit(_ body: CommitRequest, in c: ContainerRecord, by d: DeviceRecord, _ ctx: NimbusContext) async throws -> CommitResponse {
-        if let wrong = InlineChunk.checkCommit(body) { throw APIError(.badRequest, wrong) }
-        for chunk in body.inline ?? [] {
-            try await ChunkUploads.store(ByteBuffer(bytes: chunk.bytes), as: chunk.hash, account: d.accountID, store: store,
-                                         chunks: chunks, clock: clock, makeRoom: makeRoom(ctx.logger))
-            metrics.bytesIn.increment(by: Int64(chunk.bytes.count))
-        }
+        try await storeInline(body, account: d.accountID, ctx)
         let r = try await store.commit(body, in: c, by: d, now: clock())
         committed(c, r)
         return r
+    }
+
+    /// The bytes of a small file that came inside its commit, stored as a `PUT` of them would be.
+    private func storeInline(_ body: CommitRequest, account: Int64, _ ctx: NimbusContext) async throws {
+        if let wrong = InlineChunk.checkCommit(body) { throw APIError(.badRequest, wrong) }
+        for chunk in body.inline ?? [] {
+            try await ChunkUploads.store(ByteBuffer(bytes: chunk.bytes), as: chunk.hash, account: account, store: store,
+                                         chunks: chunks, clock: clock, makeRoom: makeRoom(ctx.logger))
+            metrics.bytesIn.increment(by: Int64(chunk.bytes.count))
+        }
     }
 
     private func committed(_ c: ContainerRecord, _ r: CommitResponse) {

@@ -346,6 +346,16 @@ public final class SQLiteStore: ServerStore {
         }
     }
 
+    /// In one transaction (group commit), in order, each in its own savepoint.
+    public func commitAll(_ requests: [CommitRequest], in container: ContainerRecord, by device: DeviceRecord, now: Int64) async -> [Result<CommitResponse, any Error>] {
+        await batcher.writeAll(requests.map { request in
+            { @Sendable db in
+                var engine = CommitEngine(tx: SQLiteTransaction(db: db, container: container), device: device, now: now, history: self.history)
+                return try engine.commit(request)
+            }
+        })
+    }
+
     public func resolve(_ request: ResolveRequest, item: ItemID, in container: ContainerRecord, by device: DeviceRecord, now: Int64) async throws -> CommitResponse {
         try await pool.write { db in
             var engine = CommitEngine(tx: SQLiteTransaction(db: db, container: container), device: device, now: now, history: self.history)

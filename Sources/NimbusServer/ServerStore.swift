@@ -37,6 +37,9 @@ public protocol ServerStore: Sendable {
     /// Applies one commit under the race rules (docs/protocol.md "Commit"). Chunks must already be recorded for
     /// the account (`recordChunk`).
     func commit(_ request: CommitRequest, in container: ContainerRecord, by device: DeviceRecord, now: Int64) async throws -> CommitResponse
+    /// Several commits in this order, each on its own as `commit` (`POST …/commits`): one
+    /// result per request.
+    func commitAll(_ requests: [CommitRequest], in container: ContainerRecord, by device: DeviceRecord, now: Int64) async -> [Result<CommitResponse, any Error>]
     /// Resolves conflicts or restores a version.
     func resolve(_ request: ResolveRequest, item: ItemID, in container: ContainerRecord, by device: DeviceRecord, now: Int64) async throws -> CommitResponse
 
@@ -232,6 +235,15 @@ public struct DatabaseRoundTrips: Sendable {
 
 extension ServerStore {
     public var databaseRoundTrips: DatabaseRoundTrips? { nil }
+
+    /// One after the other, each its own transaction (an engine without group commit).
+    public func commitAll(_ requests: [CommitRequest], in container: ContainerRecord, by device: DeviceRecord, now: Int64) async -> [Result<CommitResponse, any Error>] {
+        var out: [Result<CommitResponse, any Error>] = []
+        for r in requests {
+            do { out.append(.success(try await commit(r, in: container, by: device, now: now))) } catch { out.append(.failure(error)) }
+        }
+        return out
+    }
 }
 
 extension APIError {

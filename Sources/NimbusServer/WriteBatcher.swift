@@ -42,6 +42,31 @@ final class WriteBatcher: Sendable {
         return try await promise.value
     }
 
+    /// Several writes queued together, in this order (the same transaction unless the batch
+    /// limit cuts it; each in its own savepoint): one result per write.
+    func writeAll<T: Sendable>(_ bodies: [@Sendable (Database) throws -> T]) async -> [Result<T, any Error>] {
+        let promises = bodies.map { _ in Promise<T>() }
+        let jobs = zip(bodies, promises).map { body, promise in
+            Job(run: { db in
+                    let value = try body(db)
+                    return { promise.fulfill(.success(value)) }
+                },
+                fail: { promise.fulfill(.failure($0)) })
+        }
+        let lead = state.withLock { s -> Bool in
+            s.queue.append(contentsOf: jobs)
+            if s.draining { return false }
+            s.draining = true
+            return true
+        }
+        if lead { await drain() }
+        var results: [Result<T, any Error>] = []
+        for p in promises {
+            do { results.append(.success(try await p.value)) } catch { results.append(.failure(error)) }
+        }
+        return results
+    }
+
     /// Runs batches until the queue is empty. Called by exactly one leader at a time; the SQLite
     /// work runs on GRDB's writer queue, not on the caller's thread.
     private func drain() async {

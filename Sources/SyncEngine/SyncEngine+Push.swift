@@ -9,8 +9,9 @@ import NimbusProtocol
 import NimbusRemote
 import SyncCore
 
-// Push: the ChangeObserver port and the upload loop. One item is pushed at a time, in the order
-// of its first queued change, so a folder's create is committed before its children's.
+// Push: the ChangeObserver port and the upload loop. Items are pushed in the order of their
+// first queued change, so a folder's create is committed before its children's; the commits of
+// the items next in the queue go together in one request when several are ready (`CommitBatch`).
 
 extension SyncEngine: ChangeObserver {
     /// Called after the change is in memory and its queue entry (`LocalChange.queued`) is in
