@@ -203,8 +203,17 @@ struct JSONScanner {
 
     let b: [UInt8]
     var i = 0
+    /// Objects and arrays open around the reader: a hostile document nested deeper than
+    /// `maxDepth` throws (the standard decoder then refuses it) instead of overflowing the stack.
+    var depth = 0
+    static let maxDepth = 64
 
     init(_ bytes: [UInt8]) { b = bytes }
+
+    private mutating func enter() throws {
+        depth += 1
+        guard depth <= Self.maxDepth else { throw Failure() }
+    }
 
     mutating func ws() {
         while i < b.count, b[i] == 0x20 || b[i] == 0x0A || b[i] == 0x0D || b[i] == 0x09 { i += 1 }
@@ -225,6 +234,8 @@ struct JSONScanner {
     /// `{ "key": value, … }`: `body` reads each value (and must consume it).
     mutating func object(_ body: (inout JSONScanner, String) throws -> Void) throws {
         try take(UInt8(ascii: "{"))
+        try enter()
+        defer { depth -= 1 }
         ws()
         if i < b.count, b[i] == UInt8(ascii: "}") { i += 1; return }
         while true {
@@ -242,6 +253,8 @@ struct JSONScanner {
     /// `[ value, … ]`: `body` reads each element.
     mutating func array(_ body: (inout JSONScanner) throws -> Void) throws {
         try take(UInt8(ascii: "["))
+        try enter()
+        defer { depth -= 1 }
         ws()
         if i < b.count, b[i] == UInt8(ascii: "]") { i += 1; return }
         while true {

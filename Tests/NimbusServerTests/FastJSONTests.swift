@@ -239,6 +239,16 @@ import Testing
             case (let x, let y): Issue.record("\(doc): fast \(x), standard \(y)")
             }
         }
+        // Nested far deeper than any stack frame budget: refused as JSONDecoder refuses it, no crash.
+        let deep = String(repeating: "[", count: 200_000) + String(repeating: "]", count: 200_000)
+        let deepObject = String(repeating: #"{"a":"#, count: 100_000) + "1" + String(repeating: "}", count: 100_000)
+        let hostile = [with(#""deleted":false"#, #""deleted":false,"extra":\#(deep)"#), with(#""deleted":false"#, #""deleted":false,"extra":\#(deepObject)"#),
+                       with(#""item":"#, #""unknown":\#(deep),"item":"#), #"{"commits":\#(deep)}"#, deep]
+        for doc in hostile {
+            #expect(throws: (any Error).self) { try CommitRequest.decodeBody(Array(doc.utf8)) }
+            #expect(throws: (any Error).self) { try FastJSON.decodeCommitBatch(Array(doc.utf8)) }
+            #expect(throws: (any Error).self) { try FastJSON.decodeCommitResponse(Array(doc.utf8)) }
+        }
         for doc in requests {
             same({ try CommitRequest.decodeBody(Array(doc.utf8)) }, { try JSONDecoder().decode(CommitRequest.self, from: Data(doc.utf8)) }, doc)
         }
