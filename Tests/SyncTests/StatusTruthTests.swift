@@ -83,6 +83,12 @@ struct StatusTruthTests {
             }
             #expect(first == "small", "the small file went first, not after the big one: \(first)")
             try await eventually("big.bin on B byte for byte", seconds: 120, "cmp \(q(source)) \(q(b))/big.bin")
+            // The server's order says the same whatever the timing: small.txt's commit came
+            // before big.bin's (not behind its upload, nor in the same request after it).
+            let version = { (name: String) in
+                Int(((try? sh("getfattr --only-values -n user.nimbus.version \(q(b))/\(name) 2>/dev/null")) ?? "").trimmingCharacters(in: .whitespacesAndNewlines)) ?? -1
+            }
+            #expect(version("small.txt") > 0 && version("small.txt") < version("big.bin"), "versions: small \(version("small.txt")), big \(version("big.bin"))")
         }
     }
 
