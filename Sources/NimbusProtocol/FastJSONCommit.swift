@@ -2,10 +2,10 @@ import Foundation
 import NimbusCore
 
 /// The commit's two documents by hand: the request a device writes and the server reads, and the
-/// answer the device reads (the server writes it with `encode(_: CommitResponse)`). A device
-/// sends one commit per change, so `JSONEncoder` and `JSONDecoder` were a tenth of the CPU of
-/// both sides in a burst of small files. Same contract as the other readers: what the fast reader
-/// is not sure of throws, and `JSONDecoder` then gives the standard value or error.
+/// answer the device reads (the server writes it with `encode(_: CommitResponse)`), single and in
+/// batches: every change of a device travels in one. Same contract as the other readers: what
+/// the fast reader is not sure of throws, and `JSONDecoder` then gives the standard value or
+/// error.
 extension FastJSON {
     /// A commit request: the document `JSONEncoder` makes (optional fields absent when nil, an
     /// inline chunk's bytes in base64), keys in another order.

@@ -104,10 +104,10 @@ public struct CommitBatch: Sendable, Equatable {
 
     public init() {}
 
-    /// The next push: a delete, or a commit whose content is read and uploaded before it
-    /// (anything but what travels inside the commit).
-    public static func next(isDelete: Bool, uploadsContent: Bool) -> Next {
-        isDelete || uploadsContent ? .sendFirst : .join
+    /// The next push: a delete, or a commit whose content is read here (`needsContent`) and, over
+    /// what travels inside a commit, uploaded before it.
+    public static func next(isDelete: Bool, needsContent: Bool, size: Int64) -> Next {
+        isDelete || (needsContent && size > ProtocolLimits.inlineFileBytes) ? .sendFirst : .join
     }
 
     /// A commit of about `chunks` chunk references and `inlineBytes` bytes inside it joins.

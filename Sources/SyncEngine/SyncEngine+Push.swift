@@ -77,16 +77,15 @@ extension SyncEngine: ChangeObserver {
                 case .nothing, .askPresenters:
                     // Nothing to send: its push ends now, as it would alone (the record's
                     // events keep their order: a content upload apart may end before the request).
-                    guard await ended(id) else { return stopping(gathered.map(\.id)) }
+                    guard await ended(id) else { return await stopping(gathered.map(\.id)) }
                 case .delete(let base, let cursor):
                     // A delete goes alone, after the commits queued before it
                     // (`CommitBatch.next`).
-                    guard await send(gathered) else { return stopping(id) }
+                    guard await send(gathered) else { return await stopping([id]) }
                     return await pushDelete(id, base: base, cursor: cursor, upTo: upTo)
                 case .commit(let c):
-                    let uploads = c.needsContent && c.size > ProtocolLimits.inlineFileBytes
-                    if !gathered.isEmpty, CommitBatch.next(isDelete: false, uploadsContent: uploads) == .sendFirst {
-                        guard await send(gathered) else { return stopping(id) }
+                    if !gathered.isEmpty, CommitBatch.next(isDelete: false, needsContent: c.needsContent, size: c.size) == .sendFirst {
+                        guard await send(gathered) else { return await stopping([id]) }
                         gathered = []
                         batch = CommitBatch()
                     }
@@ -94,12 +93,12 @@ extension SyncEngine: ChangeObserver {
                         gathered.append(ready)
                         batch.add(chunks: ready.request.state.chunks.count, inlineBytes: ready.request.inline?.reduce(0) { $0 + $1.bytes.count } ?? 0)
                     } else {
-                        guard await ended(id) else { return stopping(gathered.map(\.id)) }
+                        guard await ended(id) else { return await stopping(gathered.map(\.id)) }
                     }
                 }
             } catch {
                 // The gathered ones first, as they would have gone alone; then this one's failure.
-                guard await send(gathered) else { return stopping(id) }
+                guard await send(gathered) else { return await stopping([id]) }
                 return await failed(id, error)
             }
             if batch.isFull || Task.isCancelled { break }
@@ -130,7 +129,7 @@ extension SyncEngine: ChangeObserver {
         }
         if let whole {
             for c in gathered.reversed() {
-                guard await failed(c.id, whole) else { return stopping(gathered.prefix { $0.id != c.id }.map(\.id)) }
+                guard await failed(c.id, whole) else { return await stopping(gathered.prefix { $0.id != c.id }.map(\.id)) }
             }
             return true
         }
@@ -140,10 +139,10 @@ extension SyncEngine: ChangeObserver {
                 let r = try answers[i].get()
                 try await loop.turn(.commitAnswered(c.id)) { try commitAnswered(c.id, c.work, r, upTo: c.upTo) }
             } catch {
-                guard await failed(c.id, error) else { return stopping(rest) }
+                guard await failed(c.id, error) else { return await stopping(rest) }
                 continue
             }
-            guard await ended(c.id) else { return stopping(rest) }
+            guard await ended(c.id) else { return await stopping(rest) }
         }
         return true
     }
@@ -164,7 +163,7 @@ extension SyncEngine: ChangeObserver {
     /// The push of `id` failed: the change stays queued (in memory and on disk) whatever the
     /// error; it leaves the queue only when the server has it. False when the engine is stopping.
     private func failed(_ id: ItemID, _ error: any Error) async -> Bool {
-        if Task.isCancelled { return stopping(id) }
+        if Task.isCancelled { return await stopping([id]) }
         let failure = Self.classify(error)
         let (delay, putBack) = await loop.turn(.pushFailed(id)) { pushFailed(id, error, failure) }
         switch failure {
@@ -183,15 +182,16 @@ extension SyncEngine: ChangeObserver {
     }
 
     /// The engine is stopping with these pushes not ended: they stay queued, first, in their
-    /// order, and go at the next start. Returns false.
-    private func stopping(_ ids: ItemID...) -> Bool { stopping(ids) }
-
-    private func stopping(_ ids: [ItemID]) -> Bool {
-        state.withLock { s in
-            s.push.upload = nil
-            for id in ids.reversed() {
-                s.push.queue.landed(id)
-                s.push.queue.prepend(id)
+    /// order (in a turn), and go at the next start. Returns false.
+    private func stopping(_ ids: [ItemID]) async -> Bool {
+        guard let first = ids.first else { return false }
+        await loop.turn(.pushFailed(first)) {
+            state.withLock { s in
+                s.push.upload = nil
+                for id in ids.reversed() {
+                    s.push.queue.landed(id)
+                    s.push.queue.prepend(id)
+                }
             }
         }
         for id in ids { log("upload of \(id) stopped: the engine is stopping; it stays queued and goes at the next start") }

@@ -47,9 +47,11 @@ import Testing
 /// `CommitBatch`: what joins the commits gathered for one request, and when it is full.
 @Suite struct CommitBatchTests {
     @Test func aDeleteOrAnUploadSendsTheGatheredFirst() {
-        #expect(CommitBatch.next(isDelete: false, uploadsContent: false) == .join)
-        #expect(CommitBatch.next(isDelete: true, uploadsContent: false) == .sendFirst)
-        #expect(CommitBatch.next(isDelete: false, uploadsContent: true) == .sendFirst)
+        let small = Int64(ProtocolLimits.inlineFileBytes)
+        #expect(CommitBatch.next(isDelete: false, needsContent: false, size: 1 << 30) == .join, "a rename of a big file")
+        #expect(CommitBatch.next(isDelete: false, needsContent: true, size: small) == .join, "its bytes inside the commit")
+        #expect(CommitBatch.next(isDelete: true, needsContent: false, size: 0) == .sendFirst)
+        #expect(CommitBatch.next(isDelete: false, needsContent: true, size: small + 1) == .sendFirst)
     }
 
     @Test func fullByCountOrByWeight() {
