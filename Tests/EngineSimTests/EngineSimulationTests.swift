@@ -143,12 +143,28 @@ enum SimChecks {
                 await dev.idle(milliseconds: gap(step, 0))
                 guard dev.lookup(parent, f.rec.name) == f.rec.node else { return "the file changed while saved" }
                 let targetShown = (try? fs.getxattr(node: f.rec.node, name: NimbusXattr.version.name)).flatMap { Int64(String(decoding: $0, as: UTF8.self)) }
+                // What the temporary name holds now: during the pause another device's file of
+                // the same name can have arrived, and this device's file been given the name
+                // the server chose for it (`.c.txt 2.tmp`). The program renames whatever is
+                // there, as a real one would; its bytes stay in the file it wrote.
+                guard let atTmp = dev.lookup(parent, tmp) else { return "the temporary file went while saved" }
+                let atTmpID = try fs.getxattr(node: atTmp, name: NimbusXattr.itemid.name)
+                guard let renamedID = ItemID(String(decoding: atTmpID, as: UTF8.self)) else { throw Errno.EIO }
+                let renamedShown = (try? fs.getxattr(node: atTmp, name: NimbusXattr.version.name)).flatMap { Int64(String(decoding: $0, as: UTF8.self)) }
                 try fs.rename(parent: parent, name: tmp, newParent: parent, newName: f.rec.name, flags: [])
                 // The file renamed over keeps its identity and takes the new bytes
                 // (ContainerFS+Remove.swift): the write is the saved file's.
                 guard let node = dev.lookup(parent, f.rec.name) else { return "gone after the rename" }
                 let raw = try fs.getxattr(node: node, name: NimbusXattr.itemid.name)
                 guard let id = ItemID(String(decoding: raw, as: UTF8.self)) else { throw Errno.EIO }
+                guard renamedID == tmpID else {
+                    // Another file was renamed: this device's write lives on in `tmpID`; the
+                    // file renamed went into the saved one (or became it).
+                    ledger.wrote(device: dev.index, item: tmpID, content: step.content)
+                    if renamedID != id { ledger.deleted(device: dev.index, item: renamedID, showing: renamedShown) }
+                    if f.rec.id != id { ledger.deleted(device: dev.index, item: f.rec.id, showing: targetShown) }
+                    return "ok (\(f.path)), another file renamed"
+                }
                 ledger.wrote(device: dev.index, item: id, content: step.content)
                 // A temporary file left by an earlier save was overwritten, then went with the
                 // rename: this device deleted that item.
