@@ -13,11 +13,24 @@ public struct DirEntry: Sendable {
 
 extension ContainerFS {
     public func opendir(node: NodeID) throws(Errno) -> HandleID {
-        try lock.withLock { () throws(Errno) -> HandleID in
+        try openListing(node: node).handle
+    }
+
+    /// `opendir` as the kernel gets it. The kernel may keep the folder's listing
+    /// (`cacheListing`): a change through the kernel resets it, and every change behind its back
+    /// invalidates the folder's node (`applyRemote`), which drops it. The listing kept is reused
+    /// (`keepCache`) only while the children's entries and attributes that came with it are
+    /// fresh: past that, a listing from the cache would cost a lookup per child where a fresh one
+    /// costs a readdirplus per page of children.
+    public func openListing(node: NodeID) throws(Errno) -> FuseOpen {
+        try lock.withLock { () throws(Errno) -> FuseOpen in
             let snap = try snapshot(node)
             let h = ids.newHandle(.listing)
             t.dirs[h] = snap
-            return h
+            let fresh = UInt64(min(options.entryTimeout, options.attrTimeout) * 0.8 * 1e9)
+            let listed = t.nodes[node]?.listedAt ?? 0
+            let keep = listed != 0 && options.clock.monotonic() &- listed < fresh
+            return FuseOpen(handle: h, keepCache: keep, cacheListing: true)
         }
     }
 
@@ -41,6 +54,7 @@ extension ContainerFS {
             if offset == 0 {
                 // rewinddir (or the first read): take a fresh listing.
                 t.dirs[handle] = try snapshot(node)
+                if plus { t.nodes[node]?.listedAt = options.clock.monotonic() }
             }
             guard let snap = t.dirs[handle] else { throw .EBADF }
             return snap.page(from: offset, room: room, plus: plus, entry: { child, isDot in

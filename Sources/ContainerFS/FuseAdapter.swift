@@ -316,7 +316,7 @@ public final class FuseAdapter: FuseFilesystem {
         let h: HandleID
         do {
             switch fs.ids.owner(of: node) {
-            case .item: h = try fs.opendir(node: node)
+            case .item: return reply.open(try fs.openListing(node: node))
             case .control(let f): h = try fs.control.opendir(f)
             case .versions(let v): return opendirVersions(v, reply: reply)
             case .trash(let t): return opendirTrash(t, node: node, reply: reply)

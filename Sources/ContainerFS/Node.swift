@@ -9,6 +9,9 @@ final class Node {
     var rec: ItemRecord
     /// Kernel lookup count: +1 per entry reply (lookup, create, mkdir, readdirplus…), −n per forget.
     var lookups: UInt64 = 0
+    /// When (monotonic ns) a listing of this folder with attributes (readdirplus) last began:
+    /// the kernel's entries and attributes of its children are fresh for a while after it.
+    var listedAt: UInt64 = 0
     /// Node id of the parent folder (root: itself); mirrors `rec.parent`.
     var parentNode = NodeID.root
     /// Open file handles (files) — an unlinked file lives on while either count is positive.

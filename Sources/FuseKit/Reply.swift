@@ -32,14 +32,19 @@ public struct FuseOpen: Sendable {
     /// Bypass the page cache (control files whose size is not known up front).
     public var directIO: Bool
     public var nonSeekable: Bool = false
-    public init(handle: HandleID, keepCache: Bool = true, directIO: Bool = false) {
-        self.handle = handle; self.keepCache = keepCache; self.directIO = directIO
+    /// A folder's listing may be kept in the kernel's cache (`FOPEN_CACHE_DIR`): later listings
+    /// are served from it until the folder changes (a change through the kernel resets it; one
+    /// behind its back must invalidate the folder's node, which drops the cached listing).
+    public var cacheListing: Bool = false
+    public init(handle: HandleID, keepCache: Bool = true, directIO: Bool = false, cacheListing: Bool = false) {
+        self.handle = handle; self.keepCache = keepCache; self.directIO = directIO; self.cacheListing = cacheListing
     }
     func fill(_ fi: UnsafeMutablePointer<fuse_file_info>) {
         fi.pointee.fh = handle.rawValue
         fi.pointee.keep_cache = keepCache ? 1 : 0
         fi.pointee.direct_io = directIO ? 1 : 0
         fi.pointee.nonseekable = nonSeekable ? 1 : 0
+        fi.pointee.cache_readdir = cacheListing ? 1 : 0
     }
 }
 

@@ -142,4 +142,23 @@ struct RequestBudgetTests {
             Self.check("second read", again, [:], other: 5)
         }
     }
+
+    /// A folder listed once is listed again from the kernel's cache (`FOPEN_CACHE_DIR`): a second
+    /// `find`, `du` or `ls` of an unchanged tree sends no readdir; a change through the kernel
+    /// resets the folder's cached listing, so the next listing shows it.
+    @Test func aTreeListedAgainIsServedFromTheKernel() throws {
+        try withMount("listing") { m in
+            try sh("cd \(q(m.mp)) && mkdir -p t/a/b t/c && for d in t t/a t/a/b t/c; do for i in $(seq 1 30); do echo $i > $d/f$i; done; done")
+            let first = try Self.cost(m, "find t > /dev/null")
+            let again = try Self.cost(m, "find t > /dev/null; du -s t > /dev/null; ls -l t/a > /dev/null")
+            print("requests of listing a tree of 4 folders: \(first.sorted { $0.key < $1.key }), again: \(again.sorted { $0.key < $1.key })")
+            #expect((first["readdirplus"] ?? 0) + (first["readdir"] ?? 0) >= 4, "the first listing reaches the daemon: \(first)")
+            Self.check("listed again", again, ["readdirplus": 0, "readdir": 0, "opendir": 12, "releasedir": 12, "getxattr": 70], other: 5)
+            // Changes through the kernel are in the next listing.
+            try sh("cd \(q(m.mp)) && touch t/a/new && rm t/c/f1 && mv t/a/f2 t/c/moved")
+            let inA = try sh("ls \(q(m.mp))/t/a").split(separator: "\n"), inC = try sh("ls \(q(m.mp))/t/c").split(separator: "\n")
+            #expect(inA.contains("new") && !inA.contains("f2") && inA.count == 31, "t/a after the changes: \(inA)")
+            #expect(inC.contains("moved") && !inC.contains("f1") && inC.count == 30, "t/c after the changes: \(inC)")
+        }
+    }
 }

@@ -56,6 +56,27 @@ struct TwoDeviceTests {
         }
     }
 
+    /// B's kernel keeps a folder's listing (`FOPEN_CACHE_DIR`); A's creates, renames, moves and
+    /// deletes in that folder reach B behind its kernel's back, and each must drop the listing
+    /// kept, so `ls` on B shows exactly A's folder.
+    @Test func listingsOnBFollowAsChanges() async throws {
+        try await SyncWorld.run("listing") { w in
+            let a = try await w.mount("a"), b = try await w.mount("b")
+            try sh("mkdir -p \(q(a))/d/e && for i in 1 2 3; do echo $i > \(q(a))/d/f$i; done")
+            try await eventually("files on B", "test -f \(q(b))/d/f3 && test -d \(q(b))/d/e")
+            let same = "test \"$(ls -A \(q(a))/d | tr '\\n' ' ')\" = \"$(ls -A \(q(b))/d | tr '\\n' ' ')\" && test \"$(ls -A \(q(a))/d/e | tr '\\n' ' ')\" = \"$(ls -A \(q(b))/d/e | tr '\\n' ' ')\""
+            try await eventually("same listing", same)
+            // Listed on B (kept by its kernel), then changed on A, one kind of change at a time.
+            for change in ["echo 4 > d/f4", "mv d/f1 d/g1", "mv d/f2 d/e/f2", "rm d/f3", "mkdir d/h", "rmdir d/h", "mv d/e d/e2", "mv d/e2 d/e"] {
+                try sh("ls -A \(q(b))/d \(q(b))/d/e > /dev/null; ls -A \(q(b))/d > /dev/null")
+                try sh("cd \(q(a)) && \(change)")
+                try await eventually("listing on B after '\(change)'", same)
+            }
+            #expect(try sh("ls -A \(q(b))/d | tr '\\n' ' '") == "e f4 g1 ")
+            #expect(try sh("ls -A \(q(b))/d/e | tr '\\n' ' '") == "f2 ")
+        }
+    }
+
     @Test(arguments: SyncBackend.all + [.tls, .nginx]) func placeholdersHaveRealSizesAndAReadDownloadsAboutOneChunk(_ backend: SyncBackend) async throws {
         try await SyncWorld.run("big", backend) { w in
             let a = try await w.mount("a"), b = try await w.mount("b")
