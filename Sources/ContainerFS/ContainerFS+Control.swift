@@ -212,6 +212,8 @@ extension ContainerFS: ControlSource {
         s += "download-queue: \(sync["download-queue"] ?? "0")\n"
         s += "conflicts: \(sync["conflicts"] ?? "0")\n"
         s += "state-dir: \(store.directory.path)\n"
+        let refused = options.downloadPolicy?.refusedPrograms ?? []
+        s += "refused-programs: \(refused.isEmpty ? "none" : refused.joined(separator: " "))\n"
         s += "store-error: \(store.lastError ?? "none")\n"
         for (k, v) in extra { s += "\(k): \(v)\n" }
         for (k, v) in presenters.statusLines() { s += "\(k): \(v)\n" }

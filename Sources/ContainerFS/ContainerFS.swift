@@ -38,6 +38,9 @@ public final class ContainerFS: @unchecked Sendable {
         /// later jobs, so the window between a change and its notice, which concurrent FUSE
         /// threads and engine tasks have, is open there too.
         public var deliverNotice: (@Sendable (_ notice: @escaping @Sendable () -> Void) -> Void)?
+        /// Which programs may download content by reading placeholders (DownloadPolicy.swift);
+        /// nil: every program may.
+        public var downloadPolicy: DownloadPolicy?
         public init() {}
     }
 

@@ -92,6 +92,7 @@ public final class FuseAdapter: FuseFilesystem {
         guard case .item = fs.ids.owner(of: node) else { return reply.error(.EPERM) }
         // truncate(2) of a placeholder to a non-zero size keeps bytes: download them first.
         if let size = changes.size, size > 0, let id = fs.placeholder(node: node, range: 0..<Int64.max) {
+            if fs.refusesDownload(pid: reply.context.pid, node: node) { return reply.error(.EACCES) }
             let box = ReplyBox(reply)
             let fs = self.fs
             fs.content.hydrate(id, range: 0..<Int64.max) { error in
@@ -209,6 +210,7 @@ public final class FuseAdapter: FuseFilesystem {
         // Writing into a placeholder: download it all first, so local bytes are never mixed
         // with holes a later download would fill (O_TRUNC needs nothing: the bytes go anyway).
         if flags & O_ACCMODE != O_RDONLY, flags & O_TRUNC == 0, let id = fs.placeholder(node: node, range: 0..<Int64.max) {
+            if fs.refusesDownload(pid: reply.context.pid, node: node) { return reply.error(.EACCES) }
             let box = ReplyBox(reply)
             let fs = self.fs
             fs.content.hydrate(id, range: 0..<Int64.max) { error in
@@ -265,6 +267,7 @@ public final class FuseAdapter: FuseFilesystem {
         case .direct: break
         case .fail(let e): return reply.error(e)
         case .hydrate(let id):
+            if fs.refusesDownload(pid: reply.context.pid, node: node) { return reply.error(.EACCES) }
             let box = ReplyBox(reply)
             let fs = self.fs
             fs.content.hydrate(id, range: offset..<(offset + Int64(size))) { error in

@@ -27,6 +27,9 @@ public enum EventKind: String, Sendable, CaseIterable {
     case version
     /// An item brought back from Recently Deleted (docs/trash.md).
     case restored
+    /// A program refused a download (DownloadPolicy): said once per program and mount, with
+    /// the command that allows it.
+    case refused
 }
 
 /// Who made an event happen (its fourth field): a program here, another device, the sync engine.

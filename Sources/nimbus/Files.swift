@@ -133,7 +133,12 @@ struct Status: ParsableCommand {
                 out.append(d)
                 if !json {
                     print("\(root):")
-                    for (k, v) in try MountSurface.statusFile(root) { print("  \(k): \(v)") }
+                    for (k, v) in try MountSurface.statusFile(root) {
+                        print("  \(k): \(v)")
+                        if k == "refused-programs", v != "none" {
+                            print("    (refused downloads by reading placeholders; allow one: nimbus policy allow PROGRAM)")
+                        }
+                    }
                 }
                 continue
             }

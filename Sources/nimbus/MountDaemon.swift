@@ -34,6 +34,7 @@ struct MountDaemon {
         options.entryTimeout = cacheTimeout
         options.attrTimeout = cacheTimeout
         options.negativeTimeout = cacheTimeout
+        options.downloadPolicy = DownloadPolicy(file: DownloadPolicy.file(inState: URL(fileURLWithPath: state)))
         options.presenterTimeout = .milliseconds(Int64((remote?.presenterTimeout ?? 2) * 1000))
         var engine: SyncEngine?
         if let remote {
