@@ -191,7 +191,7 @@ extension ContainerFS: ControlSource {
             var files = 0, folders = 0
             var bytes: Int64 = 0
             for n in t.nodes.values where n.linked {
-                if n.isDir { folders += 1 } else if n.rec.kind == .file { files += 1; bytes += n.rec.size }
+                if n.isDir { folders += 1 } else if n.rec.kind == .file && !n.rec.isSpecial { files += 1; bytes += n.rec.size }
             }
             return (t.nodes.count, files, folders, bytes, t.openFiles)
         }

@@ -20,7 +20,8 @@ public struct Caller: Sendable {
 extension ContainerFS {
     /// Inserts a new item under `parent` (lock held). The kernel already applied the umask.
     /// A folder with the set-group-ID bit passes its group (and, to folders, the bit) on.
-    func insert(parent p: Node, name: String, kind: ItemKind, mode: mode_t, caller: Caller, target: String? = nil) throws(Errno) -> Node {
+    func insert(parent p: Node, name: String, kind: ItemKind, mode: mode_t, caller: Caller, target: String? = nil,
+                special: (type: UInt32, rdev: UInt64)? = nil) throws(Errno) -> Node {
         guard p.children[name] == nil else { throw .EEXIST }
         let now = options.clock.wall()
         let node = ids.newItemNode()
@@ -30,15 +31,17 @@ extension ContainerFS {
             gid = p.rec.gid
             if kind == .folder { perm |= UInt32(S_ISGID) }
         }
-        let type: UInt32 = switch kind {
+        let plain: UInt32 = switch kind {
         case .file: UInt32(S_IFREG)
         case .folder: UInt32(S_IFDIR)
         case .symlink: UInt32(S_IFLNK)
         }
+        let type = special?.type ?? plain
         if kind == .symlink { perm = 0o777 }
-        let rec = ItemRecord(id: options.clock.newItemID(), node: node, parent: p.rec.id, name: name, kind: kind,
+        var rec = ItemRecord(id: options.clock.newItemID(), node: node, parent: p.rec.id, name: name, kind: kind,
                              mode: type | perm, uid: caller.uid, gid: gid, size: Int64(target?.utf8.count ?? 0),
                              time: now, target: target)
+        rec.rdev = special?.rdev ?? 0
         let n = Node(rec)
         n.parentNode = p.node
         t.nodes[node] = n
@@ -105,13 +108,31 @@ extension ContainerFS {
 
     /// Regular files only: a synced folder cannot hold device nodes, FIFOs or sockets (EPERM, the
     /// errno of a filesystem that does not support the node type; see docs/mount.md).
-    public func mknod(parent: NodeID, name: String, mode: mode_t, caller: Caller) throws(Errno) -> FuseEntry {
-        guard mode & S_IFMT == S_IFREG || mode & S_IFMT == 0 else { throw .EPERM }
+    public func mknod(parent: NodeID, name: String, mode: mode_t, rdev: UInt64 = 0, caller: Caller) throws(Errno) -> FuseEntry {
+        let type = mode & S_IFMT
+        if [S_IFIFO, S_IFSOCK, S_IFCHR, S_IFBLK].contains(type) {
+            return try mknodSpecial(parent: parent, name: name, mode: mode, rdev: type == S_IFCHR || type == S_IFBLK ? rdev : 0, caller: caller)
+        }
+        guard type == S_IFREG || type == 0 else { throw .EINVAL }
         try Self.check(name: name, in: parent)
         let (e, id) = try lock.withLock { () throws(Errno) -> (FuseEntry, ItemID) in
             let n = try insert(parent: try folder(parent), name: name, kind: .file, mode: mode, caller: caller)
             let fd = store.cache.open(n.rec.id, create: true, truncate: true)
             if fd >= 0 { close(fd) }
+            return (lookedUp(n), n.rec.id)
+        }
+        notify(.created(id))
+        return e
+    }
+
+    /// A FIFO, socket or device node: a local-only item (docs/posix.md "Local-only items"). It
+    /// has no content file; the kernel serves its opens itself (a pipe, a socket, the device's
+    /// driver). The sync engine hears of it like any item and keeps it here.
+    func mknodSpecial(parent: NodeID, name: String, mode: mode_t, rdev: UInt64, caller: Caller) throws(Errno) -> FuseEntry {
+        try Self.check(name: name, in: parent)
+        let (e, id) = try lock.withLock { () throws(Errno) -> (FuseEntry, ItemID) in
+            let n = try insert(parent: try folder(parent), name: name, kind: .file, mode: mode, caller: caller,
+                               special: (UInt32(mode & S_IFMT), rdev))
             return (lookedUp(n), n.rec.id)
         }
         notify(.created(id))

@@ -172,6 +172,7 @@ extension ContainerFS {
         let node = try lock.withLock { () throws(Errno) -> NodeID in
             guard let node = t.byID[item], let n = t.nodes[node], n.linked else { throw .ENOENT }
             guard n.rec.kind == .file else { throw .EISDIR }
+            guard !n.rec.isSpecial else { throw .EINVAL }
             guard n.openHandles == 0, !n.metaDirty, n.noticesPending == 0 || Mutation.evictUnnoticedChange.isOn, decide() else { throw .EBUSY }
             let fd = store.cache.open(item, create: false)
             if fd >= 0 {

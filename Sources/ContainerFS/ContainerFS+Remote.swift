@@ -52,7 +52,10 @@ extension ContainerFS {
     public func applyRemote(_ states: [RemoteState], applied: (ItemID) -> Void = { _ in }) -> (actions: [KernelAction], skipped: [ItemID]) {
         let result = applyLocked(states, applied: applied)
         sendKernel(result.actions)
-        return result
+        // Shown beside a local-only item (`nameBeside`): the new name goes to the server like a
+        // rename made here.
+        for id in result.renamed { notify(.moved(id)) }
+        return (result.actions, result.skipped)
     }
 
     /// `MountedTree.show`: `applyRemote`, the kernel told.
@@ -60,15 +63,16 @@ extension ContainerFS {
         applyRemote(states, applied: applied).skipped
     }
 
-    private func applyLocked(_ states: [RemoteState], applied: (ItemID) -> Void) -> (actions: [KernelAction], skipped: [ItemID]) {
+    private func applyLocked(_ states: [RemoteState], applied: (ItemID) -> Void) -> (actions: [KernelAction], skipped: [ItemID], renamed: [ItemID]) {
         lock.withLock {
             var actions: [KernelAction] = []
             var pending = states
             var skipped: [ItemID] = []
+            var renamed: [ItemID] = []
             while !pending.isEmpty {
                 var rest: [RemoteState] = []
                 for s in pending {
-                    switch applyOne(s, &actions, applied) {
+                    switch applyOne(s, &actions, &renamed, applied) {
                     case .done: break
                     case .waitForParent, .waitForName: rest.append(s)
                     case .skip: skipped.append(s.id)
@@ -83,7 +87,7 @@ extension ContainerFS {
                 }
                 pending = rest
             }
-            return (actions, skipped)
+            return (actions, skipped, renamed)
         }
     }
 
@@ -138,6 +142,10 @@ extension ContainerFS {
     }
 
     /// The item's current local state, `nil` when it is gone (deleted here).
+    public func placeGeneration(_ id: ItemID) -> UInt64? {
+        lock.withLock { t.byID[id].flatMap { t.nodes[$0] }.map(\.placeNoticed) }
+    }
+
     public func localState(_ id: ItemID) -> ItemRecord? {
         lock.withLock {
             guard let node = t.byID[id], let n = t.nodes[node], n.linked else { return nil }
@@ -222,7 +230,7 @@ extension ContainerFS {
     private enum ApplyResult { case done, waitForParent, waitForName, skip }
 
     /// One state (lock held).
-    private func applyOne(_ s: RemoteState, _ actions: inout [KernelAction], _ applied: (ItemID) -> Void) -> ApplyResult {
+    private func applyOne(_ s: RemoteState, _ actions: inout [KernelAction], _ renamed: inout [ItemID], _ applied: (ItemID) -> Void) -> ApplyResult {
         let now = options.clock.wall()
         let existing = t.byID[s.id].flatMap { t.nodes[$0] }.flatMap { $0.linked ? $0 : nil }
         if s.deleted {
@@ -237,7 +245,14 @@ extension ContainerFS {
             if let n = existing, let p = t.nodes[n.parentNode] { removeRemote(n, from: p, now: now, &actions) }
             return .done
         }
-        let s = existing.map { keepingLocalPlace(s, of: $0) } ?? s
+        var s = existing.map { keepingLocalPlace(s, of: $0) } ?? s
+        // Renamed or moved here after the engine planned this state, or while the notice of it
+        // is on its way: the local place stays (the engine pushes it next, on this version).
+        if let n = existing, !s.deleted, let parent = n.rec.parent, !Mutation.pullUndoesLocalMove.isOn,
+           n.placeNoticed != n.placeGen || s.unlessMovedSince.map({ $0 != n.placeGen }) == true {
+            s.parent = parent
+            s.name = n.rec.name
+        }
         guard let pnode = t.byID[s.parent], let p = t.nodes[pnode], p.isDir, p.linked else { return .waitForParent }
         // The control folder's name at the top is no item's: the server refuses it, and an item
         // that has it anyway (an older server) is not shown, so `.nimbus/` always works.
@@ -251,8 +266,13 @@ extension ContainerFS {
             if n.rec.kind == .file && s.resetContent
                 && (n.beingWritten || n.unnoticed || s.unlessWrittenSince.map { $0 != n.writeGen } == true) { return .skip }
             if n.rec.parent != s.parent || !ItemName.same(n.rec.name, s.name) {
-                // Taken: perhaps by an item this batch moves away (retried after it).
-                if let occupant = p.children[s.name], occupant != n.node { return .waitForName }
+                // Taken: perhaps by an item this batch moves away (retried after it); by a
+                // local-only item, for good: the remote item takes the name beside it.
+                if let occupant = p.children[s.name], occupant != n.node {
+                    guard let beside = nameBeside(occupant, in: p, for: s.name, item: n.node) else { return .waitForName }
+                    s.name = beside
+                    renamed.append(s.id)
+                }
                 if n.isDir && isInside(p, n) { return .skip }
             }
             applied(s.id)
@@ -300,7 +320,11 @@ extension ContainerFS {
             actions.append(.node(n.node))
             return .done
         }
-        if p.children[s.name] != nil { return .waitForName }
+        if let occupant = p.children[s.name] {
+            guard let beside = nameBeside(occupant, in: p, for: s.name) else { return .waitForName }
+            s.name = beside
+            renamed.append(s.id)
+        }
         applied(s.id)
         let type: UInt32 = switch s.kind {
         case .file: UInt32(S_IFREG)
@@ -368,6 +392,16 @@ extension ContainerFS {
     }
 
     /// Removes a remotely deleted item and, for a folder, what is still in it here (lock held).
+    /// The name a remote item takes when a local-only item (a FIFO, socket or device node, which
+    /// the server never hears of) holds its name here: the name the server gives any taken name
+    /// (`NAME 2.EXT`, ItemName.deduplicated). The local-only item keeps its name; the remote
+    /// item's move to the new name is pushed like a rename made here (`applyRemote`), so every
+    /// device shows it there. Nil when `occupant` is not local-only (lock held).
+    func nameBeside(_ occupant: NodeID, in p: Node, for name: String, item: NodeID? = nil) -> String? {
+        guard let o = t.nodes[occupant], o.rec.isSpecial, !Mutation.remoteWaitsBehindLocalOnly.isOn else { return nil }
+        return ItemName(trusted: name).deduplicated { p.children[$0].map { $0 != item } ?? false }.value
+    }
+
     private func removeRemote(_ n: Node, from p: Node, now: Int64, _ actions: inout [KernelAction]) {
         for (_, c) in n.children { if let child = t.nodes[c] { removeRemote(child, from: n, now: now, &actions) } }
         let name = n.rec.name

@@ -77,7 +77,7 @@ extension ContainerFS {
         // The content files are exchanged at once, the rows only when the store commits: while
         // its commits fail (a full disk) a crash would leave each id naming the other's bytes.
         if store.lastError != nil, !Mutation.transferIdentityWhileUnsaved.isOn { return false }
-        guard from.rec.kind == .file, to.rec.kind == .file, from !== to,
+        guard from.rec.kind == .file, to.rec.kind == .file, from !== to, !from.rec.isSpecial, !to.rec.isSpecial,
               content.isPresent(to.rec.id, range: 0..<to.rec.size),
               syncStatus?.hasConflictVersions(to.rec.id) != true else { return false }
         // An empty file synced from elsewhere may have no cache file yet.
@@ -187,6 +187,7 @@ extension ContainerFS {
         if newName.utf8.count > ItemName.maxBytes { throw .ENAMETOOLONG }
         var changes: [LocalChange] = []
         var transferred: Node?  // an editor's save took over the document's identity (the node keeping it)
+        var moved: [MovedNode] = []  // whose place changed (`placeGen`; noticed once the engine has the notices)
         try lock.withLock { () throws(Errno) in
             let p = try folder(parent)
             let np = try folder(newParent)
@@ -212,6 +213,9 @@ extension ContainerFS {
                 for x in [p, np] { x.rec.mtime = now; x.rec.ctime = now }
                 persist(s); persist(target); persist(p)
                 if p !== np { persist(np) }
+                s.placeGen &+= 1
+                target.placeGen &+= 1
+                moved = [MovedNode(n: s, gen: s.placeGen), MovedNode(n: target, gen: target.placeGen)]
                 changes = [.moved(s.rec.id), .moved(target.rec.id)]
                 events.append(.exchanged, origin: .local, path: pathLocked(s), to: pathLocked(target))
                 return
@@ -235,6 +239,8 @@ extension ContainerFS {
                 if p !== np { persist(np) }
                 changes = [.deleted(temp), .contentChanged(keep)]
                 s.noticesPending += 1
+                s.placeGen &+= 1
+                moved = [MovedNode(n: s, gen: s.placeGen)]
                 transferred = s
                 return
             }
@@ -262,6 +268,8 @@ extension ContainerFS {
             persist(s); persist(p)
             if p !== np { persist(np) }
             changes.append(.moved(s.rec.id))
+            s.placeGen &+= 1
+            moved = [MovedNode(n: s, gen: s.placeGen)]
             events.append(.moved, origin: .local, path: from, to: pathLocked(s))
             if s.rec.kind == .file { noteRenamedAway(folder: p.node, name: name, node: s.node) }
         }
@@ -272,5 +280,21 @@ extension ContainerFS {
         } else {
             for c in changes { notify(c) }
         }
+        noticed(moved)
     }
+
+    /// The engine has the notices of these nodes' moves (delivered in order after them).
+    func noticed(_ moved: [MovedNode]) {
+        guard !moved.isEmpty else { return }
+        let mark = { @Sendable [self] in lock.withLock { for m in moved where m.n.placeNoticed < m.gen { m.n.placeNoticed = m.gen } } }
+        guard let deliver = options.deliverNotice else { return mark() }
+        deliver(mark)
+    }
+}
+
+/// A node whose place changed here and the place generation its move's notice covers, carried
+/// to the notice's delivery (touched there under `lock` only).
+struct MovedNode: @unchecked Sendable {
+    let n: Node
+    let gen: UInt64
 }

@@ -177,6 +177,7 @@ public final class ContainerFS: @unchecked Sendable {
         var st = stat()
         st.node = n.node
         st.st_mode = n.rec.mode
+        st.st_rdev = __dev_t(truncatingIfNeeded: n.rec.rdev)
         st.st_nlink = n.isDir ? UInt(2 + n.subdirs) : (n.linked ? 1 : 0)
         st.st_uid = n.rec.uid
         st.st_gid = n.rec.gid

@@ -118,7 +118,7 @@ public final class FuseAdapter: FuseFilesystem {
     public func mknod(parent: NodeID, name: String, mode: mode_t, rdev: dev_t, reply: consuming FuseReply) {
         guard case .item = fs.ids.owner(of: parent) else { return reply.error(.EPERM) }
         let caller = Caller(reply.context)
-        do { reply.entry(try fs.mknod(parent: parent, name: name, mode: mode, caller: caller)) } catch { reply.error(error) }
+        do { reply.entry(try fs.mknod(parent: parent, name: name, mode: mode, rdev: UInt64(rdev), caller: caller)) } catch { reply.error(error) }
     }
 
     public func mkdir(parent: NodeID, name: String, mode: mode_t, reply: consuming FuseReply) {

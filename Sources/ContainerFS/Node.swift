@@ -52,6 +52,12 @@ final class Node {
     /// (`ContainerFS.notify(_:pending:)`): while positive, no remote state replaces or deletes
     /// the content, since the engine would not know it holds a local change.
     var noticesPending = 0
+    /// Bumped by every rename or move of the item made here; `placeNoticed` is the last one the
+    /// sync engine has heard of. A remote state planned before a move here, or shown while the
+    /// move's notice is on its way, keeps the local place (`applyOne`): a pull never undoes a
+    /// local rename.
+    var placeGen: UInt64 = 0
+    var placeNoticed: UInt64 = 0
     /// A change of this content waits for its notice (`noticesPending`).
     var unnoticed: Bool { noticesPending > 0 && !Mutation.pullOverlooksUnnoticedChange.isOn }
     /// Open for writing, or written since its last close or fsync: no remote state replaces

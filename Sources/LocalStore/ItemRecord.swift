@@ -23,6 +23,8 @@ public struct ItemRecord: Sendable, Equatable {
     public var btime: Int64
     /// Symlink target; non-nil exactly for symlinks.
     public var target: String?
+    /// The device number of a character or block device node (`st_rdev`); 0 otherwise.
+    public var rdev: UInt64 = 0
     /// The server version this state is based on; `nil` until the item has been synced.
     public var version: Int64?
     /// Changed locally since `version` (the sync engine's upload queue reads this).
@@ -34,6 +36,15 @@ public struct ItemRecord: Sendable, Equatable {
         self.mode = mode; self.uid = uid; self.gid = gid; self.size = size
         self.atime = time; self.mtime = time; self.ctime = time; self.btime = time
         self.target = target; self.version = nil; self.dirty = true
+    }
+}
+
+extension ItemRecord {
+    /// A FIFO, a socket or a device node (kind `file`, its type in `mode`): it lives on this
+    /// device only and is never synced (docs/posix.md "Local-only items").
+    public var isSpecial: Bool {
+        let type = mode & 0o170000
+        return kind == .file && type != 0 && type != 0o100000
     }
 }
 

@@ -199,13 +199,14 @@ public final class LocalStore: @unchecked Sendable {
     public func load() throws -> StoreSnapshot {
         try pool.read { db in
             var items: [ItemRecord] = []
-            let rows = try Row.fetchCursor(db, sql: "SELECT id, node, parent, name, kind, mode, uid, gid, size, atime, mtime, ctime, btime, target, version, dirty FROM item")
+            let rows = try Row.fetchCursor(db, sql: "SELECT id, node, parent, name, kind, mode, uid, gid, size, atime, mtime, ctime, btime, target, version, dirty, rdev FROM item")
             while let r = try rows.next() {
                 guard let id = ItemID(r[0] as String), let kind = ItemKind(rawValue: r[4]) else { continue }
                 var rec = ItemRecord(id: id, node: NodeID(rawValue: UInt64(r[1] as Int64)), parent: (r[2] as String?).flatMap(ItemID.init),
                                      name: r[3], kind: kind, mode: UInt32(r[5] as Int64), uid: UInt32(r[6] as Int64),
                                      gid: UInt32(r[7] as Int64), size: r[8], time: r[9], target: r[13])
                 rec.mtime = r[10]; rec.ctime = r[11]; rec.btime = r[12]; rec.version = r[14]; rec.dirty = r[15]
+                rec.rdev = UInt64(bitPattern: r[16] as Int64)
                 items.append(rec)
             }
             var xattrs: [ItemID: [String: [UInt8]]] = [:]
@@ -535,7 +536,7 @@ public final class LocalStore: @unchecked Sendable {
             let s = try db.cachedStatement(sql: Schema.upsertItem)
             try s.execute(arguments: [
                 r.id.description, Int64(r.node.rawValue), r.parent?.description, r.name, r.kind.rawValue, Int64(r.mode),
-                Int64(r.uid), Int64(r.gid), r.size, r.atime, r.mtime, r.ctime, r.btime, r.target, r.version, r.dirty,
+                Int64(r.uid), Int64(r.gid), r.size, r.atime, r.mtime, r.ctime, r.btime, r.target, r.version, r.dirty, Int64(bitPattern: r.rdev),
             ])
         case .delete(let id):
             try db.cachedStatement(sql: "DELETE FROM item WHERE id = ?").execute(arguments: [id.description])

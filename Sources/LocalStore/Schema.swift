@@ -68,15 +68,19 @@ enum Schema {
         m.registerMigration("v3-cache") { db in
             try db.execute(sql: "CREATE TABLE sync_pin (id TEXT PRIMARY KEY NOT NULL) WITHOUT ROWID")
         }
+        // FIFOs, sockets and device nodes (local-only items): a device node's number.
+        m.registerMigration("v4-special-files") { db in
+            try db.execute(sql: "ALTER TABLE item ADD COLUMN rdev INTEGER NOT NULL DEFAULT 0")
+        }
         return m
     }
 
     static let upsertItem = """
-        INSERT INTO item (id, node, parent, name, kind, mode, uid, gid, size, atime, mtime, ctime, btime, target, version, dirty)
-        VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+        INSERT INTO item (id, node, parent, name, kind, mode, uid, gid, size, atime, mtime, ctime, btime, target, version, dirty, rdev)
+        VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
         ON CONFLICT(id) DO UPDATE SET node = excluded.node, parent = excluded.parent, name = excluded.name,
             kind = excluded.kind, mode = excluded.mode, uid = excluded.uid, gid = excluded.gid,
             size = excluded.size, atime = excluded.atime, mtime = excluded.mtime, ctime = excluded.ctime,
-            btime = excluded.btime, target = excluded.target, version = excluded.version, dirty = excluded.dirty
+            btime = excluded.btime, target = excluded.target, version = excluded.version, dirty = excluded.dirty, rdev = excluded.rdev
         """
 }

@@ -12,6 +12,9 @@ import NimbusCore
 public protocol MountedTree: AnyObject, Sendable {
     /// The item as this device has it now (nil: not in the tree).
     func localState(_ id: ItemID) -> ItemRecord?
+    /// How many renames or moves of the item made here the engine has heard of (nil: not in the
+    /// tree): read when a remote state is planned (`RemoteState.unlessMovedSince`).
+    func placeGeneration(_ id: ItemID) -> UInt64?
     /// Writers, unsynced writes and the write generation of a file (nil: not a file here).
     func writeState(_ id: ItemID) -> WriteState?
     /// The item's row, write state and pending safe save read at one instant (one lock).

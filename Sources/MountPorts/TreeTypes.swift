@@ -33,6 +33,10 @@ public struct RemoteState: Sendable {
     /// item renamed, moved or chmodded here since keeps its own (the engine pushes them next, on
     /// the answered version): an answer never undoes a later local change.
     public var sentPlace: (parent: ItemID, name: String, perm: UInt32)?
+    /// The item's place generation the engine had heard of (`MountedTree.placeGeneration`) when
+    /// it decided to show this state: a rename or move made here that it had not heard of then
+    /// keeps the local place (the engine pushes it next, on this version).
+    public var unlessMovedSince: UInt64?
     public init(id: ItemID, parent: ItemID, name: String, kind: ItemKind, perm: UInt32, size: Int64, mtime: Int64,
                 target: String?, deleted: Bool, resetContent: Bool) {
         self.id = id; self.parent = parent; self.name = name; self.kind = kind; self.perm = perm; self.size = size

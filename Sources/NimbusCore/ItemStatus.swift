@@ -15,8 +15,8 @@ public enum ItemStatus: String, Sendable, CaseIterable {
     case uploading
     /// The server refused its upload (also for the account's quota), or this device's token.
     case error
-    /// Never leaves this device (SQLite's journals).
-    case local
+    /// Never leaves this device (FIFOs, sockets, device nodes, SQLite's journals).
+    case localOnly = "local-only"
     /// The server keeps unresolved conflict versions of it.
     case conflict
 }

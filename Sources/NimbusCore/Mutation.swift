@@ -20,6 +20,12 @@ public enum Mutation: String, CaseIterable, Sendable {
     case dropPushHold = "drop-push-hold"
     /// A folder deleted elsewhere goes although an item below has local work.
     case folderDeleteOverLocalWork = "folder-delete-over-local-work"
+    /// A remote item whose name a local-only item (FIFO, socket, device node) holds here waits
+    /// for the name, like one whose name an item not uploaded yet holds (`ContainerFS.nameBeside`).
+    case remoteWaitsBehindLocalOnly = "remote-waits-behind-local-only"
+    /// A remote state planned before a rename or move made here (or shown while its notice is on
+    /// its way to the engine) moves the item back to the server's place: the local rename is lost.
+    case pullUndoesLocalMove = "pull-undoes-local-move"
     /// A commit is sent without its base version.
     case commitWithoutBase = "commit-without-base"
     /// A commit's answer is shown over a rename made here since (settle without relocating).

@@ -60,6 +60,8 @@ public enum SimAction: String, Sendable, CaseIterable {
     case trashRestore
     /// Purge a Recently Deleted entry (the `pick`-th, newest first).
     case trashPurge
+    /// Make a FIFO, a local-only item, at `folder/name` (`mkfifo`), or remove the one there.
+    case mkfifo
 }
 
 public struct SimStep: Sendable, CustomStringConvertible {
@@ -81,7 +83,7 @@ public struct SimStep: Sendable, CustomStringConvertible {
     public var description: String {
         let dev = String(UnicodeScalar(UInt8(97 + device)))
         switch action {
-        case .create: return "\(round): \(dev) create \(SimPlan.path(folder, name))"
+        case .create, .mkfifo: return "\(round): \(dev) \(action) \(SimPlan.path(folder, name))"
         case .mkdir, .rmdir, .rmTree: return "\(round): \(dev) \(action) \(folder)"
         case .rename: return "\(round): \(dev) rename #\(pick) to \(toName)"
         case .move: return "\(round): \(dev) move #\(pick) to \(SimPlan.path(toFolder, toName))"
@@ -107,6 +109,8 @@ public struct SimPlan: Sendable {
     /// these tables.
     public static let trashWeights: [(SimAction, Int)] = weights + [(.trashRestore, 3)]
     public static let purgeWeights: [(SimAction, Int)] = weights + [(.trashRestore, 3), (.trashPurge, 1)]
+    /// With local-only items (`localOnly`): FIFOs made and removed under the names files take.
+    public static let localOnlyWeights: [(SimAction, Int)] = weights + [(.mkfifo, 4)]
 
     public let seed: UInt64
     public let devices: Int
@@ -115,11 +119,11 @@ public struct SimPlan: Sendable {
     /// queue, as big files go (`SyncEngine.Options.contentApartBytes`).
     public var contentApart = false
 
-    public init(seed: UInt64, rounds: Int, devices: Int = 3, trash: Bool = false, purges: Bool = false) {
+    public init(seed: UInt64, rounds: Int, devices: Int = 3, trash: Bool = false, purges: Bool = false, localOnly: Bool = false) {
         self.seed = seed
         self.devices = devices
         var rng = SplitMix64(seed: seed)
-        let weights = purges ? Self.purgeWeights : trash ? Self.trashWeights : Self.weights
+        let weights = localOnly ? Self.localOnlyWeights : purges ? Self.purgeWeights : trash ? Self.trashWeights : Self.weights
         let total = weights.reduce(0) { $0 + $1.1 }
         var steps: [SimStep] = []
         steps.reserveCapacity(rounds)

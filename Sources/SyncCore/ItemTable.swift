@@ -25,6 +25,9 @@ public struct ItemTable: Sendable {
     /// versions (`.nimbus/status` reads these counts at every `cat`).
     public private(set) var placeholders = 0
     public private(set) var conflicted = 0
+    /// Items that live on this device only (`UploadState.deviceLocal`: FIFOs, sockets, device
+    /// nodes, SQLite's journals).
+    public private(set) var localOnly = 0
     /// Generations handed out so far (`CacheUse.generation`): never reused, so a download that
     /// started on a record that has since been removed and created again does not count either.
     private var generations: UInt64 = 0
@@ -34,6 +37,7 @@ public struct ItemTable: Sendable {
         set {
             let old = all[id]
             count(old?.base, -1)
+            if old?.upload.deviceLocal == true { localOnly -= 1 }
             guard var item = newValue, item.base != nil || item.busy else {
                 if old != nil {
                     all[id] = nil
@@ -44,6 +48,7 @@ public struct ItemTable: Sendable {
                 return
             }
             count(item.base, 1)
+            if item.upload.deviceLocal { localOnly += 1 }
             if old == nil {
                 generations &+= 1
                 item.cache.generation = generations

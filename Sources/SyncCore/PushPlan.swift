@@ -10,8 +10,9 @@ public struct PushFacts<Instant: InstantProtocol>: Sendable, Equatable where Ins
     public var hasBase: Bool
     /// Every byte of its content is here (no base, or a base whose chunks are all present).
     public var complete: Bool
-    /// A never-synced file whose name marks it as device-local (SQLite's journals).
-    public var deviceLocalName: Bool
+    /// A never-synced item that lives on this device only: a FIFO, socket or device node, or a
+    /// file whose name marks it as device-local (SQLite's journals).
+    public var localOnly: Bool
     /// A new file under the name a document was just renamed away from (an editor's save in
     /// progress): it may take the document's identity in a moment.
     public var pendingSafeSave: Bool
@@ -29,7 +30,7 @@ public struct PushFacts<Instant: InstantProtocol>: Sendable, Equatable where Ins
     public var belowStillToPush: Bool
     public var now: Instant
 
-    public init(exists: Bool, isFile: Bool, hasBase: Bool, complete: Bool, deviceLocalName: Bool = false,
+    public init(exists: Bool, isFile: Bool, hasBase: Bool, complete: Bool, localOnly: Bool = false,
                 pendingSafeSave: Bool = false, midSaveGeneration: UInt64? = nil, lockedExclusively: Bool = false,
                 written: UInt64 = 0, unnoticedChange: Bool = false, belowStillToPush: Bool = false, now: Instant) {
         self.unnoticedChange = unnoticedChange
@@ -38,7 +39,7 @@ public struct PushFacts<Instant: InstantProtocol>: Sendable, Equatable where Ins
         self.isFile = isFile
         self.hasBase = hasBase
         self.complete = complete
-        self.deviceLocalName = deviceLocalName
+        self.localOnly = localOnly
         self.pendingSafeSave = pendingSafeSave
         self.midSaveGeneration = midSaveGeneration
         self.lockedExclusively = lockedExclusively
@@ -119,7 +120,7 @@ extension SyncItem {
         guard f.isFile else { return .commit(snapshot: nil) }
         if f.unnoticedChange, !Mutation.pushBeforeNotice.isOn { return .waitForNotice(until: f.now.advanced(by: Self.noticeRecheck)) }
         if !f.hasBase {
-            if f.deviceLocalName { return .keepLocal }
+            if f.localOnly { return .keepLocal }
             if f.pendingSafeSave { return .waitForSafeSave(until: f.now.advanced(by: Self.safeSaveRecheck)) }
         }
         var snapshot: UInt64?

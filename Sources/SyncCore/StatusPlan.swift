@@ -45,7 +45,7 @@ extension SyncItem {
     /// then presence.
     public func status(_ f: StatusFacts) -> ItemStatus {
         if upload.refused || upload.overQuota != nil { return .error }
-        if upload.deviceLocal { return .local }
+        if upload.deviceLocal { return .localOnly }
         if let b = f.base, b.conflicts > 0 { return .conflict }
         if f.queued || upload.writing || (f.base == nil && !f.isRoot) { return f.unauthorized ? .error : .uploading }
         if remote.waitsNewer(than: f.base?.version ?? -1) { return .downloaded }

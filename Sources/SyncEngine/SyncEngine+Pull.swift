@@ -312,6 +312,9 @@ extension SyncEngine {
         items: for item in items {
             // Read before the checks below: a write that starts after them keeps the file.
             let generation = item.kind == .file ? fs.writeState(item.id)?.generation : nil
+            // Likewise the moves here the engine has heard of: one since (or one whose notice is
+            // still on its way, so it is in no queue yet) keeps the local place.
+            let placed = fs.placeGeneration(item.id)
             let (old, busy, gone) = state.withLock { s in (s.base(item.id), s.push.queue.hasWork(item.id), s.pull.deletesShown[item.id]) }
             let (facts, leaving) = ApplyFacts.gather(item, old: old, pushPending: busy, forced: force.contains(item.id), deleteShown: gone, look)
             let step = state.withLock { s -> ApplyStep in
@@ -354,6 +357,7 @@ extension SyncEngine {
                     var rs = Self.remoteState(item, resetContent: resetContent)
                     rs.restored = restored.contains(item.id)
                     rs.unlessWrittenSince = generation
+                    rs.unlessMovedSince = placed
                     // Open readers keep the old file: they may read what of it was here.
                     rs.oldPresent = frozen.map { f -> @Sendable (Range<Int64>) -> Bool in { f.missing(in: $0).isEmpty } }
                     states.append(rs)

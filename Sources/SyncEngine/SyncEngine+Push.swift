@@ -815,7 +815,7 @@ extension SyncEngine: ChangeObserver {
         let ws = isFile ? tree.write : nil
         return PushFacts(
             exists: local != nil, isFile: isFile, hasBase: base != nil, complete: base?.complete ?? true,
-            deviceLocalName: isFile && base == nil && local.map { DeviceLocalNames.matches($0.name) } == true,
+            localOnly: isFile && base == nil && local.map { $0.isSpecial || DeviceLocalNames.matches($0.name) } == true,
             pendingSafeSave: isFile && base == nil && tree.pendingSafeSave,
             midSaveGeneration: ws?.unsynced == true ? ws?.generation : nil,
             lockedExclusively: isFile && services?.coordinator.programLock(on: id) == .exclusive,

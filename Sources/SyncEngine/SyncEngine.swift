@@ -412,7 +412,8 @@ public final class SyncEngine: Sendable {
             var lines = [("connection", s.link.state.description), ("server", client.baseURL), ("container", container),
                          ("cursor", "\(s.pull.cursor)"), ("upload-queue", "\(s.push.queue.workCount)"),
                          ("download-queue", "\(s.downloads.fetches.count)"), ("downloads-active", "\(s.downloads.fetches.active)"),
-                         ("placeholders", "\(s.items.placeholders)"), ("conflicts", "\(s.items.conflicted)")]
+                         ("placeholders", "\(s.items.placeholders)"), ("local-only", "\(s.items.localOnly)"),
+                         ("conflicts", "\(s.items.conflicted)")]
             if let u = s.push.upload { lines.append(("uploading", "\(u.item) \(u.sent)/\(u.total)")) }
             lines += [("bytes-downloaded", "\(s.downloads.bytesFetched)"), ("bytes-uploaded", "\(s.push.bytesSent)"),
                       ("cache-used", "\(s.cache.used)"), ("cache-limit", options.cacheLimit.map { "\($0)" } ?? "none"),
@@ -547,6 +548,7 @@ final class Flag: Sendable {
 /// The tree of an engine not attached yet: nothing in it, nothing shown, nothing to evict.
 final class DetachedTree: MountedTree {
     func localState(_ id: ItemID) -> LocalItem? { nil }
+    func placeGeneration(_ id: ItemID) -> UInt64? { nil }
     func writeState(_ id: ItemID) -> WriteState? { nil }
     func snapshot(_ id: ItemID) -> TreeSnapshot { TreeSnapshot(local: nil, write: nil, pendingSafeSave: false) }
     func descendants(of id: ItemID) -> [ItemID] { [] }

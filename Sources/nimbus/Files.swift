@@ -146,6 +146,12 @@ struct Status: ParsableCommand {
             for x in [NimbusXattr.status, .progress, .version, .pinned, .itemid, .error] {
                 d[x.rawValue] = MountSurface.get(p, x) ?? ""
             }
+            // FIFOs, sockets and device nodes carry no user xattrs (the kernel refuses them):
+            // they are local-only items.
+            var st = stat()
+            if lstat(p, &st) == 0, [S_IFIFO, S_IFSOCK, S_IFCHR, S_IFBLK].contains(st.st_mode & S_IFMT) {
+                d[NimbusXattr.status.rawValue] = ItemStatus.localOnly.rawValue
+            }
             out.append(d)
             if !json {
                 let pin = d["pinned"] == "1" ? " pinned" : ""

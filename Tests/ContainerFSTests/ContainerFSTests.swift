@@ -5,6 +5,7 @@ import Glibc
 import LocalStore
 import MountPorts
 import NimbusCore
+import Synchronization
 import Testing
 
 /// The filesystem driven directly, without a kernel: fast checks of the semantics the mount tests
@@ -14,10 +15,10 @@ import Testing
         let dir: URL
         var store: LocalStore
         var fs: ContainerFS
-        init() throws {
+        init(options: ContainerFS.Options = ContainerFS.Options()) throws {
             dir = URL(fileURLWithPath: NSTemporaryDirectory()).appendingPathComponent("nimbus-cfs-\(UUID().uuidString)")
             store = try LocalStore(directory: dir)
-            fs = try ContainerFS(store: store)
+            fs = try ContainerFS(store: store, options: options)
         }
         func reopen() throws {
             store.close()
@@ -51,7 +52,16 @@ import Testing
         #expect(throws: Errno.EPERM) { try f.fs.rmdir(parent: root, name: ".nimbus") }
         _ = try f.fs.mkdir(parent: root, name: "d", mode: 0o755, caller: me)
         #expect(throws: Errno.EEXIST) { try f.fs.mkdir(parent: root, name: "d", mode: 0o755, caller: me) }
-        #expect(throws: Errno.EPERM) { try f.fs.mknod(parent: root, name: "fifo", mode: S_IFIFO | 0o644, caller: me) }
+        // FIFOs, sockets and device nodes are local-only items (0x103: major 1, minor 3); other
+        // types are no node at all.
+        let fifo = try f.fs.mknod(parent: root, name: "fifo", mode: S_IFIFO | 0o644, caller: me)
+        #expect(fifo.attr.st_mode == S_IFIFO | 0o644)
+        let dev = try f.fs.mknod(parent: root, name: "dev", mode: S_IFCHR | 0o600, rdev: UInt64(0x103), caller: me)
+        #expect(dev.attr.st_rdev == 0x103 && dev.attr.st_mode == S_IFCHR | 0o600)
+        let devID = try #require(ItemID(String(decoding: try f.fs.getxattr(node: dev.node, name: "user.nimbus.itemid"), as: UTF8.self)))
+        #expect(f.fs.localState(devID)?.isSpecial == true && f.fs.localState(devID)?.rdev == UInt64(0x103))
+        #expect(throws: Errno.EEXIST) { try f.fs.mknod(parent: root, name: "fifo", mode: S_IFSOCK | 0o644, caller: me) }
+        #expect(throws: Errno.EINVAL) { try f.fs.mknod(parent: root, name: "x", mode: S_IFDIR | 0o644, caller: me) }
     }
 
     @Test func renameRules() throws {
@@ -167,5 +177,45 @@ extension ContainerFSTests {
         #expect(Set(skipped) == [x, y])
         #expect(f.fs.localState(x)?.name == "a")
         #expect(f.fs.localState(y)?.name == "b")
+    }
+}
+
+extension ContainerFSTests {
+    /// A pull planned before a rename here (the engine had heard of no move: generation 0), shown
+    /// after it, keeps the local place; so does one shown while the rename's notice is on its way
+    /// (`deliverNotice` holds it). A pull never undoes a local rename; without one it moves the item.
+    @Test func aPullNeverUndoesALocalRename() throws {
+        let f = try Fixture()
+        let x = ItemID(UUID())
+        _ = f.fs.applyRemote([Self.state(x, in: .root, "a")])
+        let planned = try #require(f.fs.placeGeneration(x))
+        try f.fs.rename(parent: root, name: "a", newParent: root, newName: "b", flags: [])
+        var s = Self.state(x, in: .root, "a")
+        s.unlessMovedSince = planned
+        let (_, skipped) = f.fs.applyRemote([s])
+        #expect(skipped.isEmpty)
+        #expect(f.fs.localState(x)?.name == "b", "the pull undid the rename")
+        // Planned after the engine heard of the rename: the server's place goes in.
+        s.name = "c"
+        s.unlessMovedSince = f.fs.placeGeneration(x)
+        _ = f.fs.applyRemote([s])
+        #expect(f.fs.localState(x)?.name == "c")
+
+        // The rename's notice on its way: the engine cannot have planned with it.
+        let held = Mutex<[@Sendable () -> Void]>([])
+        var options = ContainerFS.Options()
+        options.deliverNotice = { notice in held.withLock { $0.append(notice) } }
+        let g = try Fixture(options: options)
+        let y = ItemID(UUID())
+        _ = g.fs.applyRemote([Self.state(y, in: .root, "a")])
+        try g.fs.rename(parent: root, name: "a", newParent: root, newName: "b", flags: [])
+        var t = Self.state(y, in: .root, "z")
+        t.unlessMovedSince = g.fs.placeGeneration(y)
+        _ = g.fs.applyRemote([t])
+        #expect(g.fs.localState(y)?.name == "b", "a pull shown while the rename's notice was on its way undid it")
+        for notice in held.withLock({ $0 }) { notice() }
+        t.unlessMovedSince = g.fs.placeGeneration(y)
+        _ = g.fs.applyRemote([t])
+        #expect(g.fs.localState(y)?.name == "z")
     }
 }

@@ -104,6 +104,8 @@ enum SimChecks {
             case .create:
                 guard let parent = dev.folderNode(step.folder) else { return "no folder \(step.folder)" }
                 let existing = dev.lookup(parent, step.name)
+                // A shell's `>` to a FIFO writes into the pipe: no file is made.
+                if let existing, dev.entries(localOnly: true).contains(where: { $0.rec.node == existing && $0.rec.isSpecial }) { return "a FIFO has the name" }
                 let id = try dev.writeFile(node: existing, parent: parent, name: step.name, content: step.content)
                 ledger.wrote(device: dev.index, item: id, content: step.content)
             case .write:
@@ -218,8 +220,21 @@ enum SimChecks {
                     try remove(f, on: dev, ledger: &ledger)
                     n += 1
                 }
+                // And the FIFOs, as `rm -r` does.
+                for e in dev.entries(localOnly: true) where e.rec.isSpecial && e.path.hasPrefix(step.folder + "/") {
+                    if let p = e.rec.parent.flatMap(dev.node(of:)) { try fs.unlink(parent: p, name: e.rec.name) }
+                }
                 try fs.rmdir(parent: NodeID.root, name: step.folder)
                 return "ok (\(n) files)"
+            case .mkfifo:
+                guard let parent = dev.folderNode(step.folder) else { return "no folder \(step.folder)" }
+                if let there = dev.lookup(parent, step.name) {
+                    guard dev.entries(localOnly: true).contains(where: { $0.rec.node == there && $0.rec.isSpecial }) else { return "a file has the name" }
+                    try fs.unlink(parent: parent, name: step.name)
+                    return "ok (removed)"
+                }
+                let e = try fs.mknod(parent: parent, name: step.name, mode: S_IFIFO | 0o644, caller: .process)
+                fs.forget(node: e.node, count: 1)
             case .mkdir:
                 let e = try fs.mkdir(parent: NodeID.root, name: step.folder, mode: 0o755, caller: .process)
                 fs.forget(node: e.node, count: 1)

@@ -203,9 +203,10 @@ final class SimDevice: @unchecked Sendable {
         var rec: ItemRecord
     }
 
-    /// Every item here with its path, in path order (one look at the tree).
-    func entries() -> [Entry] {
-        let recs = fs.descendants(of: .root).compactMap(fs.localState)
+    /// Every item here with its path, in path order (one look at the tree). Local-only items
+    /// (FIFOs) only with `localOnly`: they are no part of what devices share.
+    func entries(localOnly: Bool = false) -> [Entry] {
+        let recs = fs.descendants(of: .root).compactMap(fs.localState).filter { localOnly || !$0.isSpecial }
         let byID = Dictionary(recs.map { ($0.id, $0) }, uniquingKeysWith: { a, _ in a })
         func path(_ r: ItemRecord) -> String {
             var parts = [r.name]

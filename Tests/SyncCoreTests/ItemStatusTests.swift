@@ -51,7 +51,7 @@ import Testing
         (.overQuota, StatusFacts(base: nil, queued: true), .error),
         (.overQuota, StatusFacts(base: synced, queued: true), .error),
         (.overQuotaNoFigures, StatusFacts(base: conflicted), .error),
-        (.deviceLocal, StatusFacts(base: nil), .local),
+        (.deviceLocal, StatusFacts(base: nil), .localOnly),
         (.none, StatusFacts(base: conflicted), .conflict),
         (.writing, StatusFacts(base: conflicted), .conflict),
         (.heldV6, StatusFacts(base: synced), .downloaded),
@@ -96,6 +96,6 @@ import Testing
     }
 
     @Test func theWordsAreTheDocumentedOnes() {
-        #expect(ItemStatus.allCases.map(\.rawValue) == ["cloud", "downloading", "partial", "downloaded", "current", "uploading", "error", "local", "conflict"])
+        #expect(ItemStatus.allCases.map(\.rawValue) == ["cloud", "downloading", "partial", "downloaded", "current", "uploading", "error", "local-only", "conflict"])
     }
 }

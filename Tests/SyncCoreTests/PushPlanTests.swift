@@ -6,9 +6,9 @@ import Testing
     let rules = UploadPacing<T>.Rules(quietPeriod: .seconds(10))
 
     static func facts(exists: Bool = true, isFile: Bool = true, hasBase: Bool = true, complete: Bool = true,
-                      deviceLocalName: Bool = false, pendingSafeSave: Bool = false, midSave: UInt64? = nil,
+                      localOnly: Bool = false, pendingSafeSave: Bool = false, midSave: UInt64? = nil,
                       locked: Bool = false, written: UInt64 = 0, unnoticed: Bool = false, below: Bool = false) -> PushFacts<T> {
-        PushFacts(exists: exists, isFile: isFile, hasBase: hasBase, complete: complete, deviceLocalName: deviceLocalName,
+        PushFacts(exists: exists, isFile: isFile, hasBase: hasBase, complete: complete, localOnly: localOnly,
                   pendingSafeSave: pendingSafeSave, midSaveGeneration: midSave, lockedExclusively: locked, written: written,
                   unnoticedChange: unnoticed, belowStillToPush: below, now: .s(100))
     }
@@ -21,10 +21,10 @@ import Testing
         (facts(isFile: false), .commit(snapshot: nil)),
         (facts(isFile: false, locked: true), .commit(snapshot: nil)),
         (facts(), .commit(snapshot: nil)),
-        (facts(hasBase: false, deviceLocalName: true), .keepLocal),
-        (facts(hasBase: true, deviceLocalName: true), .commit(snapshot: nil)),
+        (facts(hasBase: false, localOnly: true), .keepLocal),
+        (facts(hasBase: true, localOnly: true), .commit(snapshot: nil)),
         (facts(hasBase: false, pendingSafeSave: true), .waitForSafeSave(until: T.s(100).advanced(by: .milliseconds(500)))),
-        (facts(hasBase: false, deviceLocalName: true, pendingSafeSave: true), .keepLocal),
+        (facts(hasBase: false, localOnly: true, pendingSafeSave: true), .keepLocal),
         (facts(midSave: 7), .waitForWriter),
         (facts(midSave: 7, locked: true), .waitForWriter),
         (facts(locked: true), .waitForLock),
