@@ -85,24 +85,24 @@ struct Policy: ParsableCommand {
         }
     }
 
+    /// Puts `program` on the user's allow list (`allow`) or deny list, off the other.
+    static func choose(_ program: String, allow: Bool, at w: Where) throws {
+        try change(program, at: w) { allow ? $0.allow.append(program) : $0.deny.append(program) }
+        print("\(program) may\(allow ? "" : " not") download content now")
+    }
+
     struct Allow: ParsableCommand {
         static let configuration = CommandConfiguration(abstract: "Let PROGRAM download content by reading placeholders (even if it is on the shipped deny list).")
         @Argument(help: "The program's name (its executable's file name; `*` matches any characters).") var program: String
         @OptionGroup var at: Where
-        func run() throws {
-            try Policy.change(program, at: at) { $0.allow.append(program) }
-            print("\(program) may download content now")
-        }
+        func run() throws { try Policy.choose(program, allow: true, at: at) }
     }
 
     struct Deny: ParsableCommand {
         static let configuration = CommandConfiguration(abstract: "Refuse PROGRAM's reads that would download content (EACCES; what is downloaded already reads as usual).")
         @Argument(help: "The program's name (its executable's file name; `*` matches any characters).") var program: String
         @OptionGroup var at: Where
-        func run() throws {
-            try Policy.change(program, at: at) { $0.deny.append(program) }
-            print("\(program) may not download content now")
-        }
+        func run() throws { try Policy.choose(program, allow: false, at: at) }
     }
 
     struct Default: ParsableCommand {
