@@ -300,6 +300,7 @@ extension ContainerFS {
                 n.rec.target = target
                 n.rec.size = Int64(target.utf8.count)
             }
+            showXattrs(s, on: n)
             let newPath = pathLocked(n)
             if newPath != oldPath { events.append(.moved, origin: .remote, path: oldPath, to: newPath) }
             if n.rec.kind == .file && s.resetContent {
@@ -346,10 +347,23 @@ extension ContainerFS {
         p.children[s.name] = node
         if s.kind == .folder { p.subdirs += 1 }
         store.enqueue(.upsert(rec))
+        showXattrs(s, on: n)
         events.append(s.restored ? .restored : .created, origin: .remote, path: pathLocked(n), detail: "v\(s.version)")
         actions.append(.entry(parent: p.node, name: s.name))
         actions.append(.node(p.node))
         return .done
+    }
+
+    /// The state's user attributes become the item's (lock held), unless they changed here since
+    /// the commit this state answers (`sentXattrs`) or a change of them is on its way to the
+    /// engine: those are pushed next, on this version, and the server merges them name by name.
+    /// Attributes past the budget (set before it held) never sync and stay as they are.
+    private func showXattrs(_ s: RemoteState, on n: Node) {
+        guard let remote = s.xattrs, remote != n.xattrs, n.rec.kind != .symlink, !n.xattrsUnnoticed,
+              s.sentXattrs.map({ $0 == n.xattrs }) ?? true, UserXattrs.size(n.xattrs) <= UserXattrs.budget else { return }
+        for name in n.xattrs.keys where remote[name] == nil { store.enqueue(.removeXattr(s.id, name: name)) }
+        for (name, value) in remote where n.xattrs[name] != value { store.enqueue(.setXattr(s.id, name: name, value: value)) }
+        n.xattrs = remote
     }
 
     /// `s` with the item's local place and mode where they changed here since the commit that

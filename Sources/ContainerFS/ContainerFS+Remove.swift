@@ -273,22 +273,26 @@ extension ContainerFS {
             events.append(.moved, origin: .local, path: from, to: pathLocked(s))
             if s.rec.kind == .file { noteRenamedAway(folder: p.node, name: name, node: s.node) }
         }
-        if let heir = transferred {
-            notify(changes[0])
-            notify(changes[1], pending: heir)
-            commitIdentityTransfer()
-        } else {
-            for c in changes { notify(c) }
-        }
-        noticed(moved)
+        notifyMoves(changes, pending: transferred, moved: moved)
+        if transferred != nil { commitIdentityTransfer() }
     }
 
-    /// The engine has the notices of these nodes' moves (delivered in order after them).
-    func noticed(_ moved: [MovedNode]) {
-        guard !moved.isEmpty else { return }
-        let mark = { @Sendable [self] in lock.withLock { for m in moved where m.n.placeNoticed < m.gen { m.n.placeNoticed = m.gen } } }
-        guard let deliver = options.deliverNotice else { return mark() }
-        deliver(mark)
+    /// A rename's notices, delivered together and in order; then the moves count as noticed
+    /// (`placeNoticed`): a remote state planned before that keeps the local place. `pending`:
+    /// the node whose content change (the last notice) was counted in `noticesPending`.
+    private func notifyMoves(_ changes: [LocalChange], pending: Node?, moved: [MovedNode]) {
+        guard !changes.isEmpty else { return }
+        for c in changes { queue(c) }
+        let heir = pending.map(UncheckedNode.init)
+        let deliver: @Sendable () -> Void = { [self] in
+            for c in changes { tell(c) }
+            lock.withLock {
+                if let heir { heir.n.noticesPending -= 1 }
+                for m in moved where m.n.placeNoticed < m.gen { m.n.placeNoticed = m.gen }
+            }
+        }
+        guard let line = options.deliverNotice else { return deliver() }
+        line(deliver)
     }
 }
 

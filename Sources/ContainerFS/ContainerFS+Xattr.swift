@@ -8,14 +8,13 @@ import MountPorts
 //   (`current` on a local-only mount), `itemid` = the item's UUID; on a synced mount also
 //   `progress`, `version`, `pinned`, `error` (read) and `pinned`, `evict`, `download`, and on the
 //   root `paused` (write) — the engine answers those (docs/sync.md "Status and control").
-// - Other `user.*` attributes are stored per item (database row per name) and survive remounts.
+// - Other `user.*` attributes are stored per item (database row per name), survive remounts and
+//   sync (`UserXattrs`: at most 4 KiB of names and values per item, `E2BIG` beyond).
 // - `security.*`, `system.*` (ACLs) and `trusted.*` are not supported: reads answer ENODATA at
 //   once, without a lock or I/O — the kernel asks for `security.capability` before every
 //   write(2), so this path is hot.
 
 extension ContainerFS {
-    static let maxXattrValue = 64 * 1024
-
     public func getxattr(node: NodeID, name: String) throws(Errno) -> [UInt8] {
         guard name.hasPrefix("user.") else { throw .ENODATA }
         let virtual = NimbusXattr(name: name)
@@ -60,21 +59,40 @@ extension ContainerFS {
         guard name.hasPrefix("user.") else { throw .EOPNOTSUPP }
         if name.hasPrefix(NimbusXattr.prefix) { return try setControlXattr(node: node, name: NimbusXattr(name: name), value: value) }
         if name.utf8.count > 255 { throw .ERANGE }
-        if value.count > Self.maxXattrValue { throw .E2BIG }
-        let id = try lock.withLock { () throws(Errno) -> ItemID in
+        if value.count > UserXattrs.budget { throw .E2BIG }
+        let (id, n) = try lock.withLock { () throws(Errno) -> (ItemID, Node) in
             let n = try self.node(node)
-            let exists = n.xattrs[name] != nil
-            if flags & 1 /* XATTR_CREATE */ != 0 && exists { throw .EEXIST }
-            if flags & 2 /* XATTR_REPLACE */ != 0 && !exists { throw .ENODATA }
+            let old = n.xattrs[name]
+            if flags & 1 /* XATTR_CREATE */ != 0 && old != nil { throw .EEXIST }
+            if flags & 2 /* XATTR_REPLACE */ != 0 && old == nil { throw .ENODATA }
+            // The item's attributes sync, within a budget every device keeps (docs/mount.md).
+            let size = UserXattrs.size(n.xattrs) - (old.map { name.utf8.count + $0.count } ?? 0) + name.utf8.count + value.count
+            if size > UserXattrs.budget { throw .E2BIG }
             n.xattrs[name] = value
             n.rec.ctime = options.clock.wall()
             if n.linked {
                 store.enqueue(.setXattr(n.rec.id, name: name, value: value))
                 persist(n)
             }
-            return n.rec.id
+            n.xattrNotices += 1
+            return (n.rec.id, n)
         }
-        notify(.attributesChanged(id))
+        notifyXattrs(id, n)
+    }
+
+    /// An attribute change's notice: a remote state shown before it reaches the engine keeps the
+    /// local attributes (`Node.xattrsUnnoticed`).
+    private func notifyXattrs(_ id: ItemID, _ n: Node) {
+        let c = LocalChange.attributesChanged(id)
+        queue(c)
+        let node = UncheckedNode(n)
+        let tell: @Sendable () -> Void = { [self] in
+            events.append(.attributes, origin: .local, path: path(of: id))
+            observer?.localChange(c)
+            lock.withLock { node.n.xattrNotices -= 1 }
+        }
+        guard let deliver = options.deliverNotice else { return tell() }
+        deliver(tell)
     }
 
     /// `setfattr -n user.nimbus.pinned -v 1 FILE` and friends: handed to the sync engine.
@@ -117,7 +135,7 @@ extension ContainerFS {
     public func removexattr(node: NodeID, name: String) throws(Errno) {
         guard name.hasPrefix("user.") else { throw .EOPNOTSUPP }
         if name.hasPrefix(NimbusXattr.prefix) { throw .EPERM }
-        let id = try lock.withLock { () throws(Errno) -> ItemID in
+        let (id, n) = try lock.withLock { () throws(Errno) -> (ItemID, Node) in
             let n = try self.node(node)
             guard n.xattrs.removeValue(forKey: name) != nil else { throw .ENODATA }
             n.rec.ctime = options.clock.wall()
@@ -125,9 +143,10 @@ extension ContainerFS {
                 store.enqueue(.removeXattr(n.rec.id, name: name))
                 persist(n)
             }
-            return n.rec.id
+            n.xattrNotices += 1
+            return (n.rec.id, n)
         }
-        notify(.attributesChanged(id))
+        notifyXattrs(id, n)
     }
 }
 

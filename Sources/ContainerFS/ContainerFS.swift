@@ -233,7 +233,7 @@ public final class ContainerFS: @unchecked Sendable {
         store.enqueue(.syncOp(q.item, kind: q.kind))
     }
 
-    private func tell(_ c: LocalChange) {
+    func tell(_ c: LocalChange) {
         switch c {
         case .created(let id): events.append(.created, origin: .local, path: path(of: id))
         case .contentChanged(let id): events.append(.changed, origin: .local, path: path(of: id), coalesce: [.created, .changed])
@@ -261,7 +261,7 @@ public final class ContainerFS: @unchecked Sendable {
     }
 
     /// A node carried to a later notice; it is touched there under `lock` only.
-    private struct UncheckedNode: @unchecked Sendable { let n: Node; init(_ n: Node) { self.n = n } }
+    struct UncheckedNode: @unchecked Sendable { let n: Node; init(_ n: Node) { self.n = n } }
 
     /// The path of node `n` (lock held).
     func pathLocked(_ n: Node) -> String {

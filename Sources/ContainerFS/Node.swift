@@ -57,6 +57,10 @@ final class Node {
     /// move's notice is on its way, keeps the local place (`applyOne`): a pull never undoes a
     /// local rename.
     var placeGen: UInt64 = 0
+    /// `setxattr`/`removexattr` calls whose notice the sync engine has not had yet: while
+    /// positive, a remote state keeps the local attributes (they are pushed next).
+    var xattrNotices = 0
+    var xattrsUnnoticed: Bool { xattrNotices > 0 && !Mutation.pullOverwritesUnnoticedXattrs.isOn }
     var placeNoticed: UInt64 = 0
     /// A change of this content waits for its notice (`noticesPending`).
     var unnoticed: Bool { noticesPending > 0 && !Mutation.pullOverlooksUnnoticedChange.isOn }

@@ -37,6 +37,13 @@ public struct RemoteState: Sendable {
     /// it decided to show this state: a rename or move made here that it had not heard of then
     /// keeps the local place (the engine pushes it next, on this version).
     public var unlessMovedSince: UInt64?
+    /// The item's user extended attributes in this state (nil: the state says nothing of them).
+    /// They replace the local ones unless those changed here since (`sentXattrs`, or a change
+    /// whose notice is on its way).
+    public var xattrs: [String: [UInt8]]?
+    /// For a commit's answer: the attributes the commit sent. Attributes changed here since keep
+    /// their local values (the engine pushes them next, on the answered version).
+    public var sentXattrs: [String: [UInt8]]?
     public init(id: ItemID, parent: ItemID, name: String, kind: ItemKind, perm: UInt32, size: Int64, mtime: Int64,
                 target: String?, deleted: Bool, resetContent: Bool) {
         self.id = id; self.parent = parent; self.name = name; self.kind = kind; self.perm = perm; self.size = size
@@ -101,11 +108,14 @@ public struct TreeSnapshot: Sendable {
     public var write: WriteState?
     /// A new file that may be the temporary of an editor's save (`MountedTree.isPendingSafeSave`).
     public var pendingSafeSave: Bool
+    /// Its user extended attributes (`user.*` but `user.nimbus.*`), which sync.
+    public var xattrs: [String: [UInt8]]
 
-    public init(local: ItemRecord?, write: WriteState?, pendingSafeSave: Bool) {
+    public init(local: ItemRecord?, write: WriteState?, pendingSafeSave: Bool, xattrs: [String: [UInt8]] = [:]) {
         self.local = local
         self.write = write
         self.pendingSafeSave = pendingSafeSave
+        self.xattrs = xattrs
     }
 }
 

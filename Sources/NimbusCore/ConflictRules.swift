@@ -9,7 +9,8 @@
 ///   the other is kept as an unresolved conflict version. Nothing is discarded.
 /// - **location** (folder and name) and **mode**: changed by the committer → the committer's,
 ///   else the current one (last writer wins; a rename on one device and an edit on another both
-///   survive: the edit follows the renamed item).
+///   survive: the edit follows the renamed item). **extra** (the item's user attributes among
+///   its fields) the same, field by field and attribute by attribute (`mergeExtra`).
 /// - **delete vs edit**: the edit wins. A delete whose base is stale is ignored when the content
 ///   changed since that base; an edit of a deleted item brings it back with the edited content.
 public enum ConflictRules {
@@ -31,7 +32,11 @@ public enum ConflictRules {
     ///   - base: the state at the committer's base version; `nil` when the base is unknown (pruned
     ///     history or a version that never existed), which makes every difference a conflict.
     ///   - baseIsCurrent: the committer's base version is the item's current version.
-    public static func decide(base: ItemState?, current: ItemState, incoming: ItemState, baseIsCurrent: Bool) -> Decision {
+    ///   - mergeExtra: merges `extra` (base, current, incoming) when the committer changed it
+    ///     since its base; the server's is field by field (`ExtraMerge`), the default takes the
+    ///     committer's whole.
+    public static func decide(base: ItemState?, current: ItemState, incoming: ItemState, baseIsCurrent: Bool,
+                              mergeExtra: (String?, String?, String?) -> String? = { _, _, incoming in incoming }) -> Decision {
         if baseIsCurrent { return incoming == current ? .unchanged : .apply(incoming) }
         if incoming == current { return .unchanged }
 
@@ -56,6 +61,9 @@ public enum ConflictRules {
             guard localContentChanged else { return .unchanged }
             var revived = incoming
             revived.deleted = false
+            // Its fields (user attributes) as merged for a live item: set elsewhere before the
+            // delete, and not changed by this editor, they come back with it.
+            if let base { revived.extra = incoming.extra == base.extra ? current.extra : mergeExtra(base.extra, current.extra, incoming.extra) }
             return .apply(revived)
         }
 
@@ -63,7 +71,7 @@ public enum ConflictRules {
         if let base {
             if incoming.location != base.location { merged.location = incoming.location }
             if incoming.mode != base.mode { merged.mode = incoming.mode }
-            if incoming.extra != base.extra { merged.extra = incoming.extra }
+            if incoming.extra != base.extra { merged.extra = mergeExtra(base.extra, current.extra, incoming.extra) }
         } else {
             merged.location = incoming.location
             merged.mode = incoming.mode

@@ -90,6 +90,18 @@ public struct ItemName: Hashable, Sendable, Codable, CustomStringConvertible {
         }
     }
 
+    /// Whether `name` is what `deduplicated` makes of `asked` (`a.txt` → `a 2.txt`, `a 3.txt`…,
+    /// the stem cut to fit 255 bytes).
+    public static func isTakenName(_ name: String, of asked: String) -> Bool {
+        let (stem, ext) = split(asked)
+        guard name.hasSuffix(ext) else { return false }
+        let body = name.dropLast(ext.count)
+        guard let space = body.lastIndex(of: " "), let n = Int(body[body.index(after: space)...]), n >= 2,
+              String(n) == body[body.index(after: space)...] else { return false }
+        let s = String(body[..<space])
+        return s == stem || (!s.isEmpty && stem.hasPrefix(s) && name.utf8.count > maxBytes - 16)
+    }
+
     static func split(_ name: String) -> (stem: String, ext: String) {
         guard let dot = name.lastIndex(of: "."), dot != name.startIndex else { return (name, "") }
         let ext = String(name[dot...])

@@ -26,6 +26,21 @@ public enum Mutation: String, CaseIterable, Sendable {
     /// A remote state planned before a rename or move made here (or shown while its notice is on
     /// its way to the engine) moves the item back to the server's place: the local rename is lost.
     case pullUndoesLocalMove = "pull-undoes-local-move"
+    /// A commit with no base of an item the server has takes no ancestor: its place and mode
+    /// overwrite the current ones (`CommitEngine.ancestor`), so a device that lost the record of
+    /// its own rename moves the item back everywhere.
+    case baselessCommitMovesBack = "baseless-commit-moves-back"
+    /// The server takes a commit's `extra` whole when the committer changed it: two devices that
+    /// set different attributes of one item keep only the last one's (`ExtraMerge`).
+    case extraReplacedWhole = "extra-replaced-whole"
+    /// A remote state replaces the item's user attributes although they changed here and the
+    /// engine has not heard of it yet (`Node.xattrsUnnoticed`): the local `setxattr` is lost.
+    case pullOverwritesUnnoticedXattrs = "pull-overwrites-unnoticed-xattrs"
+    /// A commit's answer whose attributes the server merged with others set elsewhere is only
+    /// recorded, not shown (`SyncItem.planSettle`): this device never shows those others.
+    case settleDropsMergedXattrs = "settle-drops-merged-xattrs"
+    /// A commit sends the base's attributes, not the item's here (`XattrRules.draftExtra`).
+    case xattrsStayLocal = "xattrs-stay-local"
     /// A commit is sent without its base version.
     case commitWithoutBase = "commit-without-base"
     /// A commit's answer is shown over a rename made here since (settle without relocating).

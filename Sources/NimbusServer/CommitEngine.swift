@@ -62,9 +62,9 @@ struct CommitEngine<T: StoreTransaction> {
             throw APIError(.kindMismatch, "item \(req.item) is a \(current.state.kind.rawValue), not a \(incoming.kind.rawValue); an item's kind never changes — create a new item instead")
         }
         let baseIsCurrent = req.baseVersion == current.version
-        let base: ItemState? = baseIsCurrent ? current.state : try req.baseVersion.flatMap { try tx.stateCurrent(at: $0, of: req.item) }
+        let base: ItemState? = baseIsCurrent ? current.state : try ancestor(req)
 
-        switch ConflictRules.decide(base: base, current: current.state, incoming: incoming, baseIsCurrent: baseIsCurrent) {
+        switch ConflictRules.decide(base: base, current: current.state, incoming: incoming, baseIsCurrent: baseIsCurrent, mergeExtra: Self.mergeExtra) {
         case .unchanged:
             return response(.unchanged, current)
         case .deleteLost:
@@ -106,6 +106,28 @@ struct CommitEngine<T: StoreTransaction> {
             return CommitResponse(outcome: .conflict, yours: yoursWon ? "current" : "conflict", item: item.record,
                                   renamed: renamed, restored: restored, cursor: lastSeq)
         }
+    }
+
+    /// `extra` merged field by field and attribute by attribute (`ExtraMerge`).
+    static func mergeExtra(base: String?, current: String?, incoming: String?) -> String? {
+        Mutation.extraReplacedWhole.isOn ? incoming : ExtraMerge.threeWay(base: base, current: current, incoming: incoming)
+    }
+
+    /// The common ancestor of a commit whose base is not current: the state at its base version.
+    /// A commit with no base of an item the server has comes from the device that made the item
+    /// and never recorded an answer for it (the answer was lost, or its store lost the record, e.g.
+    /// a full disk or `kill -9` before a save): what it has descends from its own first state, so
+    /// that state is the ancestor. Then only what it changed since counts as its change — an older
+    /// copy of the item never moves it back over a rename, nor turns its content into a conflict.
+    private func ancestor(_ req: CommitRequest) throws -> ItemState? {
+        if let version = req.baseVersion { return try tx.stateCurrent(at: version, of: req.item) }
+        guard !Mutation.baselessCommitMovesBack.isOn, var first = try tx.firstState(of: req.item), first.modifiedBy == device.id else { return nil }
+        // The name it asked for, when the server gave the item another for a taken one: that
+        // rename was the server's, not the device's.
+        if first.location.parent == req.state.parent, ItemName.isTakenName(first.location.name.value, of: req.state.name.value) {
+            first.location.name = req.state.name
+        }
+        return first
     }
 
     private mutating func create(_ id: ItemID, _ incoming: ItemState) throws -> CommitResponse {

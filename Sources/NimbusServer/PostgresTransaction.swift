@@ -509,6 +509,17 @@ struct PostgresTransaction: StoreTransaction {
         return seq > floor ? try Codec.decodeState(state) : nil
     }
 
+    func firstState(of id: ItemID) throws -> ItemState? {
+        guard let row = try rows("""
+            SELECT v.state, i.history_floor FROM versions v
+            JOIN items i ON i.container_id = v.container_id AND i.id = v.item_id
+            WHERE v.container_id = \(cid) AND v.item_id = \(id.description) AND v.was_current
+            ORDER BY v.seq LIMIT 1
+            """).first else { return nil }
+        let (state, floor) = try row.decode((String, Int64).self)
+        return floor == 0 ? try Codec.decodeState(state) : nil
+    }
+
     func isNameTaken(parent: ItemID, name: String, excluding id: ItemID) throws -> Bool {
         if let c = known.nameCheck, c.parent == parent, c.name == name, known.nameCheckFor == id { return c.taken }
         return !(try rows("""

@@ -33,6 +33,18 @@ struct SQLiteTransaction: StoreTransaction {
         return try Codec.decodeState(row["state"] as String)
     }
 
+    func firstState(of id: ItemID) throws -> ItemState? {
+        guard let row = try Row.fetchOne(cached("""
+            SELECT v.state, i.history_floor FROM versions v
+            JOIN items i ON i.container_id = v.container_id AND i.id = v.item_id
+            WHERE v.container_id = ? AND v.item_id = ? AND v.was_current = 1
+            ORDER BY v.seq LIMIT 1
+            """), arguments: [container.id, id.description]),
+            (row["history_floor"] as Int64) == 0
+        else { return nil }
+        return try Codec.decodeState(row["state"] as String)
+    }
+
     func isNameTaken(parent: ItemID, name: String, excluding id: ItemID) throws -> Bool {
         try Bool.fetchOne(cached("""
             SELECT 1 FROM items WHERE container_id = ? AND parent_id = ? AND name = ? AND deleted = 0 AND id != ?

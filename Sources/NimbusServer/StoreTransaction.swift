@@ -32,6 +32,9 @@ protocol StoreTransaction {
     /// `seq <= version`; nil when history no longer has it — also when a row that was current
     /// was pruned above the one found (`historyFloor`), since the one found may then be too old.
     func stateCurrent(at version: Int64, of id: ItemID) throws -> ItemState?
+    /// The item's first state (the oldest row that was ever current); nil when history no longer
+    /// has it (any current row was pruned: the oldest ones go first).
+    func firstState(of id: ItemID) throws -> ItemState?
     func isNameTaken(parent: ItemID, name: String, excluding id: ItemID) throws -> Bool
     func liveChildren(of id: ItemID) throws -> [StoredItem]
     /// Allocates the next journal sequence number of the container.

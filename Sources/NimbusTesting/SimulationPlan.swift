@@ -62,6 +62,10 @@ public enum SimAction: String, Sendable, CaseIterable {
     case trashPurge
     /// Make a FIFO, a local-only item, at `folder/name` (`mkfifo`), or remove the one there.
     case mkfifo
+    /// Set a user extended attribute of a present file (`setfattr`): `user.tag`, which every
+    /// device sets, or the device's own `user.DEVICE`, to the step's content; now and then
+    /// remove it instead (`setfattr -x`).
+    case setxattr
 }
 
 public struct SimStep: Sendable, CustomStringConvertible {
@@ -80,6 +84,11 @@ public struct SimStep: Sendable, CustomStringConvertible {
     /// Unique per step, so every content written can be found again on the server.
     public var content: String
 
+    /// `setxattr`'s name: `user.tag` or the device's own (from `toName`, so other draws stay).
+    public var xattrName: String { toName < "c" ? "user.tag" : "user." + String(UnicodeScalar(UInt8(97 + device))) }
+    /// `setxattr` removes the attribute (`toFolder` is the root: one in four).
+    public var xattrRemoves: Bool { toFolder.isEmpty }
+
     public var description: String {
         let dev = String(UnicodeScalar(UInt8(97 + device)))
         switch action {
@@ -88,6 +97,7 @@ public struct SimStep: Sendable, CustomStringConvertible {
         case .rename: return "\(round): \(dev) rename #\(pick) to \(toName)"
         case .move: return "\(round): \(dev) move #\(pick) to \(SimPlan.path(toFolder, toName))"
         case .write, .delete, .saveOver, .writeOpen, .saveAside, .trashRestore, .trashPurge: return "\(round): \(dev) \(action) #\(pick)"
+        case .setxattr: return "\(round): \(dev) setxattr #\(pick) \(xattrName)\(xattrRemoves ? " removed" : "")"
         case .pause, .resume, .disconnect, .reconnect, .restart, .crash: return "\(round): \(dev) \(action)"
         }
     }
@@ -109,8 +119,9 @@ public struct SimPlan: Sendable {
     /// these tables.
     public static let trashWeights: [(SimAction, Int)] = weights + [(.trashRestore, 3)]
     public static let purgeWeights: [(SimAction, Int)] = weights + [(.trashRestore, 3), (.trashPurge, 1)]
-    /// With local-only items (`localOnly`): FIFOs made and removed under the names files take.
-    public static let localOnlyWeights: [(SimAction, Int)] = weights + [(.mkfifo, 4)]
+    /// The desktop's run (`localOnly`): FIFOs made and removed under the names files take, and
+    /// user extended attributes set and removed.
+    public static let localOnlyWeights: [(SimAction, Int)] = weights + [(.mkfifo, 4), (.setxattr, 5)]
 
     public let seed: UInt64
     public let devices: Int
@@ -118,9 +129,12 @@ public struct SimPlan: Sendable {
     /// Device a sends the content of every file of more than 16 bytes apart from the upload
     /// queue, as big files go (`SyncEngine.Options.contentApartBytes`).
     public var contentApart = false
+    /// Devices restore Recently Deleted entries (`trash`).
+    public let restores: Bool
 
     public init(seed: UInt64, rounds: Int, devices: Int = 3, trash: Bool = false, purges: Bool = false, localOnly: Bool = false) {
         self.seed = seed
+        self.restores = trash || purges
         self.devices = devices
         var rng = SplitMix64(seed: seed)
         let weights = localOnly ? Self.localOnlyWeights : purges ? Self.purgeWeights : trash ? Self.trashWeights : Self.weights
@@ -186,6 +200,9 @@ public struct SimLedger: Sendable {
     /// The device deleted the item itself: what it wrote there need not survive.
     public mutating func deleted(device: Int, item: ItemID) {
         last[Key(device: device, item: item)] = nil
+        // An edit elsewhere may bring it back, where that device last saw it.
+        placed[item] = .some(nil)
+        forgetXattrs(item)
     }
 
     /// The same, when the device showed server version `version` of the item (nil: none).
@@ -206,6 +223,67 @@ public struct SimLedger: Sendable {
     public mutating func identityMoved(device: Int, from: ItemID, to: ItemID) {
         guard let c = last.removeValue(forKey: Key(device: device, item: from)) else { return }
         last[Key(device: device, item: to)] = c
+    }
+
+    /// Where the one device that moved an item last put it (`moved`); nil for an item more than
+    /// one device moved, or whose place an editor's save or an identity change touched.
+    public struct Place: Sendable, Equatable {
+        public var device: Int
+        public var parent: ItemID
+        public var name: String
+    }
+    public private(set) var placed: [ItemID: Place?] = [:]
+
+    /// The device renamed or moved the item there.
+    public mutating func moved(device: Int, item: ItemID, parent: ItemID, name: String) {
+        if let known = placed[item], known?.device != device { placed[item] = .some(nil); return }
+        placed[item] = Place(device: device, parent: parent, name: name)
+    }
+
+    /// Where the item ends is no one device's choice any more.
+    public mutating func placeUnknown(_ item: ItemID) {
+        placed[item] = .some(nil)
+        forgetXattrs(item)
+    }
+
+    /// The device was killed: renames it made without an fsync of their folder may be gone, and
+    /// so may attributes it set.
+    public mutating func crashed(device: Int) {
+        for (id, p) in placed where p?.device == device { placed[id] = .some(nil) }
+        for (k, x) in xattrs where x?.device == device { xattrs[k] = .some(nil) }
+    }
+
+    public struct XattrKey: Hashable, Sendable, Comparable {
+        public var item: ItemID
+        public var name: String
+        public static func < (a: Self, b: Self) -> Bool { (a.item.description, a.name) < (b.item.description, b.name) }
+    }
+    public struct XattrSet: Sendable, Equatable {
+        public var device: Int
+        /// nil: removed.
+        public var value: String?
+    }
+    /// Per item and attribute name that exactly one device set or removed: the last value it
+    /// gave (`.some(nil)`: more than one device did, or the item's identity changed).
+    public private(set) var xattrs: [XattrKey: XattrSet?] = [:]
+
+    /// Items some device deleted or whose identity a save moved: attribute changes made after
+    /// may go with the delete (an attribute change does not bring a deleted item back; an edit
+    /// elsewhere does, with that editor's attributes).
+    public private(set) var xattrsForgotten: Set<ItemID> = []
+
+    public mutating func setXattr(device: Int, item: ItemID, name: String, value: String?) {
+        guard !xattrsForgotten.contains(item) else { return }
+        let k = XattrKey(item: item, name: name)
+        if let known = xattrs[k], known?.device != device { xattrs[k] = .some(nil); return }
+        xattrs[k] = XattrSet(device: device, value: value)
+    }
+
+    /// The item's attributes are no one device's any more (deleted, or its identity moved by a
+    /// save: the saved file has the new file's attributes, as POSIX has it).
+    public mutating func forgetXattrs(_ item: ItemID) {
+        xattrsForgotten.insert(item)
+        for k in xattrs.keys where k.item == item { xattrs[k] = .some(nil) }
     }
 
     /// Sorted for stable reports.

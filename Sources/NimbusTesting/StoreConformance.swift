@@ -19,6 +19,8 @@ public enum StoreConformance: String, CaseIterable, Sendable {
     case folderDeletedWhileChildChanged
     case folderDeleteSparesUnseenChildren
     case renameAndEditBothApply
+    case baselessCommitKeepsTheCommittersLaterRename
+    case attributesMergeNameByName
     case resolveAndRestore
     case missingChunksRejected
     case accountsAreIsolated
@@ -59,6 +61,8 @@ public enum StoreConformance: String, CaseIterable, Sendable {
         case .folderDeletedWhileChildChanged: try await Self.folderDeletedWhileChildChanged(f)
         case .folderDeleteSparesUnseenChildren: try await Self.folderDeleteSparesUnseenChildren(f)
         case .renameAndEditBothApply: try await Self.renameAndEdit(f)
+        case .baselessCommitKeepsTheCommittersLaterRename: try await Self.baselessCommit(f)
+        case .attributesMergeNameByName: try await Self.attributesMerge(f)
         case .resolveAndRestore: try await Self.resolveAndRestore(f)
         case .missingChunksRejected: try await Self.missingChunks(f)
         case .accountsAreIsolated: try await Self.accountsAreIsolated(f)
@@ -300,6 +304,70 @@ public enum StoreConformance: String, CaseIterable, Sendable {
         let r = try await f.commit(file, base: v1, f.draft(.file, "draft.txt", chunks: [c1], t: 5_000), by: f.b)
         try check(r.outcome == .applied, "no conflict, got \(r.outcome)")
         try check(r.item.name.value == "final.txt" && r.item.parent == dest && r.item.chunks == [c1], "the edit follows the renamed item, got \(r.item)")
+    }
+
+    /// A device that lost the record of its own commits (its store could not save, or the answer
+    /// was lost) sends its item again with no base: what it had before its own later rename must
+    /// not move the item back, nor become a conflict. Another device's base-less commit of the
+    /// item is still decided against an unknown base.
+    static func baselessCommit(_ f: StoreFixture) async throws {
+        let c0 = try await f.chunk("bl0"), c1 = try await f.chunk("bl1")
+        let (file, v1) = try await f.create(.file, "c.txt", chunks: [c0], by: f.a)
+        try await f.commit(file, base: v1, f.draft(.file, "a.txt", chunks: [c0]), by: f.a)
+        var r = try await f.commit(file, base: nil, f.draft(.file, "c.txt", chunks: [c0]), by: f.a)
+        try check(r.outcome == .unchanged && r.item.name.value == "a.txt", "an old copy moved the item back: \(r.outcome) \(r.item.name.value)")
+        // Changed since its first state (an edit made before the answer came): that applies.
+        r = try await f.commit(file, base: nil, f.draft(.file, "c.txt", chunks: [c1], t: 3_000), by: f.a)
+        try check(r.outcome == .applied && r.item.name.value == "a.txt" && r.item.chunks == [c1] && r.item.conflicts == 0,
+                  "the edit applies where the item is, got \(r.outcome) \(r.item)")
+        // Another device never made it: unknown base, its place applies.
+        r = try await f.commit(file, base: nil, f.draft(.file, "b.txt", chunks: [c1], t: 3_000), by: f.b)
+        try check(r.item.name.value == "b.txt", "another device's base-less commit: its place, got \(r.item.name.value)")
+        // Its create was given the name beside a taken one (`b 2.txt`), which it never heard of;
+        // another device moved it into a folder. Sent again as it was, it stays there.
+        let (folder, _) = try await f.create(.folder, "inbox", by: f.b)
+        let other = ItemID(UUID())
+        let made = try await f.commit(other, base: nil, f.draft(.file, "b.txt", chunks: [c0]), by: f.a)
+        try check(made.item.name.value == "b 2.txt", "the server's name for a taken one, got \(made.item.name.value)")
+        try await f.commit(other, base: made.item.version, f.draft(.file, "kept.txt", in: folder, chunks: [c0]), by: f.b)
+        r = try await f.commit(other, base: nil, f.draft(.file, "b.txt", chunks: [c0]), by: f.a)
+        try check(r.item.parent == folder && r.item.name.value == "kept.txt", "the old copy moved it back: \(r.item.parent) \(r.item.name.value)")
+    }
+
+    /// `extra` merges field by field and user attribute by attribute against the committer's base:
+    /// two devices that set different attributes keep both; an attribute and a content edit both
+    /// apply; an edit that brings a deleted item back keeps the attributes it did not touch.
+    static func attributesMerge(_ f: StoreFixture) async throws {
+        let c0 = try await f.chunk("am0"), c1 = try await f.chunk("am1")
+        func with(_ d: ItemDraft, _ xattrs: [String: String], other: Bool = false) -> ItemDraft {
+            var d = d
+            var fields: [String: JSONValue] = ["xattrs": .object(xattrs.mapValues { .string(Data($0.utf8).base64EncodedString()) })]
+            if other { fields["note"] = .string("kept") }
+            d.extra = .object(fields)
+            return d
+        }
+        func names(_ r: CommitResponse) -> [String: String] {
+            guard case .object(let o)? = r.item.extra, case .object(let x)? = o["xattrs"] else { return [:] }
+            return x.compactMapValues { if case .string(let b) = $0 { Data(base64Encoded: b).map { String(decoding: $0, as: UTF8.self) } } else { nil } }
+        }
+        let (file, v1) = try await f.create(.file, "x.txt", chunks: [c0])
+        var r = try await f.commit(file, base: v1, with(f.draft(.file, "x.txt", chunks: [c0]), ["user.a": "1"], other: true), by: f.a)
+        let v2 = r.item.version
+        // B, on v2, edits the content and sets user.b; A, on v2 too, sets user.c.
+        r = try await f.commit(file, base: v2, with(f.draft(.file, "x.txt", chunks: [c1], t: 4_000), ["user.a": "1", "user.b": "2"], other: true), by: f.b)
+        r = try await f.commit(file, base: v2, with(f.draft(.file, "x.txt", chunks: [c0]), ["user.a": "1", "user.c": "3"], other: true), by: f.a)
+        try check(r.outcome == .applied && r.item.conflicts == 0 && r.item.chunks == [c1], "merged, no conflict, B's content: \(r.outcome) \(r.item)")
+        try check(names(r) == ["user.a": "1", "user.b": "2", "user.c": "3"], "every attribute kept, got \(names(r))")
+        guard case .object(let o)? = r.item.extra, o["note"] == .string("kept") else { throw ConformanceFailure("other fields kept, got \(String(describing: r.item.extra))") }
+        // A removes user.a on a stale base: only user.a goes.
+        r = try await f.commit(file, base: v2, with(f.draft(.file, "x.txt", chunks: [c0]), ["user.c": "3"], other: true), by: f.a)
+        try check(names(r) == ["user.b": "2", "user.c": "3"], "only user.a removed, got \(names(r))")
+        // Deleted, then edited on an old base: it comes back with the attributes it had.
+        let live = r.item.version
+        // (A device's delete sends the state it had, `extra` and all.)
+        try await f.commit(file, base: live, with(f.draft(.file, "x.txt", chunks: [c1], deleted: true), ["user.b": "2", "user.c": "3"], other: true), by: f.a)
+        r = try await f.commit(file, base: live, with(f.draft(.file, "x.txt", chunks: [c0], t: 9_000), ["user.b": "2", "user.c": "3"], other: true), by: f.b)
+        try check(!r.item.deleted && names(r) == ["user.b": "2", "user.c": "3"], "revived with its attributes, got \(r.item.deleted) \(names(r))")
     }
 
     static func resolveAndRestore(_ f: StoreFixture) async throws {

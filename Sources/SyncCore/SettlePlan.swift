@@ -16,9 +16,13 @@ public struct SettleFacts: Sendable, Equatable {
     public var samePlace: Bool
     /// The item is in the tree here (not deleted here while the commit was on its way).
     public var existsHere: Bool
+    /// The answer has the user attributes that were sent (the server merges those set elsewhere
+    /// meanwhile, name by name: they are shown).
+    public var sameXattrs: Bool
 
     public init(deletedElsewhere: Bool = false, writtenSince: Bool = false, sameContent: Bool = true, samePlace: Bool = true,
-                existsHere: Bool = true) {
+                existsHere: Bool = true, sameXattrs: Bool = true) {
+        self.sameXattrs = sameXattrs
         self.deletedElsewhere = deletedElsewhere
         self.writtenSince = writtenSince
         self.sameContent = sameContent
@@ -51,7 +55,7 @@ extension SyncItem {
     /// The answer to the item's own commit of a live state: what it becomes. Pure.
     public func planSettle(_ f: SettleFacts, isFile: Bool) -> SettleStep {
         if f.deletedElsewhere { return .deletedElsewhere(keptForWrite: isFile && f.writtenSince) }
-        if f.sameContent && f.samePlace { return .record }
+        if f.sameContent && f.samePlace && (f.sameXattrs || Mutation.settleDropsMergedXattrs.isOn) { return .record }
         if !f.existsHere { return .deletedHere(onAnswer: f.sameContent || Mutation.deleteOnForeignAnswer.isOn) }
         return .show(resetContent: isFile && !f.sameContent)
     }

@@ -337,7 +337,8 @@ extension SyncEngine {
                 // local work went too — the delete goes in.
                 log("folder \(item.name.value) was deleted elsewhere but holds changes not yet uploaded here; keeping it")
             case .show:
-                trace("pull \(item.id) v\(item.version) \(item.deleted ? "deleted" : item.name.value) (base v\(old?.version ?? -1))")
+                trace("pull \(item.id) v\(item.version) \(item.deleted ? "deleted" : item.name.value) (base v\(old?.version ?? -1))"
+                      + (SyncedXattrs.of(item.extra).map { " xattrs [\($0.keys.sorted().joined(separator: ","))]" } ?? ""))
             }
             for action in step.actions(item, old: old, leaving: leaving) {
                 switch action {
@@ -424,6 +425,7 @@ extension SyncEngine {
         var s = RemoteState(id: r.id, parent: r.parent, name: r.name.value, kind: r.kind, perm: r.mode & ItemLimits.syncedPermissions,
                             size: r.size, mtime: r.modified, target: r.symlinkTarget, deleted: r.deleted, resetContent: resetContent)
         s.version = r.version
+        s.xattrs = SyncedXattrs.of(r.extra)
         return s
     }
 }

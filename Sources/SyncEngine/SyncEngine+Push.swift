@@ -534,7 +534,8 @@ extension SyncEngine: ChangeObserver {
         }
         guard let local, let parent = local.parent, let name = try? ItemName(local.name) else { return .nothing }
         var draft = ItemDraft(kind: local.kind, parent: parent, name: name, symlinkTarget: local.target,
-                              mode: local.mode & ItemLimits.syncedPermissions, modified: WireRange.clampTime(local.mtime), extra: base?.record.extra)
+                              mode: local.mode & ItemLimits.syncedPermissions, modified: WireRange.clampTime(local.mtime),
+                              extra: XattrRules.draftExtra(base: base?.record.extra, here: tree.xattrs))
         var needsContent = false
         switch CommitPlan.contentSource(isFile: local.kind == .file, base: base) {
         case .none: break
@@ -597,7 +598,9 @@ extension SyncEngine: ChangeObserver {
     /// The server's answer to the commit (in a turn).
     func commitAnswered(_ id: ItemID, _ c: CommitWork, _ r: CommitResponse, upTo: Int64) throws {
         let draft = c.draft
-        trace("commit \(id) \(draft.name.value) on v\(c.base?.version ?? -1): \(r.outcome.rawValue) v\(r.item.version)\(r.yours.map { " yours=" + $0 } ?? "")\(r.item.deleted ? " deleted" : "")")
+        trace("commit \(id) \(draft.name.value) on v\(c.base?.version ?? -1): \(r.outcome.rawValue) v\(r.item.version)\(r.yours.map { " yours=" + $0 } ?? "")\(r.item.deleted ? " deleted" : "")"
+              + (SyncedXattrs.of(draft.extra).map { " sent xattrs [\($0.keys.sorted().joined(separator: ","))]" } ?? "")
+              + (SyncedXattrs.of(r.item.extra).map { " xattrs [\($0.keys.sorted().joined(separator: ","))]" } ?? ""))
         // The server's answer covers any version that waited for this upload.
         state.withLock { $0.items[id]?.remote.answered(r.item.version) }
         try settle(id, sent: draft, response: r, previous: c.base, generation: c.generation)
@@ -728,7 +731,8 @@ extension SyncEngine: ChangeObserver {
             writtenSince: generation.map { fs.writeState(id)?.generation != $0 } ?? false,
             sameContent: sameContent,
             samePlace: shown.parent == sent.parent && shown.name == sent.name && shown.mode == sent.mode,
-            existsHere: fs.localState(id) != nil)
+            existsHere: fs.localState(id) != nil,
+            sameXattrs: SyncedXattrs.of(item.extra) ?? [:] == SyncedXattrs.of(sent.extra) ?? [:])
         // A file written (O_TRUNC) while the commit was on its way is whole here now, even if it
         // was a placeholder when the push began: it must not be marked "not downloaded" again, or
         // the next push sends the old chunks ("nothing to send") and the write never leaves.
@@ -782,6 +786,7 @@ extension SyncEngine: ChangeObserver {
             // A rename, move or chmod made here since the draft stays (pushed next, on this
             // answer). After a commit on a base older than our own move, the local place stays too.
             shownState.sentPlace = relocate ? (item.parent, item.name.value, sent.mode) : (sent.parent, sent.name.value, sent.mode)
+            shownState.sentXattrs = SyncedXattrs.of(sent.extra) ?? [:]
             let shown = !fs.show([shownState]).contains(id)
             trace("settle \(id) v\(item.version): \(shown ? "shown" : "not shown yet")")
             let here = fs.localState(id).map { (parent: $0.parent, name: $0.name) }

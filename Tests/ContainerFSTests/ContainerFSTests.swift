@@ -218,4 +218,58 @@ extension ContainerFSTests {
         _ = g.fs.applyRemote([t])
         #expect(g.fs.localState(y)?.name == "z")
     }
+    /// User attributes sync (docs/mount.md "Extended attributes"): a remote state brings its
+    /// attributes, except over a change made here that the engine has not heard of yet (it is
+    /// pushed next and merged name by name), or over one made since the commit it answers.
+    @Test func aPullBringsXattrsButNeverOverwritesOnesChangedHere() throws {
+        let held = Mutex<[@Sendable () -> Void]>([])
+        var options = ContainerFS.Options()
+        options.deliverNotice = { notice in held.withLock { $0.append(notice) } }
+        let f = try Fixture(options: options)
+        let x = ItemID(UUID())
+        var s = Self.state(x, in: .root, "a")
+        s.xattrs = ["user.tag": Array("red".utf8)]
+        _ = f.fs.applyRemote([s])
+        let node = try #require(f.fs.snapshot(x).local?.node)
+        #expect(try f.fs.getxattr(node: node, name: "user.tag") == Array("red".utf8))
+        // A state that says nothing of attributes leaves them.
+        _ = f.fs.applyRemote([Self.state(x, in: .root, "a")])
+        #expect(f.fs.snapshot(x).xattrs == ["user.tag": Array("red".utf8)])
+
+        // Set here, its notice on its way: the remote state's attributes wait.
+        try f.fs.setxattr(node: node, name: "user.tag", value: Array("blue".utf8), flags: 0)
+        s.xattrs = ["user.tag": Array("green".utf8), "user.other": [1]]
+        _ = f.fs.applyRemote([s])
+        #expect(f.fs.snapshot(x).xattrs == ["user.tag": Array("blue".utf8)], "a pull overwrote an attribute set here")
+        for notice in held.withLock({ $0 }) { notice() }
+        held.withLock { $0.removeAll() }
+        _ = f.fs.applyRemote([s])
+        #expect(f.fs.snapshot(x).xattrs == ["user.tag": Array("green".utf8), "user.other": [1]])
+
+        // A commit's answer over a change made since its draft: the local attributes stay.
+        var answer = s
+        answer.xattrs = ["user.tag": Array("merged".utf8)]
+        answer.sentXattrs = ["user.tag": Array("green".utf8), "user.other": [1]]
+        try f.fs.removexattr(node: node, name: "user.other")
+        for notice in held.withLock({ $0 }) { notice() }
+        _ = f.fs.applyRemote([answer])
+        #expect(f.fs.snapshot(x).xattrs == ["user.tag": Array("green".utf8)])
+        answer.sentXattrs = ["user.tag": Array("green".utf8)]
+        _ = f.fs.applyRemote([answer])
+        #expect(f.fs.snapshot(x).xattrs == ["user.tag": Array("merged".utf8)])
+    }
+
+    /// An item's attributes: 4 KiB of names and values at most (`E2BIG`), on every mount.
+    @Test func xattrsHaveABudgetPerItem() throws {
+        let f = try Fixture()
+        let (e, h) = try f.fs.create(parent: root, name: "f", mode: 0o644, flags: O_RDWR, caller: me)
+        f.fs.release(node: e.node, handle: h.handle)
+        let big = [UInt8](repeating: 7, count: UserXattrs.budget - "user.a".utf8.count)
+        try f.fs.setxattr(node: e.node, name: "user.a", value: big, flags: 0)
+        #expect(throws: Errno.E2BIG) { try f.fs.setxattr(node: e.node, name: "user.b", value: [1], flags: 0) }
+        #expect(throws: Errno.E2BIG) { try f.fs.setxattr(node: e.node, name: "user.a", value: big + [1], flags: 0) }
+        // Replacing a value counts the new one only.
+        try f.fs.setxattr(node: e.node, name: "user.a", value: [1], flags: 0)
+        try f.fs.setxattr(node: e.node, name: "user.b", value: [1], flags: 0)
+    }
 }

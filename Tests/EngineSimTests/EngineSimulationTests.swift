@@ -125,6 +125,9 @@ enum SimChecks {
                 // Only to a free name: a rename over a file makes the survivor take the other's
                 // identity (SafeSaveTests) — the ledger would have to follow; deletes cover that.
                 try fs.rename(parent: from, name: f.rec.name, newParent: to, newName: step.toName, flags: .noReplace)
+                if let toID = to == .root ? ItemID.root : dev.entries().first(where: { $0.rec.node == to })?.rec.id {
+                    ledger.moved(device: dev.index, item: f.rec.id, parent: toID, name: step.toName)
+                }
                 return "ok (\(f.path))"
             case .delete:
                 let files = dev.files()
@@ -154,11 +157,14 @@ enum SimChecks {
                 guard let renamedID = ItemID(String(decoding: atTmpID, as: UTF8.self)) else { throw Errno.EIO }
                 let renamedShown = (try? fs.getxattr(node: atTmp, name: NimbusXattr.version.name)).flatMap { Int64(String(decoding: $0, as: UTF8.self)) }
                 try fs.rename(parent: parent, name: tmp, newParent: parent, newName: f.rec.name, flags: [])
+                ledger.placeUnknown(tmpID)
+                ledger.placeUnknown(renamedID)
                 // The file renamed over keeps its identity and takes the new bytes
                 // (ContainerFS+Remove.swift): the write is the saved file's.
                 guard let node = dev.lookup(parent, f.rec.name) else { return "gone after the rename" }
                 let raw = try fs.getxattr(node: node, name: NimbusXattr.itemid.name)
                 guard let id = ItemID(String(decoding: raw, as: UTF8.self)) else { throw Errno.EIO }
+                ledger.forgetXattrs(id)
                 guard renamedID == tmpID else {
                     // Another file was renamed: this device's write lives on in `tmpID`; the
                     // file renamed went into the saved one (or became it).
@@ -201,6 +207,7 @@ enum SimChecks {
                 guard let parent = f.rec.parent.flatMap(dev.node(of:)) else { return "no parent" }
                 let backup = f.rec.name + "~"
                 guard dev.lookup(parent, backup) == nil else { return "backup name taken" }
+                ledger.placeUnknown(f.rec.id)
                 try fs.rename(parent: parent, name: f.rec.name, newParent: parent, newName: backup, flags: .noReplace)
                 // An editor takes a moment between its calls: the engines run meanwhile.
                 await dev.idle(milliseconds: gap(step, 0))
@@ -226,6 +233,19 @@ enum SimChecks {
                 }
                 try fs.rmdir(parent: NodeID.root, name: step.folder)
                 return "ok (\(n) files)"
+            case .setxattr:
+                let files = dev.files()
+                guard !files.isEmpty else { return "no file" }
+                let f = files[Int(step.pick % UInt64(files.count))]
+                if step.xattrRemoves {
+                    guard fs.snapshot(f.rec.id).xattrs[step.xattrName] != nil else { return "none (\(f.path))" }
+                    try fs.removexattr(node: f.rec.node, name: step.xattrName)
+                    ledger.setXattr(device: dev.index, item: f.rec.id, name: step.xattrName, value: nil)
+                } else {
+                    try fs.setxattr(node: f.rec.node, name: step.xattrName, value: Array(step.content.utf8), flags: 0)
+                    ledger.setXattr(device: dev.index, item: f.rec.id, name: step.xattrName, value: step.content)
+                }
+                return "ok (\(f.path))"
             case .mkfifo:
                 guard let parent = dev.folderNode(step.folder) else { return "no folder \(step.folder)" }
                 if let there = dev.lookup(parent, step.name) {
@@ -247,7 +267,9 @@ enum SimChecks {
             case .reconnect:
                 dev.restore()
             case .restart, .crash:
-                try await dev.restart(crash: step.action == .crash)
+                // A crash, or a clean stop that could not save (a full disk), leaves on disk an
+                // earlier state: renames made since without an fsync of their folder may be gone.
+                if try await dev.restart(crash: step.action == .crash) { ledger.crashed(device: dev.index) }
             case .trashRestore, .trashPurge:
                 guard case .link(let link, _) = dev.network else { return "no link" }
                 let entries = try await link.trash(link.container).entries
@@ -289,6 +311,8 @@ enum SimChecks {
         // the deleted item's identity (ContainerFS+Remove.swift).
         for g in dev.files() where before[g.rec.node].map({ $0 != g.rec.id }) == true {
             ledger.identityMoved(device: dev.index, from: before[g.rec.node]!, to: g.rec.id)
+            ledger.placeUnknown(before[g.rec.node]!)
+            ledger.placeUnknown(g.rec.id)
         }
     }
 
@@ -388,6 +412,55 @@ enum SimChecks {
     /// `inTrash` (when known: the simulated server's tables) says whether a deleted item is in
     /// Recently Deleted: a content whose item is deleted now must still be there (or have been
     /// purged by a device on purpose).
+    /// Items whose place one device alone chose (the last rename or move it made of them; no
+    /// other device moved them, no save changed their identity) and that end elsewhere: a
+    /// rename lost. The name may be the one the server gives a taken name (`NAME 2.EXT`); an
+    /// item deleted, or whose chosen folder is gone, is not looked at.
+    /// An item that ends under the name beside a local-only item of some device (a FIFO holding
+    /// the name it arrived at there: `ContainerFS.nameBeside`, a move that device pushes) is not
+    /// looked at either: that move is the rule's, and may come after the rename.
+    static func misplaced(_ ledger: SimLedger, on dev: SimDevice, all devices: [SimDevice]) -> [String] {
+        var out: [String] = []
+        let fifos = devices.flatMap { d in d.entries(localOnly: true).filter(\.rec.isSpecial).compactMap { e in e.rec.parent.map { ($0, e.rec.name) } } }
+        for (id, place) in ledger.placed.sorted(by: { $0.key.description < $1.key.description }) {
+            guard let place, let rec = dev.fs.localState(id), let parent = rec.parent else { continue }
+            guard place.parent == .root || dev.fs.localState(place.parent) != nil else { continue }
+            if parent == place.parent && (rec.name == place.name || Self.isTakenNameOf(rec.name, place.name)) { continue }
+            if fifos.contains(where: { $0.0 == parent && Self.isTakenNameOf(rec.name, $0.1) }) { continue }
+            out.append("\(id): device \(place.device) put it at \(place.parent)/\(place.name); it ended at \(parent)/\(rec.name)")
+        }
+        return out
+    }
+
+    /// Attributes that one device alone set or removed (its last `setfattr` of that name; no
+    /// other device touched the name, no save changed the item's identity, no device deleted it)
+    /// and that end otherwise on a live item: an attribute change lost.
+    static func lostXattrs(_ ledger: SimLedger, on dev: SimDevice) -> [String] {
+        var out: [String] = []
+        for (k, set) in ledger.xattrs.sorted(by: { $0.key < $1.key }) {
+            guard let set, dev.fs.localState(k.item) != nil else { continue }
+            let here = dev.fs.snapshot(k.item).xattrs[k.name].map { String(decoding: $0, as: UTF8.self) }
+            if here == set.value { continue }
+            out.append("\(k.item) \(k.name): device \(set.device) left \(String(reflecting: set.value)); it ended \(String(reflecting: here))")
+        }
+        return out
+    }
+
+    /// Whether `name` is what the server gives `wanted` when it is taken (`a.txt` → `a 2.txt`,
+    /// `a 3.txt`…).
+    /// `depth` 2: the name beside a local-only item (`NAME 2.EXT`) may itself be taken on the
+    /// server (`NAME 2 2.EXT`).
+    static func isTakenNameOf(_ name: String, _ wanted: String, depth: Int = 2) -> Bool {
+        var taken: Set<String> = [wanted]
+        for _ in 2..<100 {
+            let next = ItemName(trusted: wanted).deduplicated(isTaken: { taken.contains($0) }).value
+            if next == name || (depth > 1 && name.hasPrefix(next.split(separator: ".").first.map(String.init) ?? next)
+                                && isTakenNameOf(name, next, depth: depth - 1)) { return true }
+            taken.insert(next)
+        }
+        return false
+    }
+
     static func lostContents(_ ledger: SimLedger, versionsOf: (ItemID) async throws -> [VersionRecord],
                              inTrash: ((ItemID) -> Bool)? = nil) async -> [String] {
         var lost: [String] = []

@@ -161,8 +161,11 @@ final class SimDevice: @unchecked Sendable {
     /// A clean stop (unmount): the engine's loops end, the store commits what is queued.
     /// `crash`: the store's write-behind queue is dropped first, as `kill -9` would (what it had
     /// committed stays; cache files keep every byte written — they are the kernel's page cache).
-    func stop(crash: Bool = false) async {
-        guard running else { return }
+    /// Returns whether what the store had not saved was lost (a crash, or a clean stop whose last
+    /// save failed, e.g. on a full disk: docs/errors.md, what is on disk is as after a crash).
+    @discardableResult
+    func stop(crash: Bool = false) async -> Bool {
+        guard running else { return false }
         running = false
         // The program's open files end with it: closed on a clean stop (the kernel releases
         // them at unmount), gone with a crash. Neither was fsynced: nothing of them is promised.
@@ -177,8 +180,9 @@ final class SimDevice: @unchecked Sendable {
         await engine.stop()
         if !crash {
             fs.saveEventSequence()
-            store.close()
+            return store.close() != nil
         }
+        return true
     }
 
     /// After the last stop of a simulated device: closes every database it opened.
@@ -188,12 +192,15 @@ final class SimDevice: @unchecked Sendable {
     }
 
     /// Stop, then open the same state directory again and start.
-    func restart(crash: Bool) async throws {
-        await stop(crash: crash)
+    /// Returns whether the stop lost what the store had not saved (`stop`).
+    @discardableResult
+    func restart(crash: Bool) async throws -> Bool {
+        let lost = await stop(crash: crash)
         retired.append(store)
         (store, fs, engine, notices) = try Self.open(dir: dir, network: network, token: token, container: container,
                                                      hydrationSeconds: hydrationSeconds, contentApartBytes: contentApartBytes)
         start()
+        return lost
     }
 
     // MARK: looking
@@ -266,6 +273,11 @@ final class SimDevice: @unchecked Sendable {
             case .folder: out[e.path] = "/"
             case .file:
                 do { out[e.path] = try await read(e.rec) } catch { return .failure(SimFailure("\(e.path): \(error)")) }
+                // Its user attributes are part of what devices agree on.
+                let xattrs = fs.snapshot(e.rec.id).xattrs
+                if !xattrs.isEmpty {
+                    out[e.path]! += " [" + xattrs.sorted { $0.key < $1.key }.map { "\($0.key)=\(String(decoding: $0.value, as: UTF8.self))" }.joined(separator: ",") + "]"
+                }
             default: out[e.path] = "?\(e.rec.kind)"
             }
         }
@@ -279,7 +291,9 @@ final class SimDevice: @unchecked Sendable {
         let file = stat(store.cache.path(for: id), &st) == 0 ? "\(st.st_size) bytes" : "none"
         let version = engine.itemAttribute(.version, item: id, ancestors: []) ?? "-"
         let bytes = (try? String(contentsOfFile: store.cache.path(for: id), encoding: .utf8))?.replacingOccurrences(of: "\0", with: "\\0") ?? "-"
+        let xattrs = fs.snapshot(id).xattrs.keys.sorted()
         return "\(r.name) size \(r.size) dirty \(r.dirty) cache file \(file) status \(engine.itemStatus(id)) version \(version) bytes \(String(reflecting: bytes))"
+            + (xattrs.isEmpty ? "" : " xattrs \(xattrs.joined(separator: ","))")
     }
 
     func status(_ key: String) -> String? { engine.statusLines().first { $0.0 == key }?.1 }

@@ -142,6 +142,11 @@ final class SimServer: @unchecked Sendable {
             return row.state
         }
 
+        func firstState(of id: ItemID) throws -> ItemState? {
+            guard (server.t.historyFloor[id] ?? 0) == 0 else { return nil }
+            return (server.t.versions[id] ?? [:]).filter(\.value.wasCurrent).min(by: { $0.key < $1.key })?.value.state
+        }
+
         func isNameTaken(parent: ItemID, name: String, excluding id: ItemID) throws -> Bool {
             server.t.items.values.contains { $0.id != id && !$0.state.deleted && $0.state.location.parent == parent && $0.state.location.name.value == name }
         }

@@ -141,13 +141,13 @@ final class SimWorld: @unchecked Sendable {
                 trace.append("\(clock.time) \(step): \(outcome)")
                 if let w = Self.watch { for d in devices { log(d.name, "watch: " + d.describe(w)) } }
                 await closeWriters(ledger: &ledger, all: false)
-                try await faults(after: step.round)
+                try await faults(after: step.round, ledger: &ledger)
                 // The store's writer: each queue reaches the disk now or later, as the seed says.
                 for d in devices where rng.below(3) == 0 { d.store.writePending() }
                 await clock.sleep(for: .milliseconds(step.pause > 0 ? step.pause * 10 : 1 + rng.below(5)))
             }
             await closeWriters(ledger: &ledger, all: true)
-            try await faults(after: nil)
+            try await faults(after: nil, ledger: &ledger)
             for d in devices {
                 d.restore()
                 d.engine.setPaused(false)
@@ -157,6 +157,14 @@ final class SimWorld: @unchecked Sendable {
             let lost = await SimChecks.lostContents(ledger, versionsOf: { [server] in server.versions($0) },
                                                     inTrash: { [server] in server.t.trash[$0] != nil && server.t.items[$0]?.state.deleted == true })
             if !lost.isEmpty { throw SimFailure("lost \(lost.count) of \(ledger.last.count) contents:\n" + lost.joined(separator: "\n")) }
+            // Restores put items back where they were: one device's rename is no longer the
+            // last word on their place.
+            if !plan.restores {
+                let misplaced = SimChecks.misplaced(ledger, on: devices[0], all: devices)
+                if !misplaced.isEmpty { throw SimFailure("lost \(misplaced.count) of \(ledger.placed.count) renames:\n" + misplaced.joined(separator: "\n")) }
+            }
+            let lostXattrs = SimChecks.lostXattrs(ledger, on: devices[0])
+            if !lostXattrs.isEmpty { throw SimFailure("lost \(lostXattrs.count) of \(ledger.xattrs.count) attribute changes:\n" + lostXattrs.joined(separator: "\n")) }
             let tree = await devices[0].tree() ?? [:]
             trace.append("tree: " + SimChecks.show(tree))
             report.steps = plan.steps.count
@@ -201,7 +209,7 @@ final class SimWorld: @unchecked Sendable {
 
     /// Opens and closes fault windows at the ports, as the seed draws them; `round` nil closes
     /// every window (the settling phase).
-    private func faults(after round: Int?) async throws {
+    private func faults(after round: Int?, ledger: inout SimLedger) async throws {
         if let round, rng.below(30) == 0 {
             let fault = [Fault.unauthorized, .overQuota, .diskFull][rng.below(3)]
             let w = (fault: fault, device: rng.below(devices.count), until: round + 2 + rng.below(25))
@@ -219,7 +227,7 @@ final class SimWorld: @unchecked Sendable {
             case .unauthorized:
                 link(d).unauthorized = false
                 // Changes stay queued until the device is mounted again with a valid token.
-                try await d.restart(crash: false)
+                if try await d.restart(crash: false) { ledger.crashed(device: d.index) }
             case .overQuota: link(d).overQuota = false
             case .diskFull: d.store.simulateFullDisk(false)
             }

@@ -23,6 +23,8 @@ import Testing
         (F(writtenSince: true, sameContent: false), true, .show(resetContent: true)),
         (F(samePlace: false), true, .show(resetContent: false)),
         (F(sameContent: false, samePlace: false), false, .show(resetContent: false)),
+        // The server merged attributes set elsewhere into ours: shown (no other bytes).
+        (F(sameXattrs: false), true, .show(resetContent: false)),
         // What was sent is shown already: deleted here or not, nothing to do but record it.
         (F(existsHere: false), true, .record),
     ] as [(SettleFacts, Bool, SettleStep)])
