@@ -158,7 +158,8 @@ extension ContainerFS {
             guard let node = t.byID[item], let n = t.nodes[node] else { return TreeSnapshot(local: nil, write: nil, pendingSafeSave: false) }
             let isFile = n.rec.kind == .file
             return TreeSnapshot(local: n.linked ? n.rec : nil, write: isFile ? writeState(of: n, now: now) : nil,
-                                pendingSafeSave: isFile && pendingSafeSave(node, now: now), xattrs: n.xattrs)
+                                pendingSafeSave: isFile && pendingSafeSave(node, now: now), xattrs: n.xattrs,
+                                placedBeside: n.placedBeside)
         }
     }
 

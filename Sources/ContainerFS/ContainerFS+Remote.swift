@@ -290,6 +290,7 @@ extension ContainerFS {
                 n.parentNode = p.node
                 n.rec.parent = s.parent
                 n.rec.name = s.name
+                n.placedBeside = renamed.last == s.id
                 actions.append(.entry(parent: p.node, name: s.name))
                 actions.append(.node(p.node))
             }
@@ -326,6 +327,7 @@ extension ContainerFS {
             s.name = beside
             renamed.append(s.id)
         }
+        let besideHere = renamed.last == s.id
         applied(s.id)
         let type: UInt32 = switch s.kind {
         case .file: UInt32(S_IFREG)
@@ -342,6 +344,7 @@ extension ContainerFS {
         // (No cache file: a placeholder gets one when its content is first needed.)
         let n = Node(rec)
         n.parentNode = p.node
+        n.placedBeside = besideHere
         t.nodes[node] = n
         t.byID[s.id] = node
         p.children[s.name] = node

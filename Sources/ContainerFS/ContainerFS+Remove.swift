@@ -215,6 +215,8 @@ extension ContainerFS {
                 if p !== np { persist(np) }
                 s.placeGen &+= 1
                 target.placeGen &+= 1
+                s.placedBeside = false
+                target.placedBeside = false
                 moved = [MovedNode(n: s, gen: s.placeGen), MovedNode(n: target, gen: target.placeGen)]
                 changes = [.moved(s.rec.id), .moved(target.rec.id)]
                 events.append(.exchanged, origin: .local, path: pathLocked(s), to: pathLocked(target))
@@ -240,6 +242,7 @@ extension ContainerFS {
                 changes = [.deleted(temp), .contentChanged(keep)]
                 s.noticesPending += 1
                 s.placeGen &+= 1
+                s.placedBeside = false
                 moved = [MovedNode(n: s, gen: s.placeGen)]
                 transferred = s
                 return
@@ -269,6 +272,7 @@ extension ContainerFS {
             if p !== np { persist(np) }
             changes.append(.moved(s.rec.id))
             s.placeGen &+= 1
+            s.placedBeside = false
             moved = [MovedNode(n: s, gen: s.placeGen)]
             events.append(.moved, origin: .local, path: from, to: pathLocked(s))
             if s.rec.kind == .file { noteRenamedAway(folder: p.node, name: name, node: s.node) }

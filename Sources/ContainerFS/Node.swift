@@ -57,6 +57,10 @@ final class Node {
     /// move's notice is on its way, keeps the local place (`applyOne`): a pull never undoes a
     /// local rename.
     var placeGen: UInt64 = 0
+    /// Its place is the name beside a local-only item that this device chose for it (`nameBeside`),
+    /// not one a program chose: that move is pushed to apply only if no one moved it meanwhile.
+    /// A rename here ends it. (In memory: after a restart the move is pushed as any.)
+    var placedBeside = false
     /// `setxattr`/`removexattr` calls whose notice the sync engine has not had yet: while
     /// positive, a remote state keeps the local attributes (they are pushed next).
     var xattrNotices = 0

@@ -110,12 +110,15 @@ public struct TreeSnapshot: Sendable {
     public var pendingSafeSave: Bool
     /// Its user extended attributes (`user.*` but `user.nimbus.*`), which sync.
     public var xattrs: [String: [UInt8]]
+    /// Its place is the name beside a local-only item this device chose for it, not a program's.
+    public var placedBeside: Bool
 
-    public init(local: ItemRecord?, write: WriteState?, pendingSafeSave: Bool, xattrs: [String: [UInt8]] = [:]) {
+    public init(local: ItemRecord?, write: WriteState?, pendingSafeSave: Bool, xattrs: [String: [UInt8]] = [:], placedBeside: Bool = false) {
         self.local = local
         self.write = write
         self.pendingSafeSave = pendingSafeSave
         self.xattrs = xattrs
+        self.placedBeside = placedBeside
     }
 }
 

@@ -35,9 +35,16 @@ public enum ConflictRules {
     ///   - mergeExtra: merges `extra` (base, current, incoming) when the committer changed it
     ///     since its base; the server's is field by field (`ExtraMerge`), the default takes the
     ///     committer's whole.
+    ///   - placeIfUnmoved: the committer's folder and name apply only if the item's place is the
+    ///     base's (a place the device did not choose: docs/protocol.md); with an unknown base, never.
     public static func decide(base: ItemState?, current: ItemState, incoming: ItemState, baseIsCurrent: Bool,
+                              placeIfUnmoved: Bool = false,
                               mergeExtra: (String?, String?, String?) -> String? = { _, _, incoming in incoming }) -> Decision {
         if baseIsCurrent { return incoming == current ? .unchanged : .apply(incoming) }
+        var incoming = incoming
+        if placeIfUnmoved, !incoming.deleted, base.map({ $0.location != current.location }) ?? true {
+            incoming.location = current.location
+        }
         if incoming == current { return .unchanged }
 
         let remoteContentChanged = base.map { $0.content != current.content || $0.deleted != current.deleted } ?? true

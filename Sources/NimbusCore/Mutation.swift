@@ -41,6 +41,9 @@ public enum Mutation: String, CaseIterable, Sendable {
     case settleDropsMergedXattrs = "settle-drops-merged-xattrs"
     /// A commit sends the base's attributes, not the item's here (`XattrRules.draftExtra`).
     case xattrsStayLocal = "xattrs-stay-local"
+    /// The move that puts a remote item beside a local-only item here is an ordinary rename: it
+    /// undoes a rename of the item made meanwhile elsewhere (`CommitRequest.placeIfUnmoved`).
+    case besideMoveOverridesRename = "beside-move-overrides-rename"
     /// A commit is sent without its base version.
     case commitWithoutBase = "commit-without-base"
     /// A commit's answer is shown over a rename made here since (settle without relocating).

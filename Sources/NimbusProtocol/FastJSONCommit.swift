@@ -23,6 +23,9 @@ extension FastJSON {
             out.append(contentsOf: #","seenCursor":"#.utf8)
             int(cursor, &out)
         }
+        if let weak = r.placeIfUnmoved {
+            out.append(contentsOf: weak ? #","placeIfUnmoved":true"#.utf8 : #","placeIfUnmoved":false"#.utf8)
+        }
         let d = r.state
         out.append(contentsOf: #","state":{"kind":"#.utf8)
         string(d.kind.rawValue, &out)
@@ -78,7 +81,7 @@ extension FastJSON {
     }
 
     static func commitRequest(_ s: inout JSONScanner) throws -> CommitRequest {
-        var item: ItemID?, base: Int64?, cursor: Int64?, draft: ItemDraft?, inline: [InlineChunk]?
+        var item: ItemID?, base: Int64?, cursor: Int64?, draft: ItemDraft?, inline: [InlineChunk]?, weak: Bool?
         var seen: UInt32 = 0  // (a key twice: the fallback decides, as JSONDecoder takes the first)
         try s.object { s, key in
             switch key {
@@ -92,11 +95,12 @@ extension FastJSON {
                 var out: [InlineChunk] = []
                 try s.array { s in out.append(try inlineChunk(&s)) }
                 inline = out
+            case "placeIfUnmoved": try first(&seen, 5); weak = try s.isNull() ? nil : try s.bool()
             default: try s.skipValue()
             }
         }
         guard let item, let draft else { throw JSONScanner.Failure() }
-        return CommitRequest(item: item, baseVersion: base, state: draft, seenCursor: cursor, inline: inline)
+        return CommitRequest(item: item, baseVersion: base, state: draft, seenCursor: cursor, inline: inline, placeIfUnmoved: weak)
     }
 
     static func itemDraft(_ s: inout JSONScanner) throws -> ItemDraft {

@@ -142,13 +142,19 @@ public struct CommitRequest: Hashable, Sendable, Codable {
     /// (absent: none): the server stores it as an upload and commits, with no `chunks/missing`
     /// or chunk `PUT` before (`InlineChunk.checkCommit`).
     public var inline: [InlineChunk]?
+    /// The state's folder and name apply only if no one moved the item since `baseVersion` (absent:
+    /// false). A device sends it for a place it did not choose: the name beside a local-only item
+    /// of its own that a remote item arrived at (docs/sync.md).
+    public var placeIfUnmoved: Bool?
 
-    public init(item: ItemID, baseVersion: Int64?, state: ItemDraft, seenCursor: Int64? = nil, inline: [InlineChunk]? = nil) {
+    public init(item: ItemID, baseVersion: Int64?, state: ItemDraft, seenCursor: Int64? = nil, inline: [InlineChunk]? = nil,
+                placeIfUnmoved: Bool? = nil) {
         self.item = item
         self.baseVersion = baseVersion
         self.state = state
         self.seenCursor = seenCursor
         self.inline = inline
+        self.placeIfUnmoved = placeIfUnmoved
     }
 }
 

@@ -64,7 +64,8 @@ struct CommitEngine<T: StoreTransaction> {
         let baseIsCurrent = req.baseVersion == current.version
         let base: ItemState? = baseIsCurrent ? current.state : try ancestor(req)
 
-        switch ConflictRules.decide(base: base, current: current.state, incoming: incoming, baseIsCurrent: baseIsCurrent, mergeExtra: Self.mergeExtra) {
+        switch ConflictRules.decide(base: base, current: current.state, incoming: incoming, baseIsCurrent: baseIsCurrent,
+                                    placeIfUnmoved: req.placeIfUnmoved == true && !Mutation.besideMoveOverridesRename.isOn, mergeExtra: Self.mergeExtra) {
         case .unchanged:
             return response(.unchanged, current)
         case .deleteLost:

@@ -381,6 +381,8 @@ extension SyncEngine: ChangeObserver {
         var size: Int64 = 0
         /// The bytes of a small file's one chunk, sent inside the commit (`ContentSend.inline`).
         var inline: InlineChunk?
+        /// The place is one this device chose beside a local-only item (`CommitRequest.placeIfUnmoved`).
+        var placeIfUnmoved = false
     }
 
 
@@ -543,7 +545,7 @@ extension SyncEngine: ChangeObserver {
         case .read: needsContent = true
         }
         return .commit(CommitWork(base: base, cursor: cursor, draft: draft, needsContent: needsContent, snapshot: snapshot,
-                                  generation: tree.write?.generation, size: local.size))
+                                  generation: tree.write?.generation, size: local.size, placeIfUnmoved: tree.placedBeside))
     }
 
     /// The push of `id` is looked at again at `until`: kept at the head of the queue meanwhile
@@ -579,7 +581,7 @@ extension SyncEngine: ChangeObserver {
             return nil
         }
         return CommitRequest(item: id, baseVersion: Mutation.commitWithoutBase.isOn ? nil : c.base?.version, state: c.draft, seenCursor: c.cursor,
-                             inline: c.inline.map { [$0] })
+                             inline: c.inline.map { [$0] }, placeIfUnmoved: c.placeIfUnmoved ? true : nil)
     }
 
     /// A newer version that waited for this file's push or writer goes in now, when no program

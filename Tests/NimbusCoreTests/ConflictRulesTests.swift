@@ -113,6 +113,29 @@ import Testing
         #expect(ConflictRules.decide(base: Self.base, current: deleted, incoming: Self.state("0", name: "x"), baseIsCurrent: false) == .unchanged)
     }
 
+    /// A place the device did not choose (the name beside a local-only item of its own) applies
+    /// only if no one moved the item since the base; its content edit applies either way.
+    @Test func aPlaceIfUnmovedNeverUndoesAMoveMadeElsewhere() {
+        let movedElsewhere = Self.state("0", name: "c.txt", t: 100)
+        let beside = Self.state("0", name: "doc 2.txt", t: 100)
+        #expect(ConflictRules.decide(base: Self.base, current: movedElsewhere, incoming: beside, baseIsCurrent: false, placeIfUnmoved: true) == .unchanged)
+        #expect(ConflictRules.decide(base: Self.base, current: movedElsewhere, incoming: beside, baseIsCurrent: false) == .apply(beside))
+        // Not moved since the base (an edit elsewhere): the place applies, with the edit kept.
+        let edited = Self.state("5", t: 300)
+        guard case .apply(let s) = ConflictRules.decide(base: Self.base, current: edited, incoming: beside, baseIsCurrent: false, placeIfUnmoved: true) else {
+            Issue.record("expected the place to apply")
+            return
+        }
+        #expect(s.location.name.value == "doc 2.txt" && s.content == edited.content)
+        // With an edit of its own: the content goes in where the item is now.
+        let besideEdited = Self.state("7", name: "doc 2.txt", t: 400)
+        guard case .apply(let t) = ConflictRules.decide(base: Self.base, current: movedElsewhere, incoming: besideEdited, baseIsCurrent: false, placeIfUnmoved: true) else {
+            Issue.record("expected the edit to apply")
+            return
+        }
+        #expect(t.location.name.value == "c.txt" && t.content == besideEdited.content)
+    }
+
     @Test func freshBaseApplies() {
         #expect(ConflictRules.decide(base: Self.base, current: Self.base, incoming: Self.base, baseIsCurrent: true) == .unchanged)
         let e = Self.state("4", t: 1)

@@ -184,7 +184,8 @@ import Testing
             let bytes = Data((0..<(n % 4 == 0 ? 0 : Int.random(in: 1...3000, using: &rng))).map { _ in UInt8.random(in: 0...255, using: &rng) })
             let inline: [InlineChunk]? = n % 3 == 0 ? nil : [InlineChunk(hash: ContentHash(digest: (0..<32).map { _ in UInt8.random(in: 0...255, using: &rng) }), bytes: bytes)]
             let request = CommitRequest(item: ItemID(UUID()), baseVersion: n % 2 == 0 ? nil : Int64(n) * 1_000_003 - 5, state: draft,
-                                        seenCursor: n % 5 == 0 ? nil : Int64.max - Int64(n), inline: inline)
+                                        seenCursor: n % 5 == 0 ? nil : Int64.max - Int64(n), inline: inline,
+                                        placeIfUnmoved: [nil, true, false][n % 3])
             var docs = [FastJSON.encode(request)]
             #expect(try JSONDecoder().decode(CommitRequest.self, from: Data(docs[0])) == request)
             for f: JSONEncoder.OutputFormatting in [[], [.sortedKeys], [.prettyPrinted, .sortedKeys], [.withoutEscapingSlashes]] {
