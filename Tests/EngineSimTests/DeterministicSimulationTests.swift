@@ -127,13 +127,28 @@ import Testing
     /// (docs/sync.md "Mutations"). Replayed with the test run's `SWIFT_DETERMINISTIC_HASHING=1`
     /// (scripts/test); without it Set orders differ and a seed may take another path. 48 with
     /// content apart: a file opened with `O_TRUNC` and kept open while a remote state of it was
-    /// shown, its push paced, then a clean stop: its edit had no queue entry on disk. 16: a change
-    /// whose queue entry is made when the engine hears of it (not behind the change) is lost to
-    /// a commit in between.
-    @Test(arguments: [(UInt64(82), false), (462, false), (737, false), (791, false), (1107, false), (2116, false), (82, true), (48, true), (16, false)])
+    /// shown, its push paced, then a clean stop: its edit had no queue entry on disk. 16, 29: a
+    /// change whose queue entry is made when the engine hears of it (not behind the change) is
+    /// lost to a commit in between. 503, 634: a device whose full disk lost its own rename sent
+    /// the item again with no base and moved it back everywhere; 396: the same after the server
+    /// had given its create the name beside a taken one (`CommitEngine.ancestor`).
+    @Test(arguments: [(UInt64(82), false), (462, false), (737, false), (791, false), (1107, false), (2116, false), (82, true), (48, true), (16, false),
+                      (29, false), (396, false), (503, false), (634, false)])
     func seedsThatFoundBugs(_ seed: UInt64, _ apart: Bool) async throws {
         let r = await SimWorld.run(Self.plan(seed, apart: apart))
         #expect(r.failure == nil, "simulation seed \(seed)\(apart ? " (content apart)" : ""): \(r.failure ?? "")")
+    }
+
+    /// Seeds of the run with FIFOs and attributes (`localOnly`) that found a loss: 5, 9, attributes
+    /// set elsewhere merged into a commit's answer and never shown (`SettleFacts.sameXattrs`);
+    /// 207, a commit with no `extra` that dropped the attributes others had set (`ExtraMerge`);
+    /// 394, an edit that brought a deleted item back without them; 346, 736, the move beside a
+    /// FIFO undoing a rename made elsewhere (`CommitRequest.placeIfUnmoved`); 997, a rename's
+    /// place mark delivered before its notice (`ContainerFS.notifyMoves`).
+    @Test(arguments: [UInt64(5), 9, 207, 346, 394, 736, 997])
+    func localSeedsThatFoundBugs(_ seed: UInt64) async throws {
+        let r = await SimWorld.run(Self.plan(seed, apart: false, localOnly: true))
+        #expect(r.failure == nil, "simulation seed \(seed) (FIFOs and attributes): \(r.failure ?? "")")
     }
 
     /// Seeds of the run with purges (NIMBUS_SIM_PURGES=1) that found a stuck queue or a device
