@@ -5,9 +5,10 @@ public enum UserXattrs {
     /// 4 KiB block). A `setxattr` that would pass it answers `E2BIG`.
     public static let budget = 4096
 
-    /// The names that sync.
+    /// The names that sync (and that a remote state may set here: never one with a NUL, which
+    /// no `setxattr` can make and which would split a `listxattr` answer).
     public static func synced(_ name: String) -> Bool {
-        name.hasPrefix("user.") && !name.hasPrefix("user.nimbus.") && name.utf8.count <= 255
+        name.hasPrefix("user.") && !name.hasPrefix("user.nimbus.") && name.utf8.count <= 255 && !name.utf8.contains(0)
     }
 
     /// Bytes of names and values, as the budget counts them.

@@ -46,7 +46,7 @@ import Testing
     }
 
     @Test func malformedEntriesAreLeftOut() {
-        let extra = JSONValue.parse(#"{"xattrs":{"user.ok":"AQ==","user.nimbus.x":"AQ==","security.y":"AQ==","user.bad":"***","user.num":5}}"#)
+        let extra = JSONValue.parse(#"{"xattrs":{"user.ok":"AQ==","user.nimbus.x":"AQ==","security.y":"AQ==","user.bad":"***","user.num":5,"user.a\u0000b":"AQ=="}}"#)
         #expect(SyncedXattrs.of(extra) == ["user.ok": [1]])
         #expect(SyncedXattrs.of(JSONValue.parse(#"{"other":1}"#)) == nil)
     }
