@@ -413,9 +413,10 @@ extension ContainerFS {
     /// the server never hears of) holds its name here: the name the server gives any taken name
     /// (`NAME 2.EXT`, ItemName.deduplicated). The local-only item keeps its name; the remote
     /// item's move to the new name is pushed like a rename made here (`applyRemote`), so every
-    /// device shows it there. Nil when `occupant` is not local-only (lock held).
+    /// device shows it there. So for an item ignored here (`.nimbusignore`), whose changes stay
+    /// here. Nil when `occupant` is neither (lock held).
     func nameBeside(_ occupant: NodeID, in p: Node, for name: String, item: NodeID? = nil) -> String? {
-        guard let o = t.nodes[occupant], o.rec.isSpecial, !Mutation.remoteWaitsBehindLocalOnly.isOn else { return nil }
+        guard let o = t.nodes[occupant], o.rec.isSpecial || ignoredLocked(o), !Mutation.remoteWaitsBehindLocalOnly.isOn else { return nil }
         return ItemName(trusted: name).deduplicated { p.children[$0].map { $0 != item } ?? false }.value
     }
 

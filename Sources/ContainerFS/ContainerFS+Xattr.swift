@@ -20,6 +20,12 @@ extension ContainerFS {
         let virtual = NimbusXattr(name: name)
         if virtual == .versions, versions.source != nil { throw .ENODATA }  // `versionsText` answers it (deferred)
         if virtual == nil, name.hasPrefix(NimbusXattr.prefix) { throw .ENODATA }
+        if virtual == .ignored {
+            // Read outside the lock: a rules file not parsed yet is read from its cache file.
+            guard let id = lock.withLock({ t.nodes[node]?.rec.id }) else { throw .ENOENT }
+            guard let text = ignoredText(id) else { throw .ENODATA }
+            return Array(text.utf8)
+        }
         return try lock.withLock { () throws(Errno) -> [UInt8] in
             let n = try self.node(node)
             switch virtual {

@@ -293,6 +293,7 @@ public final class ContainerFS: @unchecked Sendable {
     func reapIfUnused(_ n: Node) {
         guard !n.linked, n.lookups == 0, n.openHandles == 0 else { return }
         t.nodes[n.node] = nil
+        t.ignoreFiles[n.node] = nil
         if t.byID[n.rec.id] == n.node { t.byID[n.rec.id] = nil }
         // A node replaced under its readers shares its id with the live one: leave its cache file.
         // The cache file goes once the deletion is committed: a crash before that brings the

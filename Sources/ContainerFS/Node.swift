@@ -123,6 +123,8 @@ final class Tables {
     /// Open listings of the tree: handle → snapshot.
     var dirs: [HandleID: DirSnapshot] = [:]
     var openFiles = 0
+    /// Parsed `.nimbusignore` files by their node (ContainerFS+Ignore.swift).
+    var ignoreFiles: [NodeID: ParsedIgnore] = [:]
 }
 
 /// A reader of `.nimbus/events`: `caller` nil sees every line; otherwise only the lines whose

@@ -39,6 +39,11 @@ public protocol MountedTree: AnyObject, Sendable {
     func isPendingSafeSave(_ item: ItemID) -> Bool
     /// Open for writing now.
     func isBeingWritten(_ item: ItemID) -> Bool
+    /// What the `.nimbusignore` files say of the item's place here (`.none` when it is not in
+    /// the tree); nil while a rules file on the way is a placeholder or being written.
+    func ignoreVerdict(_ item: ItemID) -> IgnoreVerdict?
+    /// The same for an item at `path` (names from the root), there or not.
+    func ignoreVerdict(path: [String], isFolder: Bool) -> IgnoreVerdict?
 }
 
 extension MountedTree {

@@ -200,6 +200,9 @@ public enum IgnoreVerdict: Sendable, Hashable {
 }
 
 public enum IgnoreMatch {
+    /// The name of a rules file.
+    public static let fileName = ".nimbusignore"
+
     /// Whether the item at `path` (components from the container root, e.g. ["src","build","a.o"]),
     /// a folder or not, is ignored by the `.nimbusignore` files of its ancestor folders: `files`
     /// maps a folder's path components ([] = root) to its parsed file. Git's semantics: files

@@ -20,6 +20,11 @@ public enum Mutation: String, CaseIterable, Sendable {
     case dropPushHold = "drop-push-hold"
     /// A folder deleted elsewhere goes although an item below has local work.
     case folderDeleteOverLocalWork = "folder-delete-over-local-work"
+    /// A change of an item ignored here (`.nimbusignore`) is pushed like any other.
+    case ignoredItemPushed = "ignored-item-pushed"
+    /// A parked item (ignored here, with changes kept on this device) is not local work: a pull
+    /// replaces what it holds.
+    case parkedItemOverwritten = "parked-item-overwritten"
     /// A remote item whose name a local-only item (FIFO, socket, device node) holds here waits
     /// for the name, like one whose name an item not uploaded yet holds (`ContainerFS.nameBeside`).
     case remoteWaitsBehindLocalOnly = "remote-waits-behind-local-only"

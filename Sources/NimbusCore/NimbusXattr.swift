@@ -30,6 +30,9 @@ public enum NimbusXattr: String, CaseIterable, Sendable {
     case restore
     /// Written: discard one conflict version (asks the server).
     case discard
+    /// Read: the `.nimbusignore` rule that ignores the item, `PATTERN (/FOLDER/.nimbusignore
+    /// line N)`; absent (ENODATA) when none does. Not listed.
+    case ignored
 
     public static let prefix = "user.nimbus."
 

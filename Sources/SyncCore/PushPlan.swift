@@ -28,11 +28,16 @@ public struct PushFacts<Instant: InstantProtocol>: Sendable, Equatable where Ins
     /// A folder deleted here while an item the server has below it still has a push to make
     /// (`CommitPlan.deleteWaitsForBelow`).
     public var belowStillToPush: Bool
+    /// What the `.nimbusignore` files say of the item's place here (for an item deleted here,
+    /// of its place on the server): true = ignored, false = not, nil = not known yet (a rules
+    /// file on the way is still a placeholder).
+    public var ignored: Bool?
     public var now: Instant
 
     public init(exists: Bool, isFile: Bool, hasBase: Bool, complete: Bool, localOnly: Bool = false,
                 pendingSafeSave: Bool = false, midSaveGeneration: UInt64? = nil, lockedExclusively: Bool = false,
-                written: UInt64 = 0, unnoticedChange: Bool = false, belowStillToPush: Bool = false, now: Instant) {
+                written: UInt64 = 0, unnoticedChange: Bool = false, belowStillToPush: Bool = false, ignored: Bool? = false, now: Instant) {
+        self.ignored = ignored
         self.unnoticedChange = unnoticedChange
         self.belowStillToPush = belowStillToPush
         self.exists = exists
@@ -57,6 +62,11 @@ public enum PushStep<Instant: InstantProtocol>: Sendable, Equatable where Instan
     case waitForBelow(until: Instant)
     /// Never leaves this device; its queue entries go.
     case keepLocal
+    /// Ignored here (`.nimbusignore`), or its rules are not known yet: its changes stay on this
+    /// device for now. It leaves the order but keeps its queue entries and counts as local work
+    /// (`UploadQueue.park`): no pull replaces what it holds, and when the rules change it is
+    /// looked at again — one that stops being ignored is pushed on its base, or as a new item.
+    case park
     /// An editor's save is under way: asked again then. The item keeps its place in the queue
     /// meanwhile, so every rule that looks for local work (a folder delete from elsewhere) sees it.
     case waitForSafeSave(until: Instant)
@@ -78,20 +88,21 @@ public enum PushStep<Instant: InstantProtocol>: Sendable, Equatable where Instan
     /// Steps about the file's content, for which the file's presenters are asked to save first.
     public var concernsContent: Bool {
         switch self {
-        case .commitDelete, .waitForBelow, .keepLocal, .waitForSafeSave, .waitForNotice: false
+        case .commitDelete, .waitForBelow, .keepLocal, .park, .waitForSafeSave, .waitForNotice: false
         case .waitForWriter, .waitForLock, .paced, .commit: true
         }
     }
 
-    /// What the item's upload record takes for this step, in order. A file without a base that
-    /// is not kept here is no device-local file (a SQLite journal's name renamed to an ordinary
-    /// one is uploaded from then on), nor is a delete; a kept one is; a lock held waits for its
-    /// release; a paced file waits its time; a commit is under way.
+    /// What the item's upload record takes for this step, in order. An item neither kept nor
+    /// parked here is not device-local (a SQLite journal's name renamed to an ordinary one is
+    /// uploaded from then on; a file no longer ignored is synced), nor is a delete; a kept or
+    /// parked one is; a lock held waits for its release; a paced file waits its time; a commit
+    /// is under way.
     public func uploadEvents(isFile: Bool, hasBase: Bool) -> [UploadState<Instant>.Event] {
-        let ordinary: [UploadState<Instant>.Event] = isFile && !hasBase && self != .keepLocal ? [.deviceLocal(false)] : []
+        let ordinary: [UploadState<Instant>.Event] = self != .keepLocal && self != .park ? [.deviceLocal(false)] : []
         switch self {
-        case .commitDelete: return ordinary + [.deviceLocal(false)]
-        case .keepLocal: return [.deviceLocal(true)]
+        case .commitDelete: return ordinary
+        case .keepLocal, .park: return [.deviceLocal(true)]
         case .waitForLock: return ordinary + [.lockHeld]
         case .paced(let until): return ordinary + [.paced(until: until)]
         case .commit(let snapshot): return ordinary + [.committing(snapshot: snapshot != nil)]
@@ -112,10 +123,13 @@ extension SyncItem {
     /// How long a folder delete waits before it looks again at the pushes of items below it.
     public static var belowRecheck: Duration { .seconds(1) }
 
-    /// The decision at the start of a push, in order: deleted here, a change not noticed yet,
-    /// device-local, an editor's
-    /// save under way, mid-save (unless a snapshot is due), locked, paced; else commit. Pure.
+    /// The decision at the start of a push, in order: ignored here, deleted here, a change not
+    /// noticed yet, device-local, an editor's save under way, mid-save (unless a snapshot is
+    /// due), locked, paced; else commit. Pure.
     public func pushStep(_ f: PushFacts<Instant>, rules: UploadPacing<Instant>.Rules) -> PushStep<Instant> {
+        // Ignored (or under rules not known yet): parked. Not an item deleted here that the
+        // server never had — there is nothing to keep, and its queue entries go.
+        if f.ignored != false, f.exists || f.hasBase, !Mutation.ignoredItemPushed.isOn { return .park }
         guard f.exists else { return f.belowStillToPush ? .waitForBelow(until: f.now.advanced(by: Self.belowRecheck)) : .commitDelete }
         guard f.isFile else { return .commit(snapshot: nil) }
         if f.unnoticedChange, !Mutation.pushBeforeNotice.isOn { return .waitForNotice(until: f.now.advanced(by: Self.noticeRecheck)) }

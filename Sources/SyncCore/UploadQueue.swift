@@ -1,3 +1,5 @@
+import NimbusCore
+
 /// The items waiting to be pushed, in the order of their first queued change (a folder's create
 /// goes before its children's), each at most once. Pure value type.
 public struct UploadQueue<ID: Hashable & Sendable>: Sendable, Equatable {
@@ -12,13 +14,16 @@ public struct UploadQueue<ID: Hashable & Sendable>: Sendable, Equatable {
     public func contains(_ id: ID) -> Bool { members.contains(id) }
     public func contains(anyOf ids: Set<ID>) -> Bool { !members.isDisjoint(with: ids) }
 
-    /// Queues `id` at the end; an item already queued keeps its place.
+    /// Queues `id` at the end; an item already queued keeps its place. A parked item is
+    /// unparked (a change of it is looked at).
     public mutating func append(_ id: ID) {
+        parked.remove(id)
         if members.insert(id).inserted { order.append(id) }
     }
 
     /// Queues `id` first (it goes next); an item already queued keeps its place.
     public mutating func prepend(_ id: ID) {
+        parked.remove(id)
         if members.insert(id).inserted { order.insert(id, at: 0) }
     }
 
@@ -31,6 +36,7 @@ public struct UploadQueue<ID: Hashable & Sendable>: Sendable, Equatable {
     }
 
     public mutating func remove(_ id: ID) {
+        parked.remove(id)
         guard members.remove(id) != nil else { return }
         order.removeAll { $0 == id }
     }
@@ -41,11 +47,36 @@ public struct UploadQueue<ID: Hashable & Sendable>: Sendable, Equatable {
 
     public func isInFlight(_ id: ID) -> Bool { inFlight.contains(id) }
 
-    /// Queued or being pushed.
-    public func hasWork(_ id: ID) -> Bool { inFlight.contains(id) || members.contains(id) }
+    /// Queued, being pushed, or parked.
+    public func hasWork(_ id: ID) -> Bool {
+        inFlight.contains(id) || members.contains(id) || (parked.contains(id) && !Mutation.parkedItemOverwritten.isOn)
+    }
 
-    /// Items waiting and in flight (`.nimbus/status`'s `upload-queue`).
+    /// Items waiting and in flight (`.nimbus/status`'s `upload-queue`; parked ones are not).
     public var workCount: Int { order.count + inFlight.count }
+
+    /// Items whose changes stay on this device for now (`PushStep.park`: ignored here by a
+    /// `.nimbusignore`, or under rules not known yet): out of the order, so no push looks at
+    /// them, but still local work — a pull waits for them as for any queued item, and their
+    /// entries stay in the store's queue. `unparkAll` puts them back when the rules change.
+    public private(set) var parked: Set<ID> = []
+
+    /// The push of `id`, just taken, is parked.
+    public mutating func park(_ id: ID) {
+        inFlight.remove(id)
+        remove(id)
+        parked.insert(id)
+    }
+
+    /// Every parked item goes back at the end of the order (the rules changed: each is looked
+    /// at again). Returns how many.
+    @discardableResult
+    public mutating func unparkAll() -> Int {
+        let back = parked
+        parked = []
+        for id in back { append(id) }
+        return back.count
+    }
 
     /// Takes the first item that `ready` accepts and marks it in flight.
     public mutating func takeNext(where ready: (ID) -> Bool) -> ID? {

@@ -27,7 +27,7 @@ extension SyncEngine: SyncControl {
         case .paused:
             guard item.isRoot else { throw .EPERM }
             setPaused(on)
-        case .status, .itemid, .progress, .version, .error, .conflicts, .versions, .resolve, .restore, .discard:
+        case .status, .itemid, .progress, .version, .error, .conflicts, .versions, .resolve, .restore, .discard, .ignored:
             throw .EPERM
         }
     }

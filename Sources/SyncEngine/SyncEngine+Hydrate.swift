@@ -180,6 +180,7 @@ extension SyncEngine: ContentProvider {
             case .whole(let b):
                 try persistPresence(key.item)
                 services?.events.append(.downloaded, origin: .sync, path: tree.path(of: key.item), detail: "v\(b.version)")
+                if ItemName.same(b.record.name.value, IgnoreMatch.fileName) { unparkAll(why: "a .nimbusignore is here") }
             case .replaced:
                 failure = .EIO
             case .overwritten:

@@ -390,6 +390,15 @@ extension SyncEngine {
             state.withLock { s in for id in shown.keys { s.items[id]?.remote.skippedShown() } }
         }
         try persistBases(shown)
+        // Parked items are looked at again when a rules file or a folder's place changes.
+        if state.withLock({ !$0.push.queue.parked.isEmpty }), states.contains(where: { st in
+            guard shown[st.id] != nil else { return false }
+            let old = (oldBases[st.id] ?? nil)?.record
+            if ItemName.same(st.name, IgnoreMatch.fileName) || old.map({ ItemName.same($0.name.value, IgnoreMatch.fileName) }) == true { return true }
+            return st.kind == .folder && old.map { $0.parent != st.parent || !ItemName.same($0.name.value, st.name) } == true
+        }) {
+            unparkAll(why: "a rules file or a folder changed on the server")
+        }
         if items.count >= 10_000 {
             log("applied \(items.count) items: checks \(t1 - t0), tree \(t2 - t1), bases queued \(ContinuousClock.now - t2)")
         }
@@ -401,9 +410,11 @@ extension SyncEngine {
             guard s.downloads.inline.count > 0 else { return (s.cache.pinned, []) }
             return (s.cache.pinned, fresh.filter { id in byID[id].map { $0.chunks.count == 1 && s.downloads.inline.holds($0.chunks[0].hash) } ?? false })
         }
-        let pinned = pins.covered(fresh, ancestors: fs.ancestors)
+        // So is that of `.nimbusignore` files: pushes below one wait for its rules.
+        let rules = states.filter { $0.kind == .file && $0.resetContent && !$0.deleted && ItemName.same($0.name, IgnoreMatch.fileName) }.map(\.id)
+        let pinned = pins.covered(fresh, ancestors: fs.ancestors) + rules.filter { !skipped.contains($0) }
         let pinnedSet = Set(pinned)
-        try? fetchWhole(pinned + inlined.filter { !pinnedSet.contains($0) }, priority: 1)
+        try? fetchWhole(Array(Set(pinned)) + inlined.filter { !pinnedSet.contains($0) }, priority: 1)
         state.withLock { s in s.pull.minSkipped = SeenCursor.lowestSkipped(s.pull.minSkipped, adding: skipped.compactMap { byID[$0]?.version }) }
         for id in skipped {
             // The old base stays: the item is retried on its next change or commit answer.

@@ -28,16 +28,33 @@ extension SyncEngine: ChangeObserver {
         case .deleted: .deleted
         case .created, .moved, .attributesChanged: .other
         }
-        let (queued, whole) = state.withLock { s in
+        let (queued, whole, parked, baseName) = state.withLock { s in
             var record = s.items[id] ?? SyncItem()
             let out = record.noticed(what, at: now, rules: rules)
             s.items[id] = record
             if out.queue { s.push.queue.append(id) }
-            return out
+            return (out.queue, out.whole, !s.push.queue.parked.isEmpty, s.base(id)?.record.name.value)
         }
         // Kept on disk at once (SimulationTests: a kill -9 before the push).
         if let whole { try? saveBase(id, whole) }
+        // Items parked by the rules are looked at again when a rules file changes, or a folder
+        // moves (the rules above what it holds change with it).
+        if parked, what != .writing {
+            let here = tree.localState(id)
+            if here.map({ ItemName.same($0.name, IgnoreMatch.fileName) || ($0.kind == .folder && change == .moved(id)) }) == true
+                || baseName.map({ ItemName.same($0, IgnoreMatch.fileName) }) == true {
+                unparkAll(why: "the rules may have changed")
+            }
+        }
         if queued { wake.yield() }
+    }
+
+    /// Every parked item is looked at again (`UploadQueue.unparkAll`).
+    func unparkAll(why: String) {
+        let n = state.withLock { $0.push.queue.unparkAll() }
+        guard n > 0 else { return }
+        trace("\(n) parked items looked at again: \(why)")
+        wake.yield()
     }
 
     func pushLoop() async {
@@ -232,7 +249,7 @@ extension SyncEngine: ChangeObserver {
         let writing = ws.map { $0.writers > 0 || $0.dirty } ?? false
         let now = options.clock.now, rules = pacingRules
         let (retry, held): ([ServerItem], ServerItem?) = state.withLock { s in
-            let held = s.items[id]?.remote.releaseAfterPush(writing: writing, queued: s.push.queue.contains(id))
+            let held = s.items[id]?.remote.releaseAfterPush(writing: writing, queued: s.push.queue.contains(id) || s.push.queue.parked.contains(id))
             s.push.queue.landed(id); s.push.upload = nil
             s.items[id]?.upload.on(.pushEnded(closed: closed), at: now, rules: rules)
             s.link.pushesClear(anyQueuedFailure: s.items.failed.contains { s.push.queue.contains($0) })
@@ -478,7 +495,9 @@ extension SyncEngine: ChangeObserver {
         let tree = fs.snapshot(id)
         let local = tree.local
         trace("push \(id): base v\(base?.version ?? -1)\(local == nil ? ", gone here" : "")")
-        let step = state.withLock { $0.items[id] ?? SyncItem() }.pushStep(pushFacts(id, tree, base: base), rules: pacingRules)
+        let verdict = ignoreVerdict(id, here: local != nil, base: base)
+        let ignored: Bool? = verdict.map { if case .ignored = $0 { true } else { false } }
+        let step = state.withLock { $0.items[id] ?? SyncItem() }.pushStep(pushFacts(id, tree, base: base, ignored: ignored), rules: pacingRules)
         if askPresenters, local?.kind == .file, let presenters = services?.presenters, !presenters.isEmpty, step.concernsContent {
             return .askPresenters(path: fs.path(of: id))
         }
@@ -506,6 +525,16 @@ extension SyncEngine: ChangeObserver {
         case .keepLocal:
             // SQLite's journals stay on this device (DeviceLocalNames).
             try store.removeSyncOps(id, upTo: upTo)
+            return .nothing
+        case .park:
+            // Its queue entries stay on disk: a restart looks at it again, and so does the next
+            // change of the rules (`unparkAll`).
+            state.withLock { $0.push.queue.park(id) }
+            if case .ignored(let rule, let folder)? = verdict {
+                trace("push \(id): ignored here by \"\(rule.text)\" (/\((folder + [".nimbusignore"]).joined(separator: "/")) line \(rule.line)); parked")
+            } else {
+                trace("push \(id): the .nimbusignore rules above it are not here yet; parked")
+            }
             return .nothing
         case .waitForNotice(let until):
             trace("push \(id): a change here is on its way to the engine; asked again in a moment")
@@ -815,8 +844,34 @@ extension SyncEngine: ChangeObserver {
         }
     }
 
+    /// What the `.nimbusignore` files say of `id`: of its place here, or for an item deleted here
+    /// (`here` false), of its place on the server (its base's); `.none` for one the server never
+    /// had or has deleted. Nil while a rules file on the way is not here yet.
+    func ignoreVerdict(_ id: ItemID, here: Bool, base: Base?) -> IgnoreVerdict? {
+        if here { return tree.ignoreVerdict(id) }
+        guard let place = serverPath(id) else { return IgnoreVerdict.none }
+        return tree.ignoreVerdict(path: place.path, isFolder: place.isFolder)
+    }
+
+    /// The item's path on the server as this device last synced it, from the bases of it and
+    /// the folders above it; nil when one of them is not known here or deleted.
+    func serverPath(_ id: ItemID) -> (path: [String], isFolder: Bool)? {
+        state.withLock { s in
+            guard let b = s.base(id)?.record, !b.deleted else { return nil }
+            var names = [b.name.value]
+            var p = b.parent
+            for _ in 0..<4096 {
+                if p.isRoot { return (names.reversed(), b.kind == .folder) }
+                guard let pb = s.base(p)?.record, !pb.deleted else { return nil }
+                names.append(pb.name.value)
+                p = pb.parent
+            }
+            return nil
+        }
+    }
+
     /// The tree's facts about `id` for `SyncItem.pushStep`, from one snapshot of the tree.
-    func pushFacts(_ id: ItemID, _ tree: TreeSnapshot, base: Base?) -> PushFacts<ContinuousClock.Instant> {
+    func pushFacts(_ id: ItemID, _ tree: TreeSnapshot, base: Base?, ignored: Bool?) -> PushFacts<ContinuousClock.Instant> {
         let local = tree.local
         let isFile = local?.kind == .file
         let ws = isFile ? tree.write : nil
@@ -831,7 +886,7 @@ extension SyncEngine: ChangeObserver {
                 let pending = s.items.busyItems.compactMap { e in s.push.queue.hasWork(e.id) ? e.id : nil }
                 return CommitPlan.deleteWaitsForBelow(id, pending: pending) { s.base($0)?.record.parent }
             },
-            now: options.clock.now)
+            ignored: ignored, now: options.clock.now)
     }
 
     /// Paced items whose wait is over, or whose program has written enough since to earn the

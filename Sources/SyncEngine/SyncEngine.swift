@@ -514,7 +514,7 @@ extension SyncEngine: SyncStatusSource {
                 return (s.items[item] ?? SyncItem()).errorText(s.statusFacts(item))
             case .progress:
                 return ProgressText.of(uploading: s.push.upload.flatMap { $0.item == item ? ($0.sent, $0.total) : nil }, base: s.base(item))
-            case .status, .itemid, .evict, .download, .paused, .versions, .resolve, .restore, .discard: return nil
+            case .status, .itemid, .evict, .download, .paused, .versions, .resolve, .restore, .discard, .ignored: return nil
             }
         }
     }
@@ -559,4 +559,6 @@ final class DetachedTree: MountedTree {
     func evictContent(_ item: ItemID, decide: () -> Bool) throws(Errno) { throw .ENOENT }
     func isPendingSafeSave(_ item: ItemID) -> Bool { false }
     func isBeingWritten(_ item: ItemID) -> Bool { false }
+    func ignoreVerdict(_ item: ItemID) -> IgnoreVerdict? { IgnoreVerdict.none }
+    func ignoreVerdict(path: [String], isFolder: Bool) -> IgnoreVerdict? { IgnoreVerdict.none }
 }

@@ -152,11 +152,14 @@ struct Status: ParsableCommand {
             if lstat(p, &st) == 0, [S_IFIFO, S_IFSOCK, S_IFCHR, S_IFBLK].contains(st.st_mode & S_IFMT) {
                 d[NimbusXattr.status.rawValue] = ItemStatus.localOnly.rawValue
             }
+            // The `.nimbusignore` rule that keeps it on this device, if one does.
+            if let rule = MountSurface.get(p, .ignored) { d[NimbusXattr.ignored.rawValue] = rule }
             out.append(d)
             if !json {
                 let pin = d["pinned"] == "1" ? " pinned" : ""
                 let err = (d["error"] ?? "").isEmpty ? "" : "  (\(d["error"]!))"
-                print("\(d["status"]!.padding(toLength: 11, withPad: " ", startingAt: 0)) \(d["progress"]!.padding(toLength: 26, withPad: " ", startingAt: 0)) v\(d["version"]!)\(pin)  \(p)\(err)")
+                let ignored = d["ignored"].map { "  (ignored by \($0))" } ?? ""
+                print("\(d["status"]!.padding(toLength: 11, withPad: " ", startingAt: 0)) \(d["progress"]!.padding(toLength: 26, withPad: " ", startingAt: 0)) v\(d["version"]!)\(pin)  \(p)\(err)\(ignored)")
             }
         }
         if json {

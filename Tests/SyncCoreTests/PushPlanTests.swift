@@ -7,10 +7,11 @@ import Testing
 
     static func facts(exists: Bool = true, isFile: Bool = true, hasBase: Bool = true, complete: Bool = true,
                       localOnly: Bool = false, pendingSafeSave: Bool = false, midSave: UInt64? = nil,
-                      locked: Bool = false, written: UInt64 = 0, unnoticed: Bool = false, below: Bool = false) -> PushFacts<T> {
+                      locked: Bool = false, written: UInt64 = 0, unnoticed: Bool = false, below: Bool = false,
+                      ignored: Bool? = false) -> PushFacts<T> {
         PushFacts(exists: exists, isFile: isFile, hasBase: hasBase, complete: complete, localOnly: localOnly,
                   pendingSafeSave: pendingSafeSave, midSaveGeneration: midSave, lockedExclusively: locked, written: written,
-                  unnoticedChange: unnoticed, belowStillToPush: below, now: .s(100))
+                  unnoticedChange: unnoticed, belowStillToPush: below, ignored: ignored, now: .s(100))
     }
 
     /// The decision at the start of a push for an item with no upload record: (facts, step).
@@ -33,6 +34,15 @@ import Testing
         (facts(complete: false, unnoticed: true), .waitForNotice(until: T.s(100).advanced(by: .milliseconds(20)))),
         (facts(locked: true, unnoticed: true), .waitForNotice(until: T.s(100).advanced(by: .milliseconds(20)))),
         (facts(exists: false, unnoticed: true), .commitDelete),
+        // Ignored here (`.nimbusignore`), or under rules not here yet: parked, whatever else holds.
+        (facts(ignored: true), .park),
+        (facts(ignored: nil), .park),
+        (facts(hasBase: false, ignored: true), .park),
+        (facts(isFile: false, hasBase: false, ignored: true), .park),
+        (facts(midSave: 7, locked: true, ignored: true), .park),
+        (facts(exists: false, ignored: true), .park),
+        // Deleted here and never on the server: nothing to keep, its entries go.
+        (facts(exists: false, hasBase: false, ignored: true), .commitDelete),
     ] as [(PushFacts<T>, Step)])
     func withoutARecord(_ f: PushFacts<T>, _ step: Step) {
         #expect(SyncItem<T>().pushStep(f, rules: rules) == step)
@@ -61,7 +71,7 @@ import Testing
     }
 
     @Test(arguments: [
-        (Step.commitDelete, false), (.keepLocal, false), (.waitForSafeSave(until: .s(1)), false), (.waitForWriter, true),
+        (Step.commitDelete, false), (.keepLocal, false), (.park, false), (.waitForSafeSave(until: .s(1)), false), (.waitForWriter, true),
         (.waitForLock, true), (.paced(until: .s(1)), true), (.commit(snapshot: nil), true), (.waitForNotice(until: .s(1)), false),
     ] as [(Step, Bool)])
     func presentersAreAskedForContentSteps(_ step: Step, _ asks: Bool) {
@@ -75,14 +85,17 @@ import Testing
 
     @Test func eachStepRecordsWhatItMeans() {
         #expect(S.keepLocal.uploadEvents(isFile: true, hasBase: false) == [.deviceLocal(true)])
+        #expect(S.park.uploadEvents(isFile: true, hasBase: true) == [.deviceLocal(true)])
+        #expect(S.park.uploadEvents(isFile: false, hasBase: false) == [.deviceLocal(true)])
+        // Any other step: not device-local (a file no longer ignored is synced again).
         #expect(S.commit(snapshot: nil).uploadEvents(isFile: true, hasBase: false) == [.deviceLocal(false), .committing(snapshot: false)])
-        #expect(S.commit(snapshot: 3).uploadEvents(isFile: true, hasBase: true) == [.committing(snapshot: true)])
-        #expect(S.commit(snapshot: nil).uploadEvents(isFile: false, hasBase: false) == [.committing(snapshot: false)])
+        #expect(S.commit(snapshot: 3).uploadEvents(isFile: true, hasBase: true) == [.deviceLocal(false), .committing(snapshot: true)])
+        #expect(S.commit(snapshot: nil).uploadEvents(isFile: false, hasBase: false) == [.deviceLocal(false), .committing(snapshot: false)])
         #expect(S.commitDelete.uploadEvents(isFile: false, hasBase: true) == [.deviceLocal(false)])
-        #expect(S.waitForLock.uploadEvents(isFile: true, hasBase: true) == [.lockHeld])
-        #expect(S.paced(until: .s(9)).uploadEvents(isFile: true, hasBase: true) == [.paced(until: .s(9))])
-        #expect(S.waitForWriter.uploadEvents(isFile: true, hasBase: true).isEmpty)
+        #expect(S.waitForLock.uploadEvents(isFile: true, hasBase: true) == [.deviceLocal(false), .lockHeld])
+        #expect(S.paced(until: .s(9)).uploadEvents(isFile: true, hasBase: true) == [.deviceLocal(false), .paced(until: .s(9))])
+        #expect(S.waitForWriter.uploadEvents(isFile: true, hasBase: true) == [.deviceLocal(false)])
         #expect(S.waitForSafeSave(until: .s(1)).uploadEvents(isFile: true, hasBase: false) == [.deviceLocal(false)])
-        #expect(S.waitForBelow(until: .s(1)).uploadEvents(isFile: false, hasBase: true).isEmpty)
+        #expect(S.waitForBelow(until: .s(1)).uploadEvents(isFile: false, hasBase: true) == [.deviceLocal(false)])
     }
 }

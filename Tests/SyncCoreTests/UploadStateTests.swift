@@ -23,6 +23,26 @@ import Testing
         #expect(q.items == [1, 4, 2])
     }
 
+    /// A parked item (ignored here) is out of the order and the count, but still local work;
+    /// a change of it, or of the rules, puts it back.
+    @Test func aParkedItemIsWorkOutsideTheOrder() {
+        var q = UploadQueue<Int>()
+        for i in 1...3 { q.append(i) }
+        #expect(q.takeNext { _ in true } == 1)
+        q.park(1)
+        #expect(q.items == [2, 3] && q.inFlight.isEmpty && q.workCount == 2)
+        #expect(q.hasWork(1) && !q.contains(1) && q.parked == [1])
+        #expect(q.takeNext { $0 == 2 } == 2)
+        q.park(2)
+        q.append(1)  // a change of 1
+        #expect(q.items == [3, 1] && q.parked == [2])
+        #expect(q.unparkAll() == 1 && q.items == [3, 1, 2] && q.parked.isEmpty)
+        #expect(q.takeNext { $0 == 3 } == 3)
+        q.park(3)
+        q.remove(3)
+        #expect(!q.hasWork(3) && q.parked.isEmpty)
+    }
+
     @Test func theItemInFlightIsStillWorkAndLandsOnlyItself() {
         var q = UploadQueue<Int>()
         for i in 1...3 { q.append(i) }
