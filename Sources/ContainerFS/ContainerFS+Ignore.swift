@@ -3,6 +3,7 @@ import Glibc
 import LocalStore
 import MountPorts
 import NimbusCore
+import Synchronization
 
 // `.nimbusignore` files (docs/ignore.md): gitignore rules for the folder that holds one and
 // below it. The tree reads them from their cache files and keeps each parsed, keyed by what
@@ -46,7 +47,9 @@ extension ContainerFS {
     /// reads it, and it could not be pushed without its folder).
     public func ignoreVerdict(path: [String], isFolder: Bool) -> IgnoreVerdict? {
         guard let last = path.last else { return IgnoreVerdict.none }
-        if ItemName.same(last, Self.ignoreFileName), path.count > 1 {
+        if ItemName.same(last, Self.ignoreFileName) {
+            // Its own rules never apply to it (nor does its writer make them unknown).
+            guard path.count > 1 else { return IgnoreVerdict.none }
             guard let above = ignoreVerdict(path: Array(path.dropLast()), isFolder: true) else { return nil }
             if case .ignored = above { return above }
             return IgnoreVerdict.none
@@ -138,6 +141,12 @@ extension ContainerFS {
         }
         return parts.reversed()
     }
+
+    /// `MountedTree.rulesGeneration`.
+    public var rulesGeneration: UInt64 { rulesGen.load(ordering: .acquiring) }
+
+    /// The rules above some items may have changed (any thread, any lock).
+    func rulesChanged() { rulesGen.add(1, ordering: .releasing) }
 
     /// `user.nimbus.ignored`: the rule that ignores the item, `PATTERN (/FOLDER/.nimbusignore
     /// line N)`; nil when none does.

@@ -278,6 +278,7 @@ extension ContainerFS {
             applied(s.id)
             let oldPath = pathLocked(n)
             if n.rec.parent != s.parent || !ItemName.same(n.rec.name, s.name) {
+                if n.isDir || ItemName.same(n.rec.name, Self.ignoreFileName) { rulesChanged() }
                 if let old = t.nodes[n.parentNode] {
                     // (Not there when set aside to break a cycle, and then maybe taken already.)
                     if old.children[n.rec.name] == n.node { old.children[n.rec.name] = nil }

@@ -8,6 +8,7 @@ extension ContainerFS {
     /// cache file live until the kernel forgets it and the last handle closes (POSIX: an open
     /// file stays readable after unlink).
     func detach(_ n: Node, from p: Node, now: Int64, origin: EventOrigin? = .local) {
+        if ItemName.same(n.rec.name, Self.ignoreFileName) { rulesChanged() }
         if let origin { events.append(.deleted, origin: origin, path: pathLocked(n)) }
         p.children[n.rec.name] = nil
         if n.isDir { p.subdirs -= 1 }
@@ -192,6 +193,8 @@ extension ContainerFS {
             let p = try folder(parent)
             let np = try folder(newParent)
             guard let sid = p.children[name], let s = t.nodes[sid] else { throw .ENOENT }
+            // A folder's move changes the rules above what it holds; a rules file's, its rules.
+            if s.isDir || ItemName.same(name, Self.ignoreFileName) || ItemName.same(newName, Self.ignoreFileName) { rulesChanged() }
             let target = np.children[newName].flatMap { t.nodes[$0] }
             let now = options.clock.wall()
             if let target, target === s { return }  // same item: nothing to do (POSIX)

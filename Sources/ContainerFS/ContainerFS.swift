@@ -61,6 +61,9 @@ public final class ContainerFS: @unchecked Sendable {
     let t = Tables()
     /// What every node and handle id names.
     let ids = IDTable()
+    /// Bumped whenever a `.nimbusignore` is made, written, renamed, removed or shown, or a folder
+    /// moves (`MountedTree.rulesGeneration`).
+    let rulesGen = Atomic<UInt64>(0)
     let mountTime: Int64
     let owner: (uid: UInt32, gid: UInt32)
     /// Program locks (fcntl, flock) and the sync engine's claims (ContainerFS+Locks.swift).
@@ -214,6 +217,7 @@ public final class ContainerFS: @unchecked Sendable {
     func persist(_ n: Node) {
         n.metaDirty = false
         guard n.linked else { return }
+        if ItemName.same(n.rec.name, Self.ignoreFileName) { rulesChanged() }
         store.enqueue(.upsert(n.rec))
     }
 

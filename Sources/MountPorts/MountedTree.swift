@@ -44,6 +44,9 @@ public protocol MountedTree: AnyObject, Sendable {
     func ignoreVerdict(_ item: ItemID) -> IgnoreVerdict?
     /// The same for an item at `path` (names from the root), there or not.
     func ignoreVerdict(path: [String], isFolder: Bool) -> IgnoreVerdict?
+    /// Moves whenever a `.nimbusignore` is made, written, renamed, removed or shown here, or a
+    /// folder moves: what the rules say of an item may have changed.
+    var rulesGeneration: UInt64 { get }
 }
 
 extension MountedTree {

@@ -66,6 +66,9 @@ public enum SimAction: String, Sendable, CaseIterable {
     /// device sets, or the device's own `user.DEVICE`, to the step's content; now and then
     /// remove it instead (`setfattr -x`).
     case setxattr
+    /// Write a `.nimbusignore` in `folder` with one of `SimPlan.ignoreRules` (the `pick`-th), or
+    /// now and then remove the one there.
+    case ignoreRule
 }
 
 public struct SimStep: Sendable, CustomStringConvertible {
@@ -88,6 +91,9 @@ public struct SimStep: Sendable, CustomStringConvertible {
     public var xattrName: String { toName < "c" ? "user.tag" : "user." + String(UnicodeScalar(UInt8(97 + device))) }
     /// `setxattr` removes the attribute (`toFolder` is the root: one in four).
     public var xattrRemoves: Bool { toFolder.isEmpty }
+    /// `ignoreRule`'s rules (from `pick`) and whether it removes the file there instead (one in four).
+    public var ignoreText: String { SimPlan.ignoreRules[Int((pick >> 8) % UInt64(SimPlan.ignoreRules.count))] }
+    public var ignoreRemoves: Bool { pick % 4 == 0 }
 
     public var description: String {
         let dev = String(UnicodeScalar(UInt8(97 + device)))
@@ -98,6 +104,9 @@ public struct SimStep: Sendable, CustomStringConvertible {
         case .move: return "\(round): \(dev) move #\(pick) to \(SimPlan.path(toFolder, toName))"
         case .write, .delete, .saveOver, .writeOpen, .saveAside, .trashRestore, .trashPurge: return "\(round): \(dev) \(action) #\(pick)"
         case .setxattr: return "\(round): \(dev) setxattr #\(pick) \(xattrName)\(xattrRemoves ? " removed" : "")"
+        case .ignoreRule:
+            return "\(round): \(dev) " + (ignoreRemoves ? "rm \(SimPlan.path(folder, ".nimbusignore"))"
+                : "\(SimPlan.path(folder, ".nimbusignore")) = \(String(reflecting: ignoreText))")
         case .pause, .resume, .disconnect, .reconnect, .restart, .crash: return "\(round): \(dev) \(action)"
         }
     }
@@ -122,6 +131,10 @@ public struct SimPlan: Sendable {
     /// The desktop's run (`localOnly`): FIFOs made and removed under the names files take, and
     /// user extended attributes set and removed.
     public static let localOnlyWeights: [(SimAction, Int)] = weights + [(.mkfifo, 4), (.setxattr, 5)]
+    /// The run with `.nimbusignore` files (`ignore`): rules written and removed in every folder.
+    public static let ignoreWeights: [(SimAction, Int)] = weights + [(.ignoreRule, 3)]
+    /// What `ignoreRule` writes: rules over the names and folders the steps use.
+    public static let ignoreRules = ["b.txt\n", "*.txt\n!a.txt\n", "d2/\n", "c.*\n", "/e.txt\nd3/\n", "*\n!*/\n!d.txt\n"]
 
     public let seed: UInt64
     public let devices: Int
@@ -132,12 +145,17 @@ public struct SimPlan: Sendable {
     /// Devices restore Recently Deleted entries (`trash`).
     public let restores: Bool
 
-    public init(seed: UInt64, rounds: Int, devices: Int = 3, trash: Bool = false, purges: Bool = false, localOnly: Bool = false) {
+    /// Devices write `.nimbusignore` files (`ignore`); the rules go at the end.
+    public let ignores: Bool
+
+    public init(seed: UInt64, rounds: Int, devices: Int = 3, trash: Bool = false, purges: Bool = false, localOnly: Bool = false,
+                ignore: Bool = false) {
         self.seed = seed
+        self.ignores = ignore
         self.restores = trash || purges
         self.devices = devices
         var rng = SplitMix64(seed: seed)
-        let weights = localOnly ? Self.localOnlyWeights : purges ? Self.purgeWeights : trash ? Self.trashWeights : Self.weights
+        let weights = ignore ? Self.ignoreWeights : localOnly ? Self.localOnlyWeights : purges ? Self.purgeWeights : trash ? Self.trashWeights : Self.weights
         let total = weights.reduce(0) { $0 + $1.1 }
         var steps: [SimStep] = []
         steps.reserveCapacity(rounds)

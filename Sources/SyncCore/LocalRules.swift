@@ -136,9 +136,11 @@ extension SyncItem {
 
     /// Whether the cached bytes of this file may be dropped: a file with content, nothing of it
     /// on its way up (queued, in flight, being written), no program's lock on it or version
-    /// waiting for one, no download of it under way.
+    /// waiting for one, no download of it under way. Never a `.nimbusignore`: pushes below one
+    /// wait while its rules are not here.
     public func evictable(unsent: Bool, downloading: Bool) -> Bool {
         guard let b = base, b.record.kind == .file, !b.record.chunks.isEmpty else { return false }
+        if ItemName.same(b.record.name.value, IgnoreMatch.fileName) { return false }
         if unsent, !Mutation.evictUnsentWrites.isOn { return false }
         return !upload.waitingForLock && remote.forLock == nil && !upload.writing && !downloading
     }

@@ -61,17 +61,40 @@ public struct UploadQueue<ID: Hashable & Sendable>: Sendable, Equatable {
     /// entries stay in the store's queue. `unparkAll` puts them back when the rules change.
     public private(set) var parked: Set<ID> = []
 
-    /// The push of `id`, just taken, is parked.
-    public mutating func park(_ id: ID) {
+    /// Bumped by every `unparkAll`: a push decided under older rules is not parked.
+    public private(set) var rulesEpoch: UInt64 = 0
+
+    /// The push of `id`, just taken and decided while the rules were at `epoch`, is parked —
+    /// unless the item was queued again meanwhile (a change of it) or the rules changed since:
+    /// then it is queued, to be looked at again. Returns whether it was parked.
+    @discardableResult
+    public mutating func park(_ id: ID, decidedAt epoch: UInt64) -> Bool {
         inFlight.remove(id)
-        remove(id)
+        if members.contains(id) { return false }
+        if epoch != rulesEpoch {
+            append(id)
+            return false
+        }
         parked.insert(id)
+        return true
+    }
+
+    /// The tree's rules generation last seen (`MountedTree.rulesGeneration`).
+    public private(set) var rulesSeen: UInt64 = 0
+
+    /// The tree says its rules generation is `generation`: a new one unparks every item.
+    /// Returns how many went back, nil when the generation was seen already.
+    public mutating func rules(at generation: UInt64) -> Int? {
+        guard generation != rulesSeen else { return nil }
+        rulesSeen = generation
+        return unparkAll()
     }
 
     /// Every parked item goes back at the end of the order (the rules changed: each is looked
-    /// at again). Returns how many.
+    /// at again, and a push being decided now is not parked). Returns how many.
     @discardableResult
     public mutating func unparkAll() -> Int {
+        rulesEpoch &+= 1
         let back = parked
         parked = []
         for id in back { append(id) }

@@ -390,15 +390,8 @@ extension SyncEngine {
             state.withLock { s in for id in shown.keys { s.items[id]?.remote.skippedShown() } }
         }
         try persistBases(shown)
-        // Parked items are looked at again when a rules file or a folder's place changes.
-        if state.withLock({ !$0.push.queue.parked.isEmpty }), states.contains(where: { st in
-            guard shown[st.id] != nil else { return false }
-            let old = (oldBases[st.id] ?? nil)?.record
-            if ItemName.same(st.name, IgnoreMatch.fileName) || old.map({ ItemName.same($0.name.value, IgnoreMatch.fileName) }) == true { return true }
-            return st.kind == .folder && old.map { $0.parent != st.parent || !ItemName.same($0.name.value, st.name) } == true
-        }) {
-            unparkAll(why: "a rules file or a folder changed on the server")
-        }
+        // Parked items are looked at again when a rules file or a folder's place changed.
+        checkRules(why: "states from the server shown")
         if items.count >= 10_000 {
             log("applied \(items.count) items: checks \(t1 - t0), tree \(t2 - t1), bases queued \(ContinuousClock.now - t2)")
         }

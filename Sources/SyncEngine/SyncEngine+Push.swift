@@ -28,25 +28,28 @@ extension SyncEngine: ChangeObserver {
         case .deleted: .deleted
         case .created, .moved, .attributesChanged: .other
         }
-        let (queued, whole, parked, baseName) = state.withLock { s in
+        let (queued, whole) = state.withLock { s in
             var record = s.items[id] ?? SyncItem()
             let out = record.noticed(what, at: now, rules: rules)
             s.items[id] = record
             if out.queue { s.push.queue.append(id) }
-            return (out.queue, out.whole, !s.push.queue.parked.isEmpty, s.base(id)?.record.name.value)
+            return (out.queue, out.whole)
         }
         // Kept on disk at once (SimulationTests: a kill -9 before the push).
         if let whole { try? saveBase(id, whole) }
         // Items parked by the rules are looked at again when a rules file changes, or a folder
-        // moves (the rules above what it holds change with it).
-        if parked, what != .writing {
-            let here = tree.localState(id)
-            if here.map({ ItemName.same($0.name, IgnoreMatch.fileName) || ($0.kind == .folder && change == .moved(id)) }) == true
-                || baseName.map({ ItemName.same($0, IgnoreMatch.fileName) }) == true {
-                unparkAll(why: "the rules may have changed")
-            }
-        }
+        // moves (the rules above what it holds change with it); so is a push being decided now.
+        if what != .writing { checkRules(why: "a change here") }
         if queued { wake.yield() }
+    }
+
+    /// When the tree's rules generation moved, every parked item is looked at again
+    /// (`UploadQueue.rules(at:)`).
+    func checkRules(why: String) {
+        let generation = tree.rulesGeneration
+        guard let n = state.withLock({ $0.push.queue.rules(at: generation) }), n > 0 else { return }
+        trace("\(n) parked items looked at again: the rules may have changed (\(why))")
+        wake.yield()
     }
 
     /// Every parked item is looked at again (`UploadQueue.unparkAll`).
@@ -491,7 +494,7 @@ extension SyncEngine: ChangeObserver {
     /// The push's decision (in a turn): the item's facts read at once, `SyncItem.pushStep`, and
     /// what it leads to.
     func decidePush(_ id: ItemID, upTo: Int64, askPresenters: Bool) throws -> PushWork {
-        let (fs, base, cursor) = state.withLock { s in (s.fs, s.base(id), s.pull.cursor) }
+        let (fs, base, cursor, rulesEpoch) = state.withLock { s in (s.fs, s.base(id), s.pull.cursor, s.push.queue.rulesEpoch) }
         let tree = fs.snapshot(id)
         let local = tree.local
         trace("push \(id): base v\(base?.version ?? -1)\(local == nil ? ", gone here" : "")")
@@ -529,7 +532,11 @@ extension SyncEngine: ChangeObserver {
         case .park:
             // Its queue entries stay on disk: a restart looks at it again, and so does the next
             // change of the rules (`unparkAll`).
-            state.withLock { $0.push.queue.park(id) }
+            guard state.withLock({ $0.push.queue.park(id, decidedAt: rulesEpoch) }) else {
+                trace("push \(id): changed, or the rules did, while it was decided; looked at again")
+                wake.yield()
+                return .nothing
+            }
             if case .ignored(let rule, let folder)? = verdict {
                 trace("push \(id): ignored here by \"\(rule.text)\" (/\((folder + [".nimbusignore"]).joined(separator: "/")) line \(rule.line)); parked")
             } else {

@@ -561,4 +561,5 @@ final class DetachedTree: MountedTree {
     func isBeingWritten(_ item: ItemID) -> Bool { false }
     func ignoreVerdict(_ item: ItemID) -> IgnoreVerdict? { IgnoreVerdict.none }
     func ignoreVerdict(path: [String], isFolder: Bool) -> IgnoreVerdict? { IgnoreVerdict.none }
+    var rulesGeneration: UInt64 { 0 }
 }

@@ -62,15 +62,26 @@ import Testing
         await Self.runSeeds(budget: Double(env["NIMBUS_SIM_LOCAL_SECONDS"] ?? "") ?? 20, atLeast: 0, apart: false, localOnly: true)
     }
 
-    static func plan(_ seed: UInt64, apart: Bool, trash: Bool = false, localOnly: Bool = false) -> SimPlan {
+    /// With `.nimbusignore` files written and removed in every folder (`NIMBUS_SIM_IGNORE_SECONDS`,
+    /// default 20; replay with `NIMBUS_SIM_IGNORE=1`): what they match stays on its device (a pull
+    /// never replaces its changes), and once the rules go at the end everything goes up and the
+    /// devices agree, with every last write kept.
+    @Test func seedsWithIgnoreRulesConvergeAndKeepEveryLastWrite() async throws {
+        let env = ProcessInfo.processInfo.environment
+        if Self.explicitSeeds != nil, env["NIMBUS_SIM_IGNORE"] == nil { return }
+        await Self.runSeeds(budget: Double(env["NIMBUS_SIM_IGNORE_SECONDS"] ?? "") ?? 20, atLeast: 0, apart: false, ignore: true)
+    }
+
+    static func plan(_ seed: UInt64, apart: Bool, trash: Bool = false, localOnly: Bool = false, ignore: Bool = false) -> SimPlan {
         // Purges too, unless NIMBUS_SIM_PURGES=0.
         var p = SimPlan(seed: seed, rounds: rounds, trash: trash, purges: trash && ProcessInfo.processInfo.environment["NIMBUS_SIM_PURGES"] != "0",
-                        localOnly: localOnly)
+                        localOnly: localOnly, ignore: ignore)
         p.contentApart = apart
         return p
     }
 
-    static func runSeeds(budget: Double, atLeast minimum: UInt64, apart: Bool, trash: Bool = false, localOnly: Bool = false) async {
+    static func runSeeds(budget: Double, atLeast minimum: UInt64, apart: Bool, trash: Bool = false, localOnly: Bool = false,
+                         ignore: Bool = false) async {
         let env = ProcessInfo.processInfo.environment
         let maxFailures = Int(env["NIMBUS_SIM_MAX_FAILURES"] ?? "") ?? 3
         let started = ContinuousClock.now
@@ -94,24 +105,24 @@ import Testing
         await withTaskGroup(of: (UInt64, SimWorld.Report).self) { group in
             for _ in 0..<lanes {
                 guard let s = nextSeed() else { break }
-                group.addTask { (s, await SimWorld.run(plan(s, apart: apart, trash: trash, localOnly: localOnly))) }
+                group.addTask { (s, await SimWorld.run(plan(s, apart: apart, trash: trash, localOnly: localOnly, ignore: ignore))) }
             }
             while let (seed, report) = await group.next() {
                 ran += 1
                 if let failure = report.failure {
                     failures += 1
-                    Issue.record("simulation seed \(seed) (replay: SWIFT_DETERMINISTIC_HASHING=1 NIMBUS_SIM_SEEDS=\(seed)\(apart ? " NIMBUS_SIM_APART=1" : "")\(trash ? " NIMBUS_SIM_TRASH=1" : "")\(localOnly ? " NIMBUS_SIM_LOCAL=1" : "") NIMBUS_SIM_ROUNDS=\(Self.rounds) swift test --filter DeterministicSimulationTests): \(failure)")
+                    Issue.record("simulation seed \(seed) (replay: SWIFT_DETERMINISTIC_HASHING=1 NIMBUS_SIM_SEEDS=\(seed)\(apart ? " NIMBUS_SIM_APART=1" : "")\(trash ? " NIMBUS_SIM_TRASH=1" : "")\(localOnly ? " NIMBUS_SIM_LOCAL=1" : "")\(ignore ? " NIMBUS_SIM_IGNORE=1" : "") NIMBUS_SIM_ROUNDS=\(Self.rounds) swift test --filter DeterministicSimulationTests): \(failure)")
                 } else if let explicit, explicit.count <= 20 {
                     print("simulation seed \(seed): \(report.figures)")
                 }
                 if let s = nextSeed() {
-                    group.addTask { (s, await SimWorld.run(plan(s, apart: apart, trash: trash, localOnly: localOnly))) }
+                    group.addTask { (s, await SimWorld.run(plan(s, apart: apart, trash: trash, localOnly: localOnly, ignore: ignore))) }
                 }
             }
         }
         let took = ContinuousClock.now - started
         let secs = Double(took.components.seconds) + Double(took.components.attoseconds) / 1e18
-        print("simulation\(apart ? " (content apart)" : "")\(trash ? " (restores and purges)" : "")\(localOnly ? " (local-only items)" : ""): \(ran) seeds × \(Self.rounds) steps in \(EngineSim.seconds(took)) (\(String(format: "%.1f", Double(ran) / max(secs, 0.001))) seeds/s, \(lanes) at once), \(failures) failed")
+        print("simulation\(apart ? " (content apart)" : "")\(trash ? " (restores and purges)" : "")\(localOnly ? " (local-only items)" : "")\(ignore ? " (.nimbusignore)" : ""): \(ran) seeds × \(Self.rounds) steps in \(EngineSim.seconds(took)) (\(String(format: "%.1f", Double(ran) / max(secs, 0.001))) seeds/s, \(lanes) at once), \(failures) failed")
     }
 
     /// The same seed twice gives the same trace: every decision, every journal entry, in order.

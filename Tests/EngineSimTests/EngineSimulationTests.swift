@@ -255,6 +255,16 @@ enum SimChecks {
                 }
                 let e = try fs.mknod(parent: parent, name: step.name, mode: S_IFIFO | 0o644, caller: .process)
                 fs.forget(node: e.node, count: 1)
+            case .ignoreRule:
+                guard let parent = dev.folderNode(step.folder) else { return "no folder \(step.folder)" }
+                let there = dev.lookup(parent, IgnoreMatch.fileName)
+                if step.ignoreRemoves {
+                    guard let there, let f = dev.entries().first(where: { $0.rec.node == there }) else { return "no rules there" }
+                    try remove(f, on: dev, ledger: &ledger)
+                    return "ok (removed)"
+                }
+                let id = try dev.writeFile(node: there, parent: parent, name: IgnoreMatch.fileName, content: step.ignoreText)
+                ledger.wrote(device: dev.index, item: id, content: step.ignoreText)
             case .mkdir:
                 let e = try fs.mkdir(parent: NodeID.root, name: step.folder, mode: 0o755, caller: .process)
                 fs.forget(node: e.node, count: 1)

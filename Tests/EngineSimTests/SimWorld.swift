@@ -152,6 +152,7 @@ final class SimWorld: @unchecked Sendable {
                 d.restore()
                 d.engine.setPaused(false)
             }
+            if plan.ignores { await removeRules(ledger: &ledger) }
             let opsDone = clock.time
             if let why = await settle(within: .seconds(600)) { throw SimFailure("the devices did not agree: \(why)") }
             let lost = await SimChecks.lostContents(ledger, versionsOf: { [server] in server.versions($0) },
@@ -245,6 +246,29 @@ final class SimWorld: @unchecked Sendable {
     private func link(_ d: SimDevice) -> SimLink {
         guard case .link(let l, _) = d.network else { preconditionFailure("a simulated device without a link") }
         return l
+    }
+
+    /// The `.nimbusignore` files go, on every device that has one, until none is left for two
+    /// looks in a row (an edit elsewhere brings a deleted one back): what they kept on a device
+    /// goes up, and the devices must then agree like any.
+    private func removeRules(ledger: inout SimLedger) async {
+        var quiet = 0
+        for _ in 0..<60 where quiet < 2 {
+            await clock.sleep(for: .seconds(2))
+            var removed = false
+            for d in devices {
+                for e in d.entries() where e.rec.kind == .file && ItemName.same(e.rec.name, IgnoreMatch.fileName) {
+                    do {
+                        try SimChecks.remove(e, on: d, ledger: &ledger)
+                        removed = true
+                        trace.append("\(clock.time) \(d.name) rm \(e.path): the rules go")
+                    } catch {
+                        trace.append("\(clock.time) \(d.name) rm \(e.path): \(error)")
+                    }
+                }
+            }
+            quiet = removed ? 0 : quiet + 1
+        }
     }
 
     /// Lets the engines run (simulated time) until the devices agree; nil, or the last difference.

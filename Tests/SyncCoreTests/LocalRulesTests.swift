@@ -78,6 +78,8 @@ import Testing
         _ = held.remote.holdForLock(Self.item(chunks: [Self.chunk], version: 9))
         #expect(!held.evictable(unsent: false, downloading: false))
         #expect(!SyncItem<T>(base: Base(record: Self.item(), present: nil)).evictable(unsent: false, downloading: false), "empty: nothing to drop")
+        let rulesFile = Self.item(name: ".nimbusignore", chunks: [Self.chunk])
+        #expect(!SyncItem<T>(base: Base(record: rulesFile, present: nil)).evictable(unsent: false, downloading: false), "rules files stay")
         #expect(!SyncItem<T>(base: Base(record: Self.item(.folder), present: nil)).evictable(unsent: false, downloading: false))
         #expect(!SyncItem<T>().evictable(unsent: false, downloading: false), "never synced")
     }

@@ -29,18 +29,36 @@ import Testing
         var q = UploadQueue<Int>()
         for i in 1...3 { q.append(i) }
         #expect(q.takeNext { _ in true } == 1)
-        q.park(1)
+        let parked = q.park(1, decidedAt: q.rulesEpoch)
+        #expect(parked)
         #expect(q.items == [2, 3] && q.inFlight.isEmpty && q.workCount == 2)
         #expect(q.hasWork(1) && !q.contains(1) && q.parked == [1])
         #expect(q.takeNext { $0 == 2 } == 2)
-        q.park(2)
+        q.park(2, decidedAt: q.rulesEpoch)
         q.append(1)  // a change of 1
         #expect(q.items == [3, 1] && q.parked == [2])
-        #expect(q.unparkAll() == 1 && q.items == [3, 1, 2] && q.parked.isEmpty)
+        let back = q.unparkAll()
+        #expect(back == 1 && q.items == [3, 1, 2] && q.parked.isEmpty)
         #expect(q.takeNext { $0 == 3 } == 3)
-        q.park(3)
+        q.park(3, decidedAt: q.rulesEpoch)
         q.remove(3)
         #expect(!q.hasWork(3) && q.parked.isEmpty)
+    }
+
+    /// A push decided while its item changed again, or while the rules changed, is not parked:
+    /// it is looked at again (a rules file's close must not be lost to a decision in flight).
+    @Test func aDecisionOvertakenByAChangeIsNotParked() {
+        var q = UploadQueue<Int>()
+        q.append(1); q.append(2)
+        #expect(q.takeNext { $0 == 1 } == 1)
+        q.append(1)  // changed again while its push was decided
+        let parked1 = q.park(1, decidedAt: q.rulesEpoch)
+        #expect(!parked1 && q.items == [2, 1] && q.parked.isEmpty)
+        #expect(q.takeNext { $0 == 2 } == 2)
+        let epoch = q.rulesEpoch
+        let back = q.unparkAll()  // a rules file changed meanwhile
+        let parked2 = q.park(2, decidedAt: epoch)
+        #expect(back == 0 && !parked2 && q.items == [1, 2] && q.parked.isEmpty)
     }
 
     @Test func theItemInFlightIsStillWorkAndLandsOnlyItself() {
