@@ -162,6 +162,15 @@ import Testing
         #expect(r.failure == nil, "simulation seed \(seed) (FIFOs and attributes): \(r.failure ?? "")")
     }
 
+    /// Seeds of the run with `.nimbusignore` files that found a loss or a stall: 239, 544, 615,
+    /// a rules file the server never had removed here left what it had parked parked for good
+    /// (`MountedTree.rulesGeneration`).
+    @Test(arguments: [UInt64(239), 544, 615])
+    func ignoreSeedsThatFoundBugs(_ seed: UInt64) async throws {
+        let r = await SimWorld.run(Self.plan(seed, apart: false, ignore: true))
+        #expect(r.failure == nil, "simulation seed \(seed) (.nimbusignore): \(r.failure ?? "")")
+    }
+
     /// Seeds of the run with purges (NIMBUS_SIM_PURGES=1) that found a stuck queue or a device
     /// that kept what the others had not: 5 and 8, a delete of an item purged meanwhile retried
     /// for ever (`DeleteAnswer.gone`); 47, a change inside a folder purged meanwhile refused for
