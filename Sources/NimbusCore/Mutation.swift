@@ -22,6 +22,9 @@ public enum Mutation: String, CaseIterable, Sendable {
     case folderDeleteOverLocalWork = "folder-delete-over-local-work"
     /// A change of an item ignored here (`.nimbusignore`) is pushed like any other.
     case ignoredItemPushed = "ignored-item-pushed"
+    /// A parked item holds back the delete of a folder above it made here: `rm -r` of a folder
+    /// with an ignored synced file in it never reaches the server.
+    case parkedHoldsFolderDelete = "parked-holds-folder-delete"
     /// A parked item (ignored here, with changes kept on this device) is not local work: a pull
     /// replaces what it holds.
     case parkedItemOverwritten = "parked-item-overwritten"

@@ -61,6 +61,13 @@ public struct UploadQueue<ID: Hashable & Sendable>: Sendable, Equatable {
     /// entries stay in the store's queue. `unparkAll` puts them back when the rules change.
     public private(set) var parked: Set<ID> = []
 
+    /// Whether `id`'s push holds back the delete of a folder above it on the server
+    /// (`CommitPlan.deleteWaitsForBelow`): queued or in flight, not parked — an ignored item's
+    /// changes stay here, and the folder's delete takes it on the server as it went here.
+    public func holdsFolderDelete(_ id: ID) -> Bool {
+        inFlight.contains(id) || members.contains(id) || (parked.contains(id) && Mutation.parkedHoldsFolderDelete.isOn)
+    }
+
     /// Bumped by every `unparkAll`: a push decided under older rules is not parked.
     public private(set) var rulesEpoch: UInt64 = 0
 

@@ -890,7 +890,8 @@ extension SyncEngine: ChangeObserver {
             lockedExclusively: isFile && services?.coordinator.programLock(on: id) == .exclusive,
             written: ws?.written ?? 0, unnoticedChange: ws?.unnoticed == true,
             belowStillToPush: local == nil && base?.record.kind == .folder && state.withLock { s in
-                let pending = s.items.busyItems.compactMap { e in s.push.queue.hasWork(e.id) ? e.id : nil }
+                let q = s.push.queue
+                let pending = s.items.busyItems.compactMap { e in q.holdsFolderDelete(e.id) ? e.id : nil }
                 return CommitPlan.deleteWaitsForBelow(id, pending: pending) { s.base($0)?.record.parent }
             },
             ignored: ignored, now: options.clock.now)

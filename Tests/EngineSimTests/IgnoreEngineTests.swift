@@ -46,6 +46,26 @@ import Testing
         }
     }
 
+    /// `rm -r` of a folder holding a synced file ignored here since: the folder's delete goes
+    /// (the ignored file's own parked delete does not hold it back), and the server's folder
+    /// delete takes the file with it, as it went here.
+    @Test func aFolderDeleteIsNotHeldBackByAnIgnoredItemInIt() async throws {
+        try await RecoveryTests.twoDevices { a, b, client, sim in
+            let folder = try a.fs.mkdir(parent: .root, name: "d", mode: 0o755, caller: .process)
+            a.fs.forget(node: folder.node, count: 1)
+            _ = try a.writeFile(node: nil, parent: folder.node, name: "x.log", content: "log\n")
+            _ = try a.writeFile(node: nil, parent: folder.node, name: "keep.txt", content: "keep\n")
+            if let why = await sim.settle([a, b], client: client, within: .seconds(30)) { throw SimFailure("did not settle: \(why)") }
+            _ = try a.writeFile(node: nil, parent: NodeID.root, name: ".nimbusignore", content: "*.log\n")
+            if let why = await sim.settle([a, b], client: client, within: .seconds(30)) { throw SimFailure("did not settle: \(why)") }
+            try a.fs.unlink(parent: folder.node, name: "x.log")
+            try a.fs.unlink(parent: folder.node, name: "keep.txt")
+            try a.fs.rmdir(parent: .root, name: "d")
+            try await Self.until("the folder's delete reaches b") { await b.tree().map { $0["d"] == nil } == true }
+            #expect(await b.tree()?["d/x.log"] == nil)
+        }
+    }
+
     static func until(_ what: String, within limit: Duration = .seconds(20), _ check: () async -> Bool) async throws {
         let deadline = ContinuousClock.now + limit
         while ContinuousClock.now < deadline {

@@ -152,7 +152,13 @@ final class SimWorld: @unchecked Sendable {
                 d.restore()
                 d.engine.setPaused(false)
             }
-            if plan.ignores { await removeRules(ledger: &ledger) }
+            if plan.ignores {
+                // While the rules hold, every push that is not parked ends: nothing an ignored
+                // item keeps here may hold back another (a folder's delete waiting for a parked
+                // item below it never would).
+                if let busy = await drained(within: .seconds(120)) { throw SimFailure("uploads did not end while the rules held: \(busy)") }
+                await removeRules(ledger: &ledger)
+            }
             let opsDone = clock.time
             if let why = await settle(within: .seconds(600)) { throw SimFailure("the devices did not agree: \(why)") }
             let lost = await SimChecks.lostContents(ledger, versionsOf: { [server] in server.versions($0) },
@@ -246,6 +252,19 @@ final class SimWorld: @unchecked Sendable {
     private func link(_ d: SimDevice) -> SimLink {
         guard case .link(let l, _) = d.network else { preconditionFailure("a simulated device without a link") }
         return l
+    }
+
+    /// Lets the engines run until no device has an upload queued or on its way (parked ones
+    /// aside); nil, or the devices still busy.
+    private func drained(within limit: Duration) async -> String? {
+        let deadline = clock.time + limit
+        var busy = ""
+        while clock.time < deadline {
+            busy = devices.filter { $0.status("upload-queue") != "0" }.map { "\($0.name): \($0.status("upload-queue") ?? "?") queued" }.joined(separator: ", ")
+            if busy.isEmpty { return nil }
+            await clock.sleep(for: .milliseconds(100))
+        }
+        return busy
     }
 
     /// The `.nimbusignore` files go, on every device that has one, until none is left for two

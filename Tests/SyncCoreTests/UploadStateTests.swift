@@ -41,6 +41,8 @@ import Testing
         #expect(back == 1 && q.items == [3, 1, 2] && q.parked.isEmpty)
         #expect(q.takeNext { $0 == 3 } == 3)
         q.park(3, decidedAt: q.rulesEpoch)
+        // Local work, but no hold on a folder delete made here.
+        #expect(q.hasWork(3) && !q.holdsFolderDelete(3) && q.holdsFolderDelete(1))
         q.remove(3)
         #expect(!q.hasWork(3) && q.parked.isEmpty)
     }
