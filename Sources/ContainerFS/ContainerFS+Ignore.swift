@@ -142,6 +142,26 @@ extension ContainerFS {
         return parts.reversed()
     }
 
+    /// The lines of the rules file `item` that are left out, and why (`user.nimbus.error` of a
+    /// `.nimbusignore`); empty when every line is used, nil when `item` is no rules file here.
+    func rulesProblems(_ item: ItemID) -> [String]? {
+        let look = lock.withLock { () -> (key: IgnoreKey, parsed: IgnoreFile?)? in
+            guard let node = t.byID[item], let f = t.nodes[node], f.linked, f.rec.kind == .file, !f.rec.isSpecial,
+                  ItemName.same(f.rec.name, Self.ignoreFileName) else { return nil }
+            let key = IgnoreKey(node: f.node, writeGen: f.writeGen, size: f.rec.size, mtime: f.rec.mtime, ctime: f.rec.ctime)
+            if let p = t.ignoreFiles[f.node], p.key == key { return (key, p.file) }
+            if lazyContent && !content.isPresent(item, range: 0..<min(f.rec.size, Self.ignoreFileMaxBytes)) { return (key, IgnoreFile(text: "")) }
+            return (key, nil)
+        }
+        guard let look else { return nil }
+        if let parsed = look.parsed { return parsed.problems + (look.key.size > Self.ignoreFileMaxBytes ? [Self.cutNote] : []) }
+        let file = readRules(item, size: look.key.size)
+        lock.withLock { t.ignoreFiles[look.key.node] = ParsedIgnore(key: look.key, file: file) }
+        return file.problems + (look.key.size > Self.ignoreFileMaxBytes ? [Self.cutNote] : [])
+    }
+
+    static var cutNote: String { "the file is over \(ignoreFileMaxBytes / 1024) KiB: what follows is left out" }
+
     /// `MountedTree.rulesGeneration`.
     public var rulesGeneration: UInt64 { rulesGen.load(ordering: .acquiring) }
 

@@ -20,6 +20,11 @@ extension ContainerFS {
         let virtual = NimbusXattr(name: name)
         if virtual == .versions, versions.source != nil { throw .ENODATA }  // `versionsText` answers it (deferred)
         if virtual == nil, name.hasPrefix(NimbusXattr.prefix) { throw .ENODATA }
+        if virtual == .error, let problems = lock.withLock({ t.nodes[node].map(\.rec.id) }).flatMap(rulesProblems), !problems.isEmpty {
+            // A rules file says which of its lines are left out (with the engine's error, if any).
+            let engine = lock.withLock { t.nodes[node].flatMap { n in syncStatus?.itemAttribute(.error, item: n.rec.id, ancestors: []) } } ?? ""
+            return Array(((engine.isEmpty ? [] : [engine]) + ["rules left out: " + problems.joined(separator: "; ")]).joined(separator: "; ").utf8)
+        }
         if virtual == .ignored {
             // Read outside the lock: a rules file not parsed yet is read from its cache file.
             guard let id = lock.withLock({ t.nodes[node]?.rec.id }) else { throw .ENOENT }

@@ -272,4 +272,49 @@ extension ContainerFSTests {
         try f.fs.setxattr(node: e.node, name: "user.a", value: [1], flags: 0)
         try f.fs.setxattr(node: e.node, name: "user.b", value: [1], flags: 0)
     }
+
+    /// `.nimbusignore` verdicts (docs/ignore.md): `user.nimbus.ignored` names the rule, a rules
+    /// file says which lines it left out, a new content of it takes effect at once, and a rules
+    /// file inside an ignored folder is ignored with it.
+    @Test func ignoreRulesSayWhatTheyMatchAndWhatTheyLeftOut() throws {
+        let f = try Fixture()
+        func write(_ parent: NodeID, _ name: String, _ text: String) throws -> NodeID {
+            let node: NodeID
+            let handle: HandleID
+            if let e = try? f.fs.lookup(parent: parent, name: name) {
+                node = e.node
+                handle = try f.fs.open(node: node, flags: O_WRONLY | O_TRUNC).handle
+            } else {
+                let (e, h) = try f.fs.create(parent: parent, name: name, mode: 0o644, flags: O_RDWR, caller: me)
+                (node, handle) = (e.node, h.handle)
+            }
+            let bytes = Array(text.utf8)
+            _ = try bytes.withUnsafeBytes { try f.fs.write(node: node, handle: handle, offset: 0, data: $0) }
+            f.fs.release(node: node, handle: handle)
+            return node
+        }
+        func ignored(_ node: NodeID) -> String? {
+            (try? f.fs.getxattr(node: node, name: NimbusXattr.ignored.name)).map { String(decoding: $0, as: UTF8.self) }
+        }
+        let rules = try write(root, ".nimbusignore", "*.log\n[abc\nbuild/\n!keep.log\n")
+        let log = try write(root, "a.log", "x")
+        let keep = try write(root, "keep.log", "x")
+        let txt = try write(root, "b.txt", "x")
+        let build = try f.fs.mkdir(parent: root, name: "build", mode: 0o755, caller: me).node
+        let obj = try write(build, "x.o", "x")
+        let inner = try write(build, ".nimbusignore", "!x.o\n")
+        #expect(ignored(log) == "*.log (/.nimbusignore line 1)")
+        #expect(ignored(keep) == nil && ignored(txt) == nil && ignored(rules) == nil)
+        #expect(ignored(obj) == "build/ (/.nimbusignore line 3)", "nothing inside an ignored folder is included again")
+        #expect(ignored(inner) == "build/ (/.nimbusignore line 3)", "a rules file goes with its ignored folder")
+        let problems = String(decoding: try f.fs.getxattr(node: rules, name: NimbusXattr.error.name), as: UTF8.self)
+        #expect(problems.hasPrefix("rules left out: line 2"), "\(problems)")
+        #expect(throws: Errno.ENODATA) { try f.fs.getxattr(node: txt, name: NimbusXattr.error.name) }
+        // New rules apply at once.
+        _ = try write(root, ".nimbusignore", "*.txt\n")
+        #expect(ignored(log) == nil && ignored(obj) == nil && ignored(inner) == nil)
+        #expect(ignored(txt) == "*.txt (/.nimbusignore line 1)")
+        #expect(throws: Errno.ENODATA) { try f.fs.getxattr(node: rules, name: NimbusXattr.error.name) }
+        #expect(throws: Errno.EPERM) { try f.fs.setxattr(node: txt, name: NimbusXattr.ignored.name, value: [49], flags: 0) }
+    }
 }
