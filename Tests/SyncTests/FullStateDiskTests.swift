@@ -196,7 +196,10 @@ struct FullStateDiskTests {
             try await eventually("the files listed on A", seconds: 60, "test -f \(q(a))/big.bin && test -f \(q(a))/small.txt")
             let (status, out) = shStatus("cat \(q(a))/big.bin > /dev/null")
             #expect(status != 0 && out.contains("No space left on device"), "the reader is told ENOSPC: \(out)")
-            #expect(disk.available >= 8 << 20, "downloads leave the local state its room: \(disk.available) bytes free")
+            // Downloads stop 8 MiB short of full (twice the space reserve, `keptForState`); the
+            // state's own writes since the refusal (its log line, the database) may use a little
+            // of that room, which is what it is kept for.
+            #expect(disk.available >= (8 << 20) - (512 << 10), "downloads leave the local state its room: \(disk.available) bytes free")
             #expect(shStatus("test -f \(q(disk.path))/state/space-reserve").0 == 0, "the space reserve is there")
             let storeError = statusLine(a, "store-error")
             #expect(storeError.contains("no room") && storeError.contains("nimbus evict"), "store-error says so: \(storeError)")
