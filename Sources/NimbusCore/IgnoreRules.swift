@@ -43,9 +43,19 @@ public struct IgnoreFile: Sendable, Hashable {
             }
         }
         if !line.isEmpty { Self.take(line, number: number, into: &rules, problems: &problems) }
+        // Every rule is tried for every item looked at: a file of too many (from any device of
+        // the account) would make each verdict slow. Git has no limit; ten thousand is far
+        // beyond any real file.
+        if rules.count > Self.maxRules {
+            problems.append("line \(rules[Self.maxRules].line) and after: more than \(Self.maxRules) rules; the rest is left out")
+            rules.removeSubrange(Self.maxRules...)
+        }
         self.rules = rules
         self.problems = problems
     }
+
+    /// Rules past this many in one file are left out.
+    static let maxRules = 10_000
 
     private static func take(_ raw: [UInt32], number: Int, into rules: inout [IgnoreRule], problems: inout [String]) {
         var line = raw[...]

@@ -254,6 +254,16 @@ import Testing
         #expect(IgnoreFile(text: "# " + String(repeating: "a", count: 5000)).problems.isEmpty, "a comment")
     }
 
+    /// A file of more rules than any real one (from any device of the account) keeps the first
+    /// 10,000 and says so: every verdict tries every rule.
+    @Test func rulesPastTenThousandAreLeftOut() {
+        let text = "# many\n" + (0..<10_050).map { "r\($0)\n" }.joined()
+        let file = IgnoreFile(text: text)
+        #expect(file.rules.count == 10_000 && file.rules.last?.text == "r9999")
+        #expect(file.problems == ["line 10002 and after: more than 10000 rules; the rest is left out"])
+        #expect(IgnoreFile(text: (0..<10_000).map { "r\($0)\n" }.joined()).problems.isEmpty)
+    }
+
     @Test func crlfAndAByteOrderMark() {
         let file = IgnoreFile(text: "\u{FEFF}a\r\nb\r\n\r\nc")
         #expect(file.rules.map(\.text) == ["a", "b", "c"])
