@@ -269,14 +269,7 @@ public final class ContainerFS: @unchecked Sendable {
 
     /// The path of node `n` (lock held).
     func pathLocked(_ n: Node) -> String {
-        var parts: [String] = []
-        var x = n
-        while x.node != .root {
-            parts.append(x.rec.name)
-            guard let p = t.nodes[x.parentNode] else { break }
-            x = p
-        }
-        return "/" + parts.reversed().joined(separator: "/")
+        "/" + components(n).joined(separator: "/")
     }
 
     /// Saves the next event sequence number (at unmount).

@@ -9,8 +9,10 @@ import Testing
 @Suite(.serialized, .enabled(if: SyncEnv.usable, "needs FUSE"))
 struct VersionStreamTests {
     /// The daemon serving `mp` (its pid).
+    /// The loop's status is its last command's (a pid that did not match, or the `pgrep`
+    /// subshell's, gone by then): only the pids it prints count.
     static func daemon(of mp: String) throws -> Int32 {
-        let pids = try sh("for p in $(pgrep -f -- --daemonize-child); do [ $p = $$ ] && continue; tr '\\0' ' ' < /proc/$p/cmdline | grep -qF -- \(q(mp + " ")) && echo $p; done")
+        let pids = try sh("for p in $(pgrep -f -- --daemonize-child); do [ $p = $$ ] && continue; tr '\\0' ' ' < /proc/$p/cmdline | grep -qF -- \(q(mp + " ")) && echo $p; done; true")
         return try #require(pids.split(separator: "\n").compactMap { Int32($0) }.first, "no daemon for \(mp): \(pids)")
     }
 
