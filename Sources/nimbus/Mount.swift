@@ -106,8 +106,18 @@ struct Mount: ParsableCommand {
         #if canImport(ContainerFS)
         try MountSupport.clearDeadMount(mp)
         if foreground {
-            try MountDaemon(mountpoint: mp, state: stateDir, cacheTimeout: cacheTimeout, newSession: daemonizeChild,
-                            remote: try remote()).serve()
+            do {
+                try MountDaemon(mountpoint: mp, state: stateDir, cacheTimeout: cacheTimeout, newSession: daemonizeChild,
+                                remote: try remote()).serve()
+            } catch let failure as CLIFailure where daemonizeChild {
+                FileHandle.standardError.write(Data("nimbus: \(failure.message)\n".utf8))
+                _exit(failure.status.rawValue)
+            }
+            // The daemon's end, with everything saved and closed (its log lines are written
+            // unbuffered): `_exit`, not `exit`. libfuse's workers can end while printing to stderr
+            // and leave stdio's lock held; exit's flush of stderr then waits for ever (a daemon
+            // was seen stuck so after its unmount).
+            if daemonizeChild { _exit(0) }
         } else {
             try MountSupport.startDaemon(mountpoint: mp, state: stateDir, cacheTimeout: cacheTimeout, timeout: timeout,
                                          remote: try remote())
