@@ -115,8 +115,7 @@ struct Mount: ParsableCommand {
             }
             // The daemon's end, with everything saved and closed (its log lines are written
             // unbuffered): `_exit`, not `exit`. libfuse's workers can end while printing to stderr
-            // and leave stdio's lock held; exit's flush of stderr then waits for ever (a daemon
-            // was seen stuck so after its unmount).
+            // and leave stdio's lock held; exit's flush of stderr would then wait for ever.
             if daemonizeChild { _exit(0) }
         } else {
             try MountSupport.startDaemon(mountpoint: mp, state: stateDir, cacheTimeout: cacheTimeout, timeout: timeout,
