@@ -80,8 +80,9 @@ extension ContainerFS {
                 // Like a first write: the emptied file's queue entry goes behind the change at
                 // once, so the edit survives a stop before its close (a remote state shown
                 // meanwhile records the item and leaves the close nothing to report).
-                if !Mutation.truncatingOpenUnqueued.isOn { queue(.contentChanged(changed)) }
-                observer?.localChange(.contentChanged(changed))
+                let all = forEveryName(.contentChanged(changed))
+                if !Mutation.truncatingOpenUnqueued.isOn { all.forEach(queue) }
+                for c in all { observer?.localChange(c) }
             }
             if killed { invalidateAttributesNow(node) }
             // Pages cached from before the truncation must go.
@@ -157,9 +158,9 @@ extension ContainerFS {
         return lock.withLock {
             guard let node = t.byID[item], let n = t.nodes[node] else { return TreeSnapshot(local: nil, write: nil, pendingSafeSave: false) }
             let isFile = n.rec.kind == .file
-            return TreeSnapshot(local: n.linked ? n.rec : nil, write: isFile ? writeState(of: n, now: now) : nil,
+            return TreeSnapshot(local: n.linked ? n.record(item) : nil, write: isFile ? writeState(of: n, now: now) : nil,
                                 pendingSafeSave: isFile && pendingSafeSave(node, now: now), xattrs: n.xattrs,
-                                placedBeside: n.placedBeside)
+                                placedBeside: n.placedBeside && n.rec.id == item)
         }
     }
 
@@ -174,6 +175,7 @@ extension ContainerFS {
             guard let node = t.byID[item], let n = t.nodes[node], n.linked else { throw .ENOENT }
             guard n.rec.kind == .file else { throw .EISDIR }
             guard !n.rec.isSpecial else { throw .EINVAL }
+            guard n.links.isEmpty else { throw .EBUSY }  // its other names are local content
             guard n.openHandles == 0, !n.metaDirty, n.noticesPending == 0 || Mutation.evictUnnoticedChange.isOn, decide() else { throw .EBUSY }
             let fd = store.cache.open(item, create: false)
             if fd >= 0 {
@@ -223,7 +225,7 @@ extension ContainerFS {
             return id
         }
         // A push deferred while the file was being written goes now (an unchanged file uploads nothing).
-        if let closedWriter { observer?.localChange(.contentChanged(closedWriter)) }
+        if let closedWriter { for c in forEveryName(.contentChanged(closedWriter)) { observer?.localChange(c) } }
     }
 
     /// Whether `item` is mid-save: open for writing with writes since the last fsync. Its content
@@ -325,7 +327,7 @@ extension ContainerFS {
             return (attr(n), n.rec.id, c.size != nil, viaWriter, n)
         }
         if viaWriter {
-            observer?.localChange(.contentChanged(id))
+            for c in forEveryName(.contentChanged(id)) { observer?.localChange(c) }
             lock.withLock { changed.noticesPending -= 1 }
         } else {
             notify(content ? .contentChanged(id) : .attributesChanged(id), pending: changed)

@@ -35,7 +35,7 @@ extension ContainerFS {
     public func ignoreVerdict(_ item: ItemID) -> IgnoreVerdict? {
         let place = lock.withLock { () -> (path: [String], isFolder: Bool)? in
             guard let node = t.byID[item], let n = t.nodes[node], n.linked, n.node != .root else { return nil }
-            return (components(n), n.isDir)
+            return (components(n, item), n.isDir)
         }
         guard let place else { return IgnoreVerdict.none }
         return ignoreVerdict(path: place.path, isFolder: place.isFolder)
@@ -131,9 +131,11 @@ extension ContainerFS {
     }
 
     /// The names from the root to `n` (lock held).
-    func components(_ n: Node) -> [String] {
-        var parts: [String] = []
-        var x = n
+    func components(_ n: Node, _ id: ItemID? = nil) -> [String] {
+        guard n.node != .root else { return [] }
+        let first = n.place(id ?? n.rec.id)
+        var parts: [String] = [first.name]
+        guard var x = t.nodes[first.parentNode] else { return parts }
         while x.node != .root {
             parts.append(x.rec.name)
             guard let p = t.nodes[x.parentNode] else { break }

@@ -23,14 +23,8 @@ extension ContainerFS {
     /// The item's path from the mount root ("(gone) ID" for an item no longer here).
     public func path(of id: ItemID) -> String {
         lock.withLock {
-            guard var node = t.byID[id].flatMap({ t.nodes[$0] }), node.linked else { return "(gone) \(id)" }
-            var parts: [String] = []
-            while node.node != .root {
-                parts.append(node.rec.name)
-                guard let p = t.nodes[node.parentNode] else { break }
-                node = p
-            }
-            return "/" + parts.reversed().joined(separator: "/")
+            guard let node = t.byID[id].flatMap({ t.nodes[$0] }), node.linked else { return "(gone) \(id)" }
+            return pathLocked(node, id)
         }
     }
 

@@ -123,6 +123,7 @@ extension ContainerFS {
                         let target = t.byID[st.parent].flatMap { t.nodes[$0] }.flatMap { $0.isDir && $0.linked ? $0 : nil }
                         guard target != nil || ids.contains(st.parent) else { return false }
                         guard let node = t.byID[id], let n = t.nodes[node] else { return true }  // new here: made at its place
+                        guard n.links.isEmpty else { return false }  // a linked name is split off first, alone
                         guard let p = t.nodes[n.parentNode], p.children[n.rec.name] == n.node else { return false }
                         if n.rec.kind == .file, st.resetContent, n.beingWritten || n.unnoticed { return false }
                         if let target, n.isDir, isInside(target, n) { return false }
@@ -143,13 +144,13 @@ extension ContainerFS {
 
     /// The item's current local state, `nil` when it is gone (deleted here).
     public func placeGeneration(_ id: ItemID) -> UInt64? {
-        lock.withLock { t.byID[id].flatMap { t.nodes[$0] }.map(\.placeNoticed) }
+        lock.withLock { t.byID[id].flatMap { t.nodes[$0] }.map { $0.placeNoticed(id) } }
     }
 
     public func localState(_ id: ItemID) -> ItemRecord? {
         lock.withLock {
             guard let node = t.byID[id], let n = t.nodes[node], n.linked else { return nil }
-            return n.rec
+            return n.record(id)
         }
     }
 
@@ -158,7 +159,7 @@ extension ContainerFS {
         lock.withLock {
             guard let node = t.byID[id], let n = t.nodes[node], n.node != .root else { return [] }
             var out: [ItemID] = []
-            var p = n.parentNode
+            var p = n.place(id).parentNode
             while p != .root, let f = t.nodes[p] { out.append(f.rec.id); p = f.parentNode }
             out.append(.root)
             return out
@@ -173,9 +174,9 @@ extension ContainerFS {
             var out: [ItemID] = []
             var stack = [n]
             while let f = stack.popLast() {
-                for (_, c) in f.children {
+                for (name, c) in f.children {
                     guard let child = t.nodes[c] else { continue }
-                    out.append(child.rec.id)
+                    out.append(child.id(in: f.node, named: name))
                     if child.isDir { stack.append(child) }
                 }
             }
@@ -232,7 +233,7 @@ extension ContainerFS {
     /// One state (lock held).
     private func applyOne(_ s: RemoteState, _ actions: inout [KernelAction], _ renamed: inout [ItemID], _ applied: (ItemID) -> Void) -> ApplyResult {
         let now = options.clock.wall()
-        let existing = t.byID[s.id].flatMap { t.nodes[$0] }.flatMap { $0.linked ? $0 : nil }
+        var existing = t.byID[s.id].flatMap { t.nodes[$0] }.flatMap { $0.linked ? $0 : nil }
         if s.deleted {
             // A delete never takes a file written since its content was read for the commit
             // that brought this answer (a move committed against a delete elsewhere while a
@@ -242,8 +243,18 @@ extension ContainerFS {
             if let n = existing, n.rec.kind == .file,
                n.unnoticed || s.unlessWrittenSince.map({ $0 != n.writeGen }) == true { return .skip }
             applied(s.id)
-            if let n = existing, let p = t.nodes[n.parentNode] { removeRemote(n, from: p, now: now, &actions) }
+            if let n = existing, let p = t.nodes[n.place(s.id).parentNode] { removeRemote(n, s.id, from: p, now: now, &actions) }
             return .done
+        }
+        if let n = existing, !n.links.isEmpty {
+            // A commit's answer for one of the names of a file linked here: nothing to show
+            // (what it sent is the node's).
+            if s.sentPlace != nil && !s.resetContent { applied(s.id); return .done }
+            if n.rec.kind == .file && s.resetContent
+                && (n.beingWritten || n.unnoticed || s.unlessWrittenSince.map { $0 != n.writeGen } == true) { return .skip }
+            // Another device's state of one of its names: that name leaves the node.
+            guard let fresh = splitOff(n, s.id, copyContent: !s.resetContent, &actions) else { return .skip }
+            existing = fresh
         }
         var s = existing.map { keepingLocalPlace(s, of: $0) } ?? s
         // Renamed or moved here after the engine planned this state, or while the notice of it
@@ -421,12 +432,15 @@ extension ContainerFS {
         return ItemName(trusted: name).deduplicated { p.children[$0].map { $0 != item } ?? false }.value
     }
 
-    private func removeRemote(_ n: Node, from p: Node, now: Int64, _ actions: inout [KernelAction]) {
-        for (_, c) in n.children { if let child = t.nodes[c] { removeRemote(child, from: n, now: now, &actions) } }
-        let name = n.rec.name
-        detach(n, from: p, now: now, origin: .remote)
+    private func removeRemote(_ n: Node, _ id: ItemID, from p: Node, now: Int64, _ actions: inout [KernelAction]) {
+        for (name, c) in n.children {
+            if let child = t.nodes[c] { removeRemote(child, child.id(in: n.node, named: name), from: n, now: now, &actions) }
+        }
+        let name = n.place(id).name
+        unlinkName(n, id, from: p, now: now, origin: .remote)
         actions.append(.delete(parent: p.node, child: n.node, name: name))
         actions.append(.node(p.node))
+        if n.linked { actions.append(.node(n.node)) }  // its link count
     }
 
     /// A new version's content is not here: its cache file goes, and is made (as holes of the
@@ -441,7 +455,8 @@ extension ContainerFS {
     public func openCacheFile(_ item: ItemID) -> Int32 {
         lock.withLock {
             let fd = store.cache.open(item, create: false)
-            guard fd == -ENOENT, let node = t.byID[item], let n = t.nodes[node], n.linked, n.rec.kind == .file else { return fd }
+            // (The names of a linked file each have a link to its content file: never a new one.)
+            guard fd == -ENOENT, let node = t.byID[item], let n = t.nodes[node], n.linked, n.rec.kind == .file, n.links.isEmpty else { return fd }
             return store.cache.open(item, create: true, size: n.rec.size)
         }
     }

@@ -31,12 +31,12 @@ extension ContainerFS {
         var keptIdentity: (ItemID, Node)?
         let id = try lock.withLock { () throws(Errno) -> ItemID in
             let p = try folder(parent)
-            guard let id = p.children[name], let n = t.nodes[id] else { throw .ENOENT }
+            guard let node = p.children[name], let n = t.nodes[node] else { throw .ENOENT }
             if n.isDir { throw .EISDIR }
             // vim's save: the document was renamed to a backup name, a new file written under
             // the document's name, and now the backup goes: the new file takes the document's
             // identity (item id, versions, pin); the item that goes is the new file's.
-            if let heir = safeSaveHeir(of: n), transferIdentity(from: n, to: heir) {
+            if n.links.isEmpty, let heir = safeSaveHeir(of: n), transferIdentity(from: n, to: heir) {
                 events.append(.deleted, origin: .local, path: pathLocked(n))  // the backup name
                 detach(n, from: p, now: options.clock.wall(), origin: nil)
                 persist(heir)
@@ -44,8 +44,9 @@ extension ContainerFS {
                 keptIdentity = (heir.rec.id, heir)
                 return n.rec.id
             }
-            detach(n, from: p, now: options.clock.wall())
-            return n.rec.id
+            let id = n.id(in: p.node, named: name)
+            unlinkName(n, id, from: p, now: options.clock.wall())
+            return id
         }
         notify(.deleted(id))
         if let (kept, heir) = keptIdentity {
@@ -79,6 +80,7 @@ extension ContainerFS {
         // its commits fail (a full disk) a crash would leave each id naming the other's bytes.
         if store.lastError != nil, !Mutation.transferIdentityWhileUnsaved.isOn { return false }
         guard from.rec.kind == .file, to.rec.kind == .file, from !== to, !from.rec.isSpecial, !to.rec.isSpecial,
+              from.links.isEmpty, to.links.isEmpty,
               content.isPresent(to.rec.id, range: 0..<to.rec.size),
               syncStatus?.hasConflictVersions(to.rec.id) != true else { return false }
         // An empty file synced from elsewhere may have no cache file yet.
@@ -162,11 +164,6 @@ extension ContainerFS {
         notify(.deleted(id))
     }
 
-    /// Hard links: an item has one place in a synced tree (EPERM, as on filesystems without links).
-    public func link(node: NodeID, newParent: NodeID, newName: String) throws(Errno) -> FuseEntry {
-        throw .EPERM
-    }
-
     /// Whether `ancestor` is `n` or one of its parents (lock held). Bounded like the server's
     /// cycle check so a corrupt tree cannot loop (hitting the bound counts as inside).
     func isInside(_ n: Node, _ ancestor: Node) -> Bool {
@@ -193,11 +190,13 @@ extension ContainerFS {
             let p = try folder(parent)
             let np = try folder(newParent)
             guard let sid = p.children[name], let s = t.nodes[sid] else { throw .ENOENT }
+            let sID = s.id(in: p.node, named: name)
             // A folder's move changes the rules above what it holds; a rules file's, its rules.
             if s.isDir || ItemName.same(name, Self.ignoreFileName) || ItemName.same(newName, Self.ignoreFileName) { rulesChanged() }
             let target = np.children[newName].flatMap { t.nodes[$0] }
+            let targetID = target.map { $0.id(in: np.node, named: newName) }
             let now = options.clock.wall()
-            if let target, target === s { return }  // same item: nothing to do (POSIX)
+            if let target, target === s { return }  // same file (the same name, or two links of it): nothing to do (POSIX)
             if s.isDir && isInside(np, s) { throw .EINVAL }
 
             if flags.contains(.exchange) {
@@ -208,21 +207,17 @@ extension ContainerFS {
                 if s.isDir != target.isDir, p !== np {
                     if s.isDir { p.subdirs -= 1; np.subdirs += 1 } else { p.subdirs += 1; np.subdirs -= 1 }
                 }
-                (s.rec.parent, s.rec.name, target.rec.parent, target.rec.name) = (np.rec.id, newName, p.rec.id, name)
+                let tID = targetID ?? target.rec.id
+                s.setPlace(sID, parent: np.rec.id, parentNode: np.node, name: newName)
+                target.setPlace(tID, parent: p.rec.id, parentNode: p.node, name: name)
                 s.rec.ctime = now
                 target.rec.ctime = now
-                s.parentNode = np.node
-                target.parentNode = p.node
                 for x in [p, np] { x.rec.mtime = now; x.rec.ctime = now }
                 persist(s); persist(target); persist(p)
                 if p !== np { persist(np) }
-                s.placeGen &+= 1
-                target.placeGen &+= 1
-                s.placedBeside = false
-                target.placedBeside = false
-                moved = [MovedNode(n: s, gen: s.placeGen), MovedNode(n: target, gen: target.placeGen)]
-                changes = [.moved(s.rec.id), .moved(target.rec.id)]
-                events.append(.exchanged, origin: .local, path: pathLocked(s), to: pathLocked(target))
+                moved = [MovedNode(n: s, id: sID, gen: s.movedHere(sID)), MovedNode(n: target, id: tID, gen: target.movedHere(tID))]
+                changes = [.moved(sID), .moved(tID)]
+                events.append(.exchanged, origin: .local, path: pathLocked(s, sID), to: pathLocked(target, tID))
                 return
             }
 
@@ -244,9 +239,7 @@ extension ContainerFS {
                 if p !== np { persist(np) }
                 changes = [.deleted(temp), .contentChanged(keep)]
                 s.noticesPending += 1
-                s.placeGen &+= 1
-                s.placedBeside = false
-                moved = [MovedNode(n: s, gen: s.placeGen)]
+                moved = [MovedNode(n: s, id: keep, gen: s.movedHere(keep))]
                 transferred = s
                 return
             }
@@ -259,25 +252,22 @@ extension ContainerFS {
                 } else if target.isDir {
                     throw .EISDIR
                 }
-                detach(target, from: np, now: now)
-                changes.append(.deleted(target.rec.id))
+                let tID = targetID ?? target.rec.id
+                unlinkName(target, tID, from: np, now: now)
+                changes.append(.deleted(tID))
             }
-            let from = pathLocked(s)
+            let from = pathLocked(s, sID)
             p.children[name] = nil
             np.children[newName] = s.node
             if s.isDir && p !== np { p.subdirs -= 1; np.subdirs += 1 }
-            s.rec.parent = np.rec.id
-            s.rec.name = newName
+            s.setPlace(sID, parent: np.rec.id, parentNode: np.node, name: newName)
             s.rec.ctime = now
-            s.parentNode = np.node
             for x in [p, np] { x.rec.mtime = now; x.rec.ctime = now }
             persist(s); persist(p)
             if p !== np { persist(np) }
-            changes.append(.moved(s.rec.id))
-            s.placeGen &+= 1
-            s.placedBeside = false
-            moved = [MovedNode(n: s, gen: s.placeGen)]
-            events.append(.moved, origin: .local, path: from, to: pathLocked(s))
+            changes.append(.moved(sID))
+            moved = [MovedNode(n: s, id: sID, gen: s.movedHere(sID))]
+            events.append(.moved, origin: .local, path: from, to: pathLocked(s, sID))
             if s.rec.kind == .file { noteRenamedAway(folder: p.node, name: name, node: s.node) }
         }
         notifyMoves(changes, pending: transferred, moved: moved)
@@ -295,7 +285,7 @@ extension ContainerFS {
             for c in changes { tell(c) }
             lock.withLock {
                 if let heir { heir.n.noticesPending -= 1 }
-                for m in moved where m.n.placeNoticed < m.gen { m.n.placeNoticed = m.gen }
+                for m in moved { m.n.noticedPlace(m.id, m.gen) }
             }
         }
         guard let line = options.deliverNotice else { return deliver() }
@@ -307,5 +297,6 @@ extension ContainerFS {
 /// to the notice's delivery (touched there under `lock` only).
 struct MovedNode: @unchecked Sendable {
     let n: Node
+    let id: ItemID
     let gen: UInt64
 }

@@ -82,7 +82,7 @@ extension ContainerFS {
             n.xattrs[name] = value
             n.rec.ctime = options.clock.wall()
             if n.linked {
-                store.enqueue(.setXattr(n.rec.id, name: name, value: value))
+                for id in n.itemIDs { store.enqueue(.setXattr(id, name: name, value: value)) }
                 persist(n)
             }
             n.xattrNotices += 1
@@ -94,12 +94,12 @@ extension ContainerFS {
     /// An attribute change's notice: a remote state shown before it reaches the engine keeps the
     /// local attributes (`Node.xattrsUnnoticed`).
     private func notifyXattrs(_ id: ItemID, _ n: Node) {
-        let c = LocalChange.attributesChanged(id)
-        queue(c)
+        let all = forEveryName(.attributesChanged(id))
+        for c in all { queue(c) }
         let node = UncheckedNode(n)
         let tell: @Sendable () -> Void = { [self] in
             events.append(.attributes, origin: .local, path: path(of: id))
-            observer?.localChange(c)
+            for c in all { observer?.localChange(c) }
             lock.withLock { node.n.xattrNotices -= 1 }
         }
         guard let deliver = options.deliverNotice else { return tell() }
@@ -151,7 +151,7 @@ extension ContainerFS {
             guard n.xattrs.removeValue(forKey: name) != nil else { throw .ENODATA }
             n.rec.ctime = options.clock.wall()
             if n.linked {
-                store.enqueue(.removeXattr(n.rec.id, name: name))
+                for id in n.itemIDs { store.enqueue(.removeXattr(id, name: name)) }
                 persist(n)
             }
             n.xattrNotices += 1

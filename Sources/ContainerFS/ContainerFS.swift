@@ -64,6 +64,9 @@ public final class ContainerFS: @unchecked Sendable {
     /// Bumped whenever a `.nimbusignore` is made, written, renamed, removed or shown, or a folder
     /// moves (`MountedTree.rulesGeneration`).
     let rulesGen = Atomic<UInt64>(0)
+    /// Set once a file of the tree has several names (ContainerFS+Links.swift): until then a
+    /// change is never fanned out to other names.
+    let linkedFiles = Atomic<Bool>(false)
     let mountTime: Int64
     let owner: (uid: UInt32, gid: UInt32)
     /// Program locks (fcntl, flock) and the sync engine's claims (ContainerFS+Locks.swift).
@@ -143,16 +146,27 @@ public final class ContainerFS: @unchecked Sendable {
                 // No file: a placeholder whose content was never needed (created on first use).
                 if let size, size != rec.size { rec.size = size; store.enqueue(.upsert(rec)) }
             }
+            live.insert(rec.id)
+            t.byID[rec.id] = rec.node
+            if let first = t.nodes[rec.node], rec.kind != .folder, first.rec.kind == rec.kind {
+                // Another name of a hard-linked file (its folder is found below).
+                first.links.append(LinkName(id: rec.id, parent: rec.parent ?? .root, parentNode: .root, name: rec.name))
+                linkedFiles.store(true, ordering: .relaxed)
+                continue
+            }
             let n = Node(rec)
             n.xattrs = snap.xattrs[rec.id] ?? [:]
             t.nodes[rec.node] = n
-            t.byID[rec.id] = rec.node
             ids.reserve(rec.node)
-            live.insert(rec.id)
         }
         var byID: [ItemID: Node] = [:]
         for n in t.nodes.values { byID[n.rec.id] = n }
         for n in t.nodes.values {
+            for i in n.links.indices {
+                guard let p = byID[n.links[i].parent], p.isDir else { continue }
+                p.children[n.links[i].name] = n.node
+                n.links[i].parentNode = p.node
+            }
             guard let pid = n.rec.parent else { continue }
             guard let p = byID[pid], p.isDir else { continue }
             p.children[n.rec.name] = n.node
@@ -181,7 +195,7 @@ public final class ContainerFS: @unchecked Sendable {
         st.node = n.node
         st.st_mode = n.rec.mode
         st.st_rdev = __dev_t(truncatingIfNeeded: n.rec.rdev)
-        st.st_nlink = n.isDir ? UInt(2 + n.subdirs) : (n.linked ? 1 : 0)
+        st.st_nlink = n.isDir ? UInt(2 + n.subdirs) : UInt(n.nameCount)
         st.st_uid = n.rec.uid
         st.st_gid = n.rec.gid
         st.st_size = n.isDir ? 4096 : Int(n.rec.size)
@@ -219,14 +233,19 @@ public final class ContainerFS: @unchecked Sendable {
         guard n.linked else { return }
         if ItemName.same(n.rec.name, Self.ignoreFileName) { rulesChanged() }
         store.enqueue(.upsert(n.rec))
+        for l in n.links {
+            if ItemName.same(l.name, Self.ignoreFileName) { rulesChanged() }
+            store.enqueue(.upsert(n.record(l.id)))
+        }
     }
 
     /// Tells the sync engine, and writes the event line for creates, content and attribute
     /// changes (moves and deletes are written where the old path is still known).
     func notify(_ c: LocalChange) {
-        queue(c)
-        guard let deliver = options.deliverNotice else { return tell(c) }
-        deliver { [self] in tell(c) }
+        let all = forEveryName(c)
+        for c in all { queue(c) }
+        guard let deliver = options.deliverNotice else { return all.forEach(tell) }
+        deliver { [self] in all.forEach(tell) }
     }
 
     /// The change's upload-queue entry, behind the change in the store's queue (a sync engine
@@ -252,14 +271,15 @@ public final class ContainerFS: @unchecked Sendable {
     /// queueing the item must not reset the content (it would find the item neither queued nor
     /// being written). The count goes once the engine has the notice.
     func notify(_ c: LocalChange, pending n: Node) {
-        queue(c)
+        let all = forEveryName(c)
+        for c in all { queue(c) }
         let node = UncheckedNode(n)
         guard let deliver = options.deliverNotice else {
-            tell(c)
+            all.forEach(tell)
             return lock.withLock { n.noticesPending -= 1 }
         }
         deliver { [self] in
-            tell(c)
+            all.forEach(tell)
             lock.withLock { node.n.noticesPending -= 1 }
         }
     }
@@ -270,6 +290,11 @@ public final class ContainerFS: @unchecked Sendable {
     /// The path of node `n` (lock held).
     func pathLocked(_ n: Node) -> String {
         "/" + components(n).joined(separator: "/")
+    }
+
+    /// The path of item `id`, one of the names of node `n` (lock held).
+    func pathLocked(_ n: Node, _ id: ItemID) -> String {
+        "/" + components(n, id).joined(separator: "/")
     }
 
     /// Saves the next event sequence number (at unmount).

@@ -178,6 +178,24 @@ public final class FuseAdapter: FuseFilesystem {
     }
 
     public func link(node: NodeID, newParent: NodeID, newName: String, reply: consuming FuseReply) {
+        guard case .item = fs.ids.owner(of: node), case .item = fs.ids.owner(of: newParent) else { return reply.error(.EPERM) }
+        // The names of a file share its content here: a placeholder's is downloaded first.
+        if let id = fs.linkNeedsContent(node) {
+            if fs.refusesDownload(pid: reply.context.pid, node: node) { return reply.error(.EACCES) }
+            let box = ReplyBox(reply)
+            let fs = self.fs
+            fs.content.hydrate(id, range: 0..<Int64.max) { error in
+                guard let r = box.take() else { return }
+                if let error { return r.error(error) }
+                let result: Result<FuseEntry, Errno>
+                do { result = .success(try fs.link(node: node, newParent: newParent, newName: newName)) } catch { result = .failure(error as? Errno ?? .EIO) }
+                switch result {
+                case .success(let e): r.entry(e)
+                case .failure(let e): r.error(e)
+                }
+            }
+            return
+        }
         do { reply.entry(try fs.link(node: node, newParent: newParent, newName: newName)) } catch { reply.error(error) }
     }
 

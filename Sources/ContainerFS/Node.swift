@@ -73,10 +73,87 @@ final class Node {
     /// moment of showing, under the lock, for a writer that came in between).
     var beingWritten: Bool { (metaDirty || writers > 0) && !Mutation.dropWriterHold.isOn }
 
+    /// The file's other names, made here by link(2) (docs/posix.md "Hard links"): each is an item
+    /// of its own, which the server and other devices see as an ordinary file with the same
+    /// content. `rec` holds the first name; everything but the place is the node's, shared.
+    var links: [LinkName] = []
+
     init(_ rec: ItemRecord) { self.rec = rec }
 
     var isDir: Bool { rec.kind == .folder }
     var node: NodeID { rec.node }
+
+    /// Every item naming this node: the first name's, then the links'.
+    var itemIDs: [ItemID] { links.isEmpty ? [rec.id] : [rec.id] + links.map(\.id) }
+    /// `st_nlink` of a file: one per name (0 once unlinked).
+    var nameCount: Int { linked ? 1 + links.count : 0 }
+
+    func linkIndex(_ id: ItemID) -> Int? { links.isEmpty ? nil : links.firstIndex { $0.id == id } }
+
+    /// The row of item `id`, one of this node's names: `rec` at that name's place.
+    func record(_ id: ItemID) -> ItemRecord {
+        guard let i = linkIndex(id) else { return rec }
+        var r = rec
+        r.id = links[i].id
+        r.parent = links[i].parent
+        r.name = links[i].name
+        return r
+    }
+
+    /// The place of item `id` (its folder's item and node, its name).
+    func place(_ id: ItemID) -> (parent: ItemID?, parentNode: NodeID, name: String) {
+        guard let i = linkIndex(id) else { return (rec.parent, parentNode, rec.name) }
+        return (links[i].parent, links[i].parentNode, links[i].name)
+    }
+
+    func setPlace(_ id: ItemID, parent: ItemID, parentNode p: NodeID, name: String) {
+        guard let i = linkIndex(id) else {
+            rec.parent = parent
+            rec.name = name
+            parentNode = p
+            return
+        }
+        links[i].parent = parent
+        links[i].parentNode = p
+        links[i].name = name
+    }
+
+    /// The item naming this node as `name` in folder `folder` (the first name's when none does).
+    func id(in folder: NodeID, named name: String) -> ItemID {
+        if links.isEmpty || (parentNode == folder && ItemName.same(rec.name, name)) { return rec.id }
+        return links.first { $0.parentNode == folder && ItemName.same($0.name, name) }?.id ?? rec.id
+    }
+
+    /// `placeGen` of item `id`, one of this node's names; `movedHere` bumps it.
+    func placeGen(_ id: ItemID) -> UInt64 { linkIndex(id).map { links[$0].placeGen } ?? placeGen }
+    func placeNoticed(_ id: ItemID) -> UInt64 { linkIndex(id).map { links[$0].placeNoticed } ?? placeNoticed }
+    func movedHere(_ id: ItemID) -> UInt64 {
+        guard let i = linkIndex(id) else {
+            placeGen &+= 1
+            placedBeside = false
+            return placeGen
+        }
+        links[i].placeGen &+= 1
+        return links[i].placeGen
+    }
+    func noticedPlace(_ id: ItemID, _ gen: UInt64) {
+        if let i = linkIndex(id) {
+            if links[i].placeNoticed < gen { links[i].placeNoticed = gen }
+        } else if placeNoticed < gen {
+            placeNoticed = gen
+        }
+    }
+}
+
+/// A hard link's name (`Node.links`): its item, its folder and name, and its own rename
+/// generations (`Node.placeGen`).
+struct LinkName {
+    var id: ItemID
+    var parent: ItemID
+    var parentNode: NodeID
+    var name: String
+    var placeGen: UInt64 = 0
+    var placeNoticed: UInt64 = 0
 }
 
 /// A folder's names → node ids. Names compare by their bytes, as on every Linux filesystem

@@ -242,7 +242,7 @@ final class VersionsFS: Sendable {
 
 extension ContainerFS: VersionsTree {
     func mirrored(_ id: ItemID) -> (rec: ItemRecord, linked: Bool)? {
-        lock.withLock { t.byID[id].flatMap { t.nodes[$0] }.map { ($0.rec, $0.linked) } }
+        lock.withLock { t.byID[id].flatMap { t.nodes[$0] }.map { ($0.record(id), $0.linked) } }
     }
 
     func mirroredChildren(of id: ItemID) throws(Errno) -> [(name: String, id: ItemID, isDir: Bool)] {
@@ -250,7 +250,7 @@ extension ContainerFS: VersionsTree {
             guard let fn = t.byID[id], let f = t.nodes[fn], f.isDir else { throw .ENOENT }
             return f.children.compactMap { name, child in
                 guard let c = t.nodes[child], c.linked, c.rec.kind != .symlink else { return nil }
-                return (name, c.rec.id, c.isDir)
+                return (name, c.id(in: fn, named: name), c.isDir)
             }
         }
     }

@@ -62,6 +62,16 @@ public struct ContentCache: Sendable {
 
     public func remove(_ id: ItemID) { unlink(path(for: id)) }
 
+    /// Gives item `to` the file of item `from` (a hard link on disk: the names of a file linked
+    /// in the mount share one content file). 0 or an errno.
+    public func link(_ from: ItemID, as to: ItemID) -> Int32 {
+        let dest = path(for: to)
+        if Glibc.link(path(for: from), dest) == 0 { return 0 }
+        guard errno == ENOENT else { return errno }
+        mkdir((dest as NSString).deletingLastPathComponent, 0o700)
+        return Glibc.link(path(for: from), dest) == 0 ? 0 : errno
+    }
+
     /// Where the files of deleted items wait until their deletion is committed.
     public var trashDirectory: String { root + "/trash" }
 

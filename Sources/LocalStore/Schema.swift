@@ -72,6 +72,40 @@ enum Schema {
         m.registerMigration("v4-special-files") { db in
             try db.execute(sql: "ALTER TABLE item ADD COLUMN rdev INTEGER NOT NULL DEFAULT 0")
         }
+        // Hard links: the names of one file share its node (st_ino), each an item of its own.
+        // SQLite cannot drop a UNIQUE constraint: the table is rebuilt (foreign keys are checked
+        // once the migration is done).
+        m.registerMigration("v5-hard-links") { db in
+            try db.execute(sql: """
+                CREATE TABLE item_new (
+                    id      TEXT PRIMARY KEY NOT NULL,
+                    node    INTEGER NOT NULL CHECK (node > 0),
+                    parent  TEXT REFERENCES item(id) DEFERRABLE INITIALLY DEFERRED,
+                    name    TEXT NOT NULL,
+                    kind    TEXT NOT NULL CHECK (kind IN ('file', 'folder', 'symlink')),
+                    mode    INTEGER NOT NULL,
+                    uid     INTEGER NOT NULL,
+                    gid     INTEGER NOT NULL,
+                    size    INTEGER NOT NULL CHECK (size >= 0),
+                    atime   INTEGER NOT NULL,
+                    mtime   INTEGER NOT NULL,
+                    ctime   INTEGER NOT NULL,
+                    btime   INTEGER NOT NULL,
+                    target  TEXT,
+                    version INTEGER,
+                    dirty   INTEGER NOT NULL DEFAULT 1 CHECK (dirty IN (0, 1)),
+                    rdev    INTEGER NOT NULL DEFAULT 0,
+                    CHECK ((parent IS NULL) = (id = '00000000-0000-0000-0000-000000000000')),
+                    CHECK ((kind = 'symlink') = (target IS NOT NULL))
+                );
+                INSERT INTO item_new (id, node, parent, name, kind, mode, uid, gid, size, atime, mtime, ctime, btime, target, version, dirty, rdev)
+                    SELECT id, node, parent, name, kind, mode, uid, gid, size, atime, mtime, ctime, btime, target, version, dirty, rdev FROM item;
+                DROP TABLE item;
+                ALTER TABLE item_new RENAME TO item;
+                CREATE INDEX item_parent ON item(parent, name);
+                CREATE INDEX item_node ON item(node);
+                """)
+        }
         return m
     }
 

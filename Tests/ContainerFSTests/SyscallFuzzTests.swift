@@ -51,7 +51,7 @@ import Testing
             let caller = rng.pick(callers)
             let v = rng.pick(Self.extremes)
             do {
-                switch rng.below(16) {
+                switch rng.below(17) {
                 case 0: nodes.append(try fs.mkdir(parent: node, name: name, mode: mode_t(truncatingIfNeeded: v), caller: caller).node)
                 case 1:
                     let (e, o) = try fs.create(parent: node, name: name, mode: mode_t(truncatingIfNeeded: v), flags: O_RDWR, caller: caller)
@@ -99,6 +99,7 @@ import Testing
                     fs.release(node: h.node, handle: h.handle)
                 case 13: fs.forget(node: node, count: UInt64(bitPattern: v))
                 case 14: _ = try fs.symlink(target: Array(name.utf8), parent: node, name: rng.pick(Self.names), caller: caller)
+                case 15: _ = try fs.link(node: node, newParent: rng.pick(nodes), newName: name)
                 default: _ = try fs.getattr(node: node)
                 }
             } catch {
@@ -114,6 +115,10 @@ import Testing
             for n in fs.t.nodes.values where n.linked && n.node != NodeID.root {
                 let p = try fs.node(n.parentNode)
                 #expect(p.children[n.rec.name] == n.node, "\(n.rec.name) is in its folder")
+                for l in n.links {
+                    let lp = try fs.node(l.parentNode)
+                    #expect(fs.t.byID[l.id] == n.node && lp.children[l.name] == n.node, "link \(l.name) is in its folder")
+                }
             }
         }
         #expect(store.sync() == nil)
@@ -131,7 +136,9 @@ import Testing
         fs.lock.withLock {
             var out: [[UInt8]: String] = [:]
             for n in fs.t.nodes.values where n.linked && n.node != NodeID.root {
-                out[Array(fs.pathLocked(n).utf8)] = "\(n.rec.kind) \(n.rec.size) \(String(n.rec.mode, radix: 8))"
+                for id in n.itemIDs {
+                    out[Array(fs.pathLocked(n, id).utf8)] = "\(n.rec.kind) \(n.rec.size) \(String(n.rec.mode, radix: 8)) \(n.node) \(n.nameCount)"
+                }
             }
             return out
         }
