@@ -31,6 +31,7 @@ extension ContainerFS {
             // A node whose content a remote version replaced (its item lives on in a new node):
             // the kernel reached it through a stale name; ESTALE makes it look the name up again.
             if !n.linked, let live = t.byID[n.rec.id], live != n.node { throw .ESTALE }
+            relinkCacheFile(n, n.rec.id)
             let fd = store.cache.open(n.rec.id, create: true, size: n.rec.size)
             if fd < 0 { throw Errno(-fd) }
             let h = ids.newHandle(.file(fd))

@@ -30,7 +30,7 @@ extension ContainerFS {
             guard p.children[newName] == nil else { throw .EEXIST }
             guard n.links.count + 1 < Self.maxLinks else { throw .EMLINK }
             if n.rec.kind == .file, !n.rec.isSpecial {
-                guard content.isPresent(n.rec.id, range: 0..<n.rec.size) else { throw .EAGAIN }
+                guard n.unnoticed || content.isPresent(n.rec.id, range: 0..<n.rec.size) else { throw .EAGAIN }
                 materializeCacheFile(n)
                 let rc = store.cache.link(n.rec.id, as: newID)
                 if rc != 0 { throw Errno(rc) }
@@ -52,8 +52,18 @@ extension ContainerFS {
         return e
     }
 
+    /// Gives name `id` of linked file `n` its link to the shared content file again when it has
+    /// none (lock held): a crash can lose a link made on disk after its row was committed (the
+    /// cache folder is not synced with the database). False when no name has a file.
+    @discardableResult
+    func relinkCacheFile(_ n: Node, _ id: ItemID) -> Bool {
+        guard !n.links.isEmpty, n.rec.kind == .file, !n.rec.isSpecial, store.cache.size(of: id) == nil else { return false }
+        for other in n.itemIDs where other != id && store.cache.link(other, as: id) == 0 { return true }
+        return false
+    }
+
     /// Whether `node` is a file whose content must be downloaded before it can be linked.
-    func linkNeedsContent(_ node: NodeID) -> ItemID? {
+    public func linkNeedsContent(_ node: NodeID) -> ItemID? {
         placeholder(node: node, range: 0..<Int64.max)
     }
 

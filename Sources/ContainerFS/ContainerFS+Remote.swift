@@ -198,7 +198,9 @@ extension ContainerFS {
         guard lazyContent else { return .direct }
         let (stale, id) = lock.withLock { () -> (StaleHandle?, ItemID?) in
             if let s = t.stale[handle] { return (s, nil) }
-            guard let n = t.nodes[node], n.rec.kind == .file else { return (nil, nil) }
+            // A change the engine has not heard of yet (an editor's save that took over a
+            // placeholder's identity) left its bytes here whole: never fetch the old ones over them.
+            guard let n = t.nodes[node], n.rec.kind == .file, !n.unnoticed else { return (nil, nil) }
             return (nil, n.rec.id)
         }
         if let stale {
@@ -221,7 +223,7 @@ extension ContainerFS {
     func placeholder(node: NodeID, range: Range<Int64>) -> ItemID? {
         guard lazyContent else { return nil }
         let id = lock.withLock { () -> ItemID? in
-            guard let n = t.nodes[node], n.rec.kind == .file else { return nil }
+            guard let n = t.nodes[node], n.rec.kind == .file, !n.unnoticed else { return nil }
             return n.rec.id
         }
         guard let id, !content.isPresent(id, range: range) else { return nil }
@@ -246,10 +248,15 @@ extension ContainerFS {
             if let n = existing, let p = t.nodes[n.place(s.id).parentNode] { removeRemote(n, s.id, from: p, now: now, &actions) }
             return .done
         }
-        if let n = existing, !n.links.isEmpty {
-            // A commit's answer for one of the names of a file linked here: nothing to show
-            // (what it sent is the node's).
-            if s.sentPlace != nil && !s.resetContent { applied(s.id); return .done }
+        if let n = existing, !n.links.isEmpty, !Mutation.linkedNameShownInPlace.isOn {
+            // A commit's answer for one of the names of a file linked here: nothing to show when
+            // it holds what the commit sent (the node's); a place the server chose (a name taken
+            // there) or attributes merged with others set elsewhere are another device's change.
+            if let sent = s.sentPlace, !s.resetContent, s.parent == sent.parent, ItemName.same(s.name, sent.name),
+               s.xattrs == nil || s.xattrs == s.sentXattrs {
+                applied(s.id)
+                return .done
+            }
             if n.rec.kind == .file && s.resetContent
                 && (n.beingWritten || n.unnoticed || s.unlessWrittenSince.map { $0 != n.writeGen } == true) { return .skip }
             // Another device's state of one of its names: that name leaves the node.
@@ -455,8 +462,9 @@ extension ContainerFS {
     public func openCacheFile(_ item: ItemID) -> Int32 {
         lock.withLock {
             let fd = store.cache.open(item, create: false)
-            // (The names of a linked file each have a link to its content file: never a new one.)
-            guard fd == -ENOENT, let node = t.byID[item], let n = t.nodes[node], n.linked, n.rec.kind == .file, n.links.isEmpty else { return fd }
+            guard fd == -ENOENT, let node = t.byID[item], let n = t.nodes[node], n.linked, n.rec.kind == .file else { return fd }
+            // The names of a linked file each have a link to its content file: never a new one.
+            if !n.links.isEmpty { return relinkCacheFile(n, item) ? store.cache.open(item, create: false) : fd }
             return store.cache.open(item, create: true, size: n.rec.size)
         }
     }

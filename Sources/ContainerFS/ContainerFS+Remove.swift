@@ -196,7 +196,12 @@ extension ContainerFS {
             let target = np.children[newName].flatMap { t.nodes[$0] }
             let targetID = target.map { $0.id(in: np.node, named: newName) }
             let now = options.clock.wall()
-            if let target, target === s { return }  // same file (the same name, or two links of it): nothing to do (POSIX)
+            if let target, target === s {
+                // Same file (the same name, or two links of it): nothing to do (POSIX), but a
+                // name that exists is taken for RENAME_NOREPLACE (the kernel checks that first).
+                if flags.contains(.noReplace) { throw .EEXIST }
+                return
+            }
             if s.isDir && isInside(np, s) { throw .EINVAL }
 
             if flags.contains(.exchange) {

@@ -31,6 +31,10 @@ public enum Mutation: String, CaseIterable, Sendable {
     /// A remote item whose name a local-only item (FIFO, socket, device node) holds here waits
     /// for the name, like one whose name an item not uploaded yet holds (`ContainerFS.nameBeside`).
     case remoteWaitsBehindLocalOnly = "remote-waits-behind-local-only"
+    /// A server state of one name of a file hard-linked here is shown on the shared inode, as if
+    /// the file had that name alone (`ContainerFS.splitOff` skipped): the other names take its
+    /// place, content and attributes.
+    case linkedNameShownInPlace = "linked-name-shown-in-place"
     /// A remote state planned before a rename or move made here (or shown while its notice is on
     /// its way to the engine) moves the item back to the server's place: the local rename is lost.
     case pullUndoesLocalMove = "pull-undoes-local-move"

@@ -69,6 +69,8 @@ public enum SimAction: String, Sendable, CaseIterable {
     /// Write a `.nimbusignore` in `folder` with one of `SimPlan.ignoreRules` (the `pick`-th), or
     /// now and then remove the one there.
     case ignoreRule
+    /// Give a present file (the `pick`-th) another name at `toFolder/toName` (`ln`): a hard link.
+    case link
 }
 
 public struct SimStep: Sendable, CustomStringConvertible {
@@ -101,6 +103,7 @@ public struct SimStep: Sendable, CustomStringConvertible {
         case .create, .mkfifo: return "\(round): \(dev) \(action) \(SimPlan.path(folder, name))"
         case .mkdir, .rmdir, .rmTree: return "\(round): \(dev) \(action) \(folder)"
         case .rename: return "\(round): \(dev) rename #\(pick) to \(toName)"
+        case .link: return "\(round): \(dev) ln #\(pick) \(SimPlan.path(toFolder, toName))"
         case .move: return "\(round): \(dev) move #\(pick) to \(SimPlan.path(toFolder, toName))"
         case .write, .delete, .saveOver, .writeOpen, .saveAside, .trashRestore, .trashPurge: return "\(round): \(dev) \(action) #\(pick)"
         case .setxattr: return "\(round): \(dev) setxattr #\(pick) \(xattrName)\(xattrRemoves ? " removed" : "")"
@@ -133,6 +136,9 @@ public struct SimPlan: Sendable {
     public static let localOnlyWeights: [(SimAction, Int)] = weights + [(.mkfifo, 4), (.setxattr, 5)]
     /// The run with `.nimbusignore` files (`ignore`): rules written and removed in every folder.
     public static let ignoreWeights: [(SimAction, Int)] = weights + [(.ignoreRule, 3)]
+    /// The run with hard links (`links`): files given more names, which other devices edit,
+    /// rename and delete as the files they are there.
+    public static let linkWeights: [(SimAction, Int)] = weights + [(.link, 5)]
     /// What `ignoreRule` writes: rules over the names and folders the steps use.
     public static let ignoreRules = ["b.txt\n", "*.txt\n!a.txt\n", "d2/\n", "c.*\n", "/e.txt\nd3/\n", "*\n!*/\n!d.txt\n"]
 
@@ -149,13 +155,13 @@ public struct SimPlan: Sendable {
     public let ignores: Bool
 
     public init(seed: UInt64, rounds: Int, devices: Int = 3, trash: Bool = false, purges: Bool = false, localOnly: Bool = false,
-                ignore: Bool = false) {
+                ignore: Bool = false, links: Bool = false) {
         self.seed = seed
         self.ignores = ignore
         self.restores = trash || purges
         self.devices = devices
         var rng = SplitMix64(seed: seed)
-        let weights = ignore ? Self.ignoreWeights : localOnly ? Self.localOnlyWeights : purges ? Self.purgeWeights : trash ? Self.trashWeights : Self.weights
+        let weights = links ? Self.linkWeights : ignore ? Self.ignoreWeights : localOnly ? Self.localOnlyWeights : purges ? Self.purgeWeights : trash ? Self.trashWeights : Self.weights
         let total = weights.reduce(0) { $0 + $1.1 }
         var steps: [SimStep] = []
         steps.reserveCapacity(rounds)

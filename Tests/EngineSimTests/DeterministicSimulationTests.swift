@@ -72,16 +72,39 @@ import Testing
         await Self.runSeeds(budget: Double(env["NIMBUS_SIM_IGNORE_SECONDS"] ?? "") ?? 20, atLeast: 0, apart: false, ignore: true)
     }
 
-    static func plan(_ seed: UInt64, apart: Bool, trash: Bool = false, localOnly: Bool = false, ignore: Bool = false) -> SimPlan {
+    /// With hard links (`NIMBUS_SIM_LINKS=1`, `NIMBUS_SIM_LINKS_SECONDS` default 20): files given
+    /// more names here, each an item of its own elsewhere, where devices write, rename and delete
+    /// them; a name changed elsewhere leaves its inode here, and the devices agree with every
+    /// last write kept. Not in the default run yet: seed 51 still ends with a device that kept a
+    /// linked name where the server put its item under another name (docs/sync.md).
+    @Test func seedsWithHardLinksConvergeAndKeepEveryLastWrite() async throws {
+        let env = ProcessInfo.processInfo.environment
+        guard env["NIMBUS_SIM_LINKS"] != nil else { return }
+        await Self.runSeeds(budget: Double(env["NIMBUS_SIM_LINKS_SECONDS"] ?? "") ?? 20, atLeast: 0, apart: false, links: true)
+    }
+
+    /// Seeds of the run with hard links that found a loss or a stall: 1, a commit's answer that
+    /// put a linked name elsewhere (a name taken on the server) was ignored; 22, a rename onto
+    /// another name of the same file with RENAME_NOREPLACE went through; 69 and 103, linking (or
+    /// reading) a placeholder right after an editor's save took over its identity downloaded the
+    /// old bytes over the new ones; 74 and 176, a name whose link to the content file a crash
+    /// lost could never be read or uploaded again.
+    @Test(arguments: [UInt64(1), 22, 69, 74, 103, 176])
+    func linkSeedsThatFoundBugs(_ seed: UInt64) async throws {
+        let r = await SimWorld.run(Self.plan(seed, apart: false, links: true))
+        #expect(r.failure == nil, "simulation seed \(seed) (hard links): \(r.failure ?? "")")
+    }
+
+    static func plan(_ seed: UInt64, apart: Bool, trash: Bool = false, localOnly: Bool = false, ignore: Bool = false, links: Bool = false) -> SimPlan {
         // Purges too, unless NIMBUS_SIM_PURGES=0.
         var p = SimPlan(seed: seed, rounds: rounds, trash: trash, purges: trash && ProcessInfo.processInfo.environment["NIMBUS_SIM_PURGES"] != "0",
-                        localOnly: localOnly, ignore: ignore)
+                        localOnly: localOnly, ignore: ignore, links: links)
         p.contentApart = apart
         return p
     }
 
     static func runSeeds(budget: Double, atLeast minimum: UInt64, apart: Bool, trash: Bool = false, localOnly: Bool = false,
-                         ignore: Bool = false) async {
+                         ignore: Bool = false, links: Bool = false) async {
         let env = ProcessInfo.processInfo.environment
         let maxFailures = Int(env["NIMBUS_SIM_MAX_FAILURES"] ?? "") ?? 3
         let started = ContinuousClock.now
@@ -105,24 +128,24 @@ import Testing
         await withTaskGroup(of: (UInt64, SimWorld.Report).self) { group in
             for _ in 0..<lanes {
                 guard let s = nextSeed() else { break }
-                group.addTask { (s, await SimWorld.run(plan(s, apart: apart, trash: trash, localOnly: localOnly, ignore: ignore))) }
+                group.addTask { (s, await SimWorld.run(plan(s, apart: apart, trash: trash, localOnly: localOnly, ignore: ignore, links: links))) }
             }
             while let (seed, report) = await group.next() {
                 ran += 1
                 if let failure = report.failure {
                     failures += 1
-                    Issue.record("simulation seed \(seed) (replay: SWIFT_DETERMINISTIC_HASHING=1 NIMBUS_SIM_SEEDS=\(seed)\(apart ? " NIMBUS_SIM_APART=1" : "")\(trash ? " NIMBUS_SIM_TRASH=1" : "")\(localOnly ? " NIMBUS_SIM_LOCAL=1" : "")\(ignore ? " NIMBUS_SIM_IGNORE=1" : "") NIMBUS_SIM_ROUNDS=\(Self.rounds) swift test --filter DeterministicSimulationTests): \(failure)")
+                    Issue.record("simulation seed \(seed) (replay: SWIFT_DETERMINISTIC_HASHING=1 NIMBUS_SIM_SEEDS=\(seed)\(apart ? " NIMBUS_SIM_APART=1" : "")\(trash ? " NIMBUS_SIM_TRASH=1" : "")\(localOnly ? " NIMBUS_SIM_LOCAL=1" : "")\(ignore ? " NIMBUS_SIM_IGNORE=1" : "")\(links ? " NIMBUS_SIM_LINKS=1" : "") NIMBUS_SIM_ROUNDS=\(Self.rounds) swift test --filter DeterministicSimulationTests): \(failure)")
                 } else if let explicit, explicit.count <= 20 {
                     print("simulation seed \(seed): \(report.figures)")
                 }
                 if let s = nextSeed() {
-                    group.addTask { (s, await SimWorld.run(plan(s, apart: apart, trash: trash, localOnly: localOnly, ignore: ignore))) }
+                    group.addTask { (s, await SimWorld.run(plan(s, apart: apart, trash: trash, localOnly: localOnly, ignore: ignore, links: links))) }
                 }
             }
         }
         let took = ContinuousClock.now - started
         let secs = Double(took.components.seconds) + Double(took.components.attoseconds) / 1e18
-        print("simulation\(apart ? " (content apart)" : "")\(trash ? " (restores and purges)" : "")\(localOnly ? " (local-only items)" : "")\(ignore ? " (.nimbusignore)" : ""): \(ran) seeds × \(Self.rounds) steps in \(EngineSim.seconds(took)) (\(String(format: "%.1f", Double(ran) / max(secs, 0.001))) seeds/s, \(lanes) at once), \(failures) failed")
+        print("simulation\(apart ? " (content apart)" : "")\(trash ? " (restores and purges)" : "")\(localOnly ? " (local-only items)" : "")\(ignore ? " (.nimbusignore)" : "")\(links ? " (hard links)" : ""): \(ran) seeds × \(Self.rounds) steps in \(EngineSim.seconds(took)) (\(String(format: "%.1f", Double(ran) / max(secs, 0.001))) seeds/s, \(lanes) at once), \(failures) failed")
     }
 
     /// The same seed twice gives the same trace: every decision, every journal entry, in order.

@@ -107,13 +107,13 @@ enum SimChecks {
                 // A shell's `>` to a FIFO writes into the pipe: no file is made.
                 if let existing, dev.entries(localOnly: true).contains(where: { $0.rec.node == existing && $0.rec.isSpecial }) { return "a FIFO has the name" }
                 let id = try dev.writeFile(node: existing, parent: parent, name: step.name, content: step.content)
-                ledger.wrote(device: dev.index, item: id, content: step.content)
+                ledger.wrote(on: dev, item: id, content: step.content)
             case .write:
                 let files = dev.files()
                 guard !files.isEmpty else { return "no file" }
                 let f = files[Int(step.pick % UInt64(files.count))]
                 let id = try dev.writeFile(node: f.rec.node, parent: .absent, name: f.rec.name, content: step.content)
-                ledger.wrote(device: dev.index, item: id, content: step.content)
+                ledger.wrote(on: dev, item: id, content: step.content)
                 return "ok (\(f.path))"
             case .rename, .move:
                 let files = dev.files()
@@ -168,12 +168,12 @@ enum SimChecks {
                 guard renamedID == tmpID else {
                     // Another file was renamed: this device's write lives on in `tmpID`; the
                     // file renamed went into the saved one (or became it).
-                    ledger.wrote(device: dev.index, item: tmpID, content: step.content)
+                    ledger.wrote(on: dev, item: tmpID, content: step.content)
                     if renamedID != id { ledger.deleted(device: dev.index, item: renamedID, showing: renamedShown) }
                     if f.rec.id != id { ledger.deleted(device: dev.index, item: f.rec.id, showing: targetShown) }
                     return "ok (\(f.path)), another file renamed"
                 }
-                ledger.wrote(device: dev.index, item: id, content: step.content)
+                ledger.wrote(on: dev, item: id, content: step.content)
                 // A temporary file left by an earlier save was overwritten, then went with the
                 // rename: this device deleted that item.
                 if tmpID != id { ledger.deleted(device: dev.index, item: tmpID, showing: shown) }
@@ -197,7 +197,7 @@ enum SimChecks {
                 }
                 // This device's earlier write to the file is overwritten; the new bytes are
                 // promised only once fsynced (at the close).
-                ledger.unpromised(device: dev.index, item: f.rec.id)
+                ledger.unpromised(on: dev, item: f.rec.id)
                 dev.openWriters.append((f.rec.node, h, step.content))
                 return "ok (\(f.path)), kept open"
             case .saveAside:
@@ -212,7 +212,7 @@ enum SimChecks {
                 // An editor takes a moment between its calls: the engines run meanwhile.
                 await dev.idle(milliseconds: gap(step, 0))
                 let id = try dev.writeFile(node: nil, parent: parent, name: f.rec.name, content: step.content)
-                ledger.wrote(device: dev.index, item: id, content: step.content)
+                ledger.wrote(on: dev, item: id, content: step.content)
                 await dev.idle(milliseconds: gap(step, 1))
                 // Deleting the backup gives the new file the document's identity (`remove`).
                 guard let b = dev.files().first(where: { $0.rec.parent == f.rec.parent && $0.rec.name == backup }) else { return "backup gone" }
@@ -246,6 +246,17 @@ enum SimChecks {
                     ledger.setXattr(device: dev.index, item: f.rec.id, name: step.xattrName, value: step.content)
                 }
                 return "ok (\(f.path))"
+            case .link:
+                let files = dev.files().filter { !$0.rec.isSpecial }
+                guard !files.isEmpty else { return "no file" }
+                let f = files[Int(step.pick % UInt64(files.count))]
+                guard let parent = dev.folderNode(step.toFolder) else { return "no folder \(step.toFolder)" }
+                guard dev.lookup(parent, step.toName) == nil else { return "name taken" }
+                // A placeholder's content is downloaded first, as the mount does (`FuseAdapter.link`).
+                if fs.linkNeedsContent(f.rec.node) != nil { _ = try await dev.read(f.rec) }
+                let e = try fs.link(node: f.rec.node, newParent: parent, newName: step.toName)
+                fs.forget(node: e.node, count: 1)
+                return "ok (\(f.path))"
             case .mkfifo:
                 guard let parent = dev.folderNode(step.folder) else { return "no folder \(step.folder)" }
                 if let there = dev.lookup(parent, step.name) {
@@ -264,7 +275,7 @@ enum SimChecks {
                     return "ok (removed)"
                 }
                 let id = try dev.writeFile(node: there, parent: parent, name: IgnoreMatch.fileName, content: step.ignoreText)
-                ledger.wrote(device: dev.index, item: id, content: step.ignoreText)
+                ledger.wrote(on: dev, item: id, content: step.ignoreText)
             case .mkdir:
                 let e = try fs.mkdir(parent: NodeID.root, name: step.folder, mode: 0o755, caller: .process)
                 fs.forget(node: e.node, count: 1)
@@ -299,7 +310,7 @@ enum SimChecks {
         } catch let e as Errno {
             return "\(e)"
         } catch let e as WriteNotDurable {
-            if let id = e.item { ledger.unpromised(device: dev.index, item: id) }
+            if let id = e.item { ledger.unpromised(on: dev, item: id) }
             return "\(e)"
         } catch let e as WrittenAfterDelete {
             return "\(e)"
@@ -314,12 +325,14 @@ enum SimChecks {
         guard let parent = f.rec.parent.flatMap(dev.node(of:)) else { throw Errno.ENOENT }
         let files = dev.files()
         let before = Dictionary(files.map { ($0.rec.node, $0.rec.id) }, uniquingKeysWith: { a, _ in a })
+        // (The names of a hard-linked file share its node: each pair is one name.)
+        let names = Set(files.map { "\($0.rec.node) \($0.rec.id)" })
         let shown = (try? dev.fs.getxattr(node: f.rec.node, name: NimbusXattr.version.name)).flatMap { Int64(String(decoding: $0, as: UTF8.self)) }
         try dev.fs.unlink(parent: parent, name: f.rec.name)
         ledger.deleted(device: dev.index, item: f.rec.id, showing: shown)
         // An editor's save (rename away, create, delete the backup): the new file took
         // the deleted item's identity (ContainerFS+Remove.swift).
-        for g in dev.files() where before[g.rec.node].map({ $0 != g.rec.id }) == true {
+        for g in dev.files() where !names.contains("\(g.rec.node) \(g.rec.id)") && before[g.rec.node].map({ $0 != g.rec.id }) == true {
             ledger.identityMoved(device: dev.index, from: before[g.rec.node]!, to: g.rec.id)
             ledger.placeUnknown(before[g.rec.node]!)
             ledger.placeUnknown(g.rec.id)
@@ -342,10 +355,10 @@ enum SimChecks {
                 // also when the item was shown again since (as another node: a file of its own).
                 // Written again since by another step here: that write is the last.
                 if let id, d.fs.localState(id)?.node == w.node, !d.rewritten.contains(w.handle) {
-                    ledger.wrote(device: d.index, item: id, content: w.content)
+                    ledger.wrote(on: d, item: id, content: w.content)
                 }
             } catch {
-                if let id { ledger.unpromised(device: d.index, item: id) }
+                if let id { ledger.unpromised(on: d, item: id) }
                 outcome = "fsync failed: \(error)"
             }
             d.fs.release(node: w.node, handle: w.handle)
@@ -514,4 +527,16 @@ enum SimChecks {
 struct SimFailure: Error, CustomStringConvertible {
     let description: String
     init(_ d: String) { description = d }
+}
+
+extension SimLedger {
+    /// A write on `dev` to `item` is a write to every name of its file there (hard links share
+    /// the content: `.link`).
+    mutating func wrote(on dev: SimDevice, item: ItemID, content: String) {
+        for id in dev.names(of: item) { wrote(device: dev.index, item: id, content: content) }
+    }
+
+    mutating func unpromised(on dev: SimDevice, item: ItemID) {
+        for id in dev.names(of: item) { unpromised(device: dev.index, item: id) }
+    }
 }

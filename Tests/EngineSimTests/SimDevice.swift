@@ -236,6 +236,13 @@ final class SimDevice: @unchecked Sendable {
 
     func node(of id: ItemID) -> NodeID? { id.isRoot ? NodeID.root : fs.localState(id)?.node }
 
+    /// `id` and every other name of its file here (hard links), in path order.
+    func names(of id: ItemID) -> [ItemID] {
+        guard let node = node(of: id) else { return [id] }
+        let all = entries(localOnly: true).filter { $0.rec.node == node }.map(\.rec.id)
+        return all.contains(id) ? all : [id] + all
+    }
+
     /// The content of a file here, downloaded first when it is a placeholder (as a read would).
     func read(_ rec: ItemRecord) async throws -> String {
         let h = try fs.open(node: rec.node, flags: O_RDONLY)
