@@ -89,6 +89,7 @@ extension ContainerFS {
     /// Takes name `id` off `n`'s names (lock held), the next name becoming the first when it is
     /// the first; `t.byID` forgets it.
     private func dropName(_ n: Node, _ id: ItemID) {
+        n.droppedNames.insert(id)
         if let i = n.linkIndex(id) {
             n.links.remove(at: i)
         } else if !n.links.isEmpty {

@@ -77,6 +77,8 @@ final class Node {
     /// of its own, which the server and other devices see as an ordinary file with the same
     /// content. `rec` holds the first name; everything but the place is the node's, shared.
     var links: [LinkName] = []
+    /// Names this file had and lost while it had others (`ContainerFS.dropName`).
+    var droppedNames: Set<ItemID> = []
 
     init(_ rec: ItemRecord) { self.rec = rec }
 
@@ -136,10 +138,12 @@ final class Node {
         links[i].placeGen &+= 1
         return links[i].placeGen
     }
+    /// (A name of this file removed meanwhile, `droppedNames`, is no one's: its generation must
+    /// not become the first name's.)
     func noticedPlace(_ id: ItemID, _ gen: UInt64) {
         if let i = linkIndex(id) {
             if links[i].placeNoticed < gen { links[i].placeNoticed = gen }
-        } else if placeNoticed < gen {
+        } else if !droppedNames.contains(id), placeNoticed < gen {
             placeNoticed = gen
         }
     }
