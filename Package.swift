@@ -151,7 +151,7 @@ let package = Package(
         // kernel cache notifications; implements MountPorts' MountedTree.
         .target(
             name: "ContainerFS",
-            dependencies: ["NimbusCore", "LocalStore", "FuseKit", "MountPorts", "Coordination", "PresenterProtocol", .product(name: "Logging", package: "swift-log")],
+            dependencies: ["NimbusCore", "SyncCore", "LocalStore", "FuseKit", "MountPorts", "Coordination", "PresenterProtocol", .product(name: "Logging", package: "swift-log")],
             swiftSettings: strict
         ),
         // Content-defined chunking: how every device (and the server, for what it receives whole)

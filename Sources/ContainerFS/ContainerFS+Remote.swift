@@ -3,6 +3,7 @@ import Glibc
 import LocalStore
 import MountPorts
 import NimbusCore
+import SyncCore
 
 /// The kernel's caches, for changes that did not come through the kernel (remote changes).
 /// The FUSE adapter implements it; tests use a recorder.
@@ -248,20 +249,25 @@ extension ContainerFS {
             if let n = existing, let p = t.nodes[n.place(s.id).parentNode] { removeRemote(n, s.id, from: p, now: now, &actions) }
             return .done
         }
-        if let n = existing, !n.links.isEmpty, !Mutation.linkedNameShownInPlace.isOn {
-            // A commit's answer for one of the names of a file linked here: nothing to show when
-            // it holds what the commit sent (the node's); a place the server chose (a name taken
-            // there) or attributes merged with others set elsewhere are another device's change.
-            if let sent = s.sentPlace, !s.resetContent, s.parent == sent.parent, ItemName.same(s.name, sent.name),
-               s.xattrs == nil || s.xattrs == s.sentXattrs {
+        if let n = existing, !n.links.isEmpty {
+            // One name of a file hard-linked here (ShowRules.linkedName).
+            let answer = s.sentPlace.map { sent in
+                ShowRules.Answer(placeAsSent: s.parent == sent.parent && ItemName.same(s.name, sent.name),
+                                 xattrsAsSent: s.xattrs == nil || s.xattrs == s.sentXattrs)
+            }
+            let held = n.rec.kind == .file && (n.beingWritten || n.unnoticed || s.unlessWrittenSince.map { $0 != n.writeGen } == true)
+            switch ShowRules.linkedName(answer: answer, resetsContent: s.resetContent, heldHere: held) {
+            case .nothingToShow:
                 applied(s.id)
                 return .done
+            case .wait:
+                return .skip
+            case .takeOff(let copy):
+                guard let fresh = splitOff(n, s.id, copyContent: copy, &actions) else { return .skip }
+                existing = fresh
+            case .showOnInode:
+                break
             }
-            if n.rec.kind == .file && s.resetContent
-                && (n.beingWritten || n.unnoticed || s.unlessWrittenSince.map { $0 != n.writeGen } == true) { return .skip }
-            // Another device's state of one of its names: that name leaves the node.
-            guard let fresh = splitOff(n, s.id, copyContent: !s.resetContent, &actions) else { return .skip }
-            existing = fresh
         }
         var s = existing.map { keepingLocalPlace(s, of: $0) } ?? s
         // Renamed or moved here after the engine planned this state, or while the notice of it
@@ -381,8 +387,8 @@ extension ContainerFS {
     /// engine: those are pushed next, on this version, and the server merges them name by name.
     /// Attributes past the budget (set before it held) never sync and stay as they are.
     private func showXattrs(_ s: RemoteState, on n: Node) {
-        guard let remote = s.xattrs, remote != n.xattrs, n.rec.kind != .symlink, !n.xattrsUnnoticed,
-              s.sentXattrs.map({ $0 == n.xattrs }) ?? true, UserXattrs.size(n.xattrs) <= UserXattrs.budget else { return }
+        guard let remote = s.xattrs, XattrRules.showRemote(remote, here: n.xattrs, isSymlink: n.rec.kind == .symlink,
+                                                          changeOnItsWay: n.xattrNotices > 0, sent: s.sentXattrs) else { return }
         for name in n.xattrs.keys where remote[name] == nil { store.enqueue(.removeXattr(s.id, name: name)) }
         for (name, value) in remote where n.xattrs[name] != value { store.enqueue(.setXattr(s.id, name: name, value: value)) }
         n.xattrs = remote
@@ -435,7 +441,8 @@ extension ContainerFS {
     /// device shows it there. So for an item ignored here (`.nimbusignore`), whose changes stay
     /// here. Nil when `occupant` is neither (lock held).
     func nameBeside(_ occupant: NodeID, in p: Node, for name: String, item: NodeID? = nil) -> String? {
-        guard let o = t.nodes[occupant], o.rec.isSpecial || ignoredLocked(o), !Mutation.remoteWaitsBehindLocalOnly.isOn else { return nil }
+        guard let o = t.nodes[occupant],
+              ShowRules.takenName(occupantLocalOnly: o.rec.isSpecial, occupantIgnored: !o.rec.isSpecial && ignoredLocked(o)) == .besideIt else { return nil }
         return ItemName(trusted: name).deduplicated { p.children[$0].map { $0 != item } ?? false }.value
     }
 

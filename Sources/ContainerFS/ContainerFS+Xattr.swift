@@ -92,7 +92,7 @@ extension ContainerFS {
     }
 
     /// An attribute change's notice: a remote state shown before it reaches the engine keeps the
-    /// local attributes (`Node.xattrsUnnoticed`).
+    /// local attributes (`XattrRules.showRemote`).
     private func notifyXattrs(_ id: ItemID, _ n: Node) {
         let all = forEveryName(.attributesChanged(id))
         for c in all { queue(c) }

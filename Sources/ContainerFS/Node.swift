@@ -64,7 +64,6 @@ final class Node {
     /// `setxattr`/`removexattr` calls whose notice the sync engine has not had yet: while
     /// positive, a remote state keeps the local attributes (they are pushed next).
     var xattrNotices = 0
-    var xattrsUnnoticed: Bool { xattrNotices > 0 && !Mutation.pullOverwritesUnnoticedXattrs.isOn }
     var placeNoticed: UInt64 = 0
     /// A change of this content waits for its notice (`noticesPending`).
     var unnoticed: Bool { noticesPending > 0 && !Mutation.pullOverlooksUnnoticedChange.isOn }

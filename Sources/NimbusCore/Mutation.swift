@@ -46,7 +46,7 @@ public enum Mutation: String, CaseIterable, Sendable {
     /// set different attributes of one item keep only the last one's (`ExtraMerge`).
     case extraReplacedWhole = "extra-replaced-whole"
     /// A remote state replaces the item's user attributes although they changed here and the
-    /// engine has not heard of it yet (`Node.xattrsUnnoticed`): the local `setxattr` is lost.
+    /// engine has not heard of it yet (`XattrRules.showRemote`): the local `setxattr` is lost.
     case pullOverwritesUnnoticedXattrs = "pull-overwrites-unnoticed-xattrs"
     /// A commit's answer whose attributes the server merged with others set elsewhere is only
     /// recorded, not shown (`SyncItem.planSettle`): this device never shows those others.
