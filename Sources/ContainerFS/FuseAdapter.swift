@@ -92,20 +92,13 @@ public final class FuseAdapter: FuseFilesystem {
         guard case .item = fs.ids.owner(of: node) else { return reply.error(.EPERM) }
         // truncate(2) of a placeholder to a non-zero size keeps bytes: download them first.
         if let size = changes.size, size > 0, let id = fs.placeholder(node: node, range: 0..<Int64.max) {
-            if fs.refusesDownload(pid: reply.context.pid, node: node) { return reply.error(.EACCES) }
-            let box = ReplyBox(reply)
             let fs = self.fs
-            fs.content.hydrate(id, range: 0..<Int64.max) { error in
-                guard let r = box.take() else { return }
-                if let error { return r.error(error) }
-                let result: Result<stat, Errno>
-                do { result = .success(try fs.setattr(node: node, changes, handle: handle)) } catch { result = .failure(error as? Errno ?? .EIO) }
-                switch result {
+            return afterDownload(id, node: node, reply) { r in
+                switch Result(catching: { () throws(Errno) in try fs.setattr(node: node, changes, handle: handle) }) {
                 case .success(let st): r.attr(st, timeout: fs.options.attrTimeout)
                 case .failure(let e): r.error(e)
                 }
             }
-            return
         }
         do { reply.attr(try fs.setattr(node: node, changes, handle: handle), timeout: fs.options.attrTimeout) } catch { reply.error(error) }
     }
@@ -181,20 +174,13 @@ public final class FuseAdapter: FuseFilesystem {
         guard case .item = fs.ids.owner(of: node), case .item = fs.ids.owner(of: newParent) else { return reply.error(.EPERM) }
         // The names of a file share its content here: a placeholder's is downloaded first.
         if let id = fs.linkNeedsContent(node) {
-            if fs.refusesDownload(pid: reply.context.pid, node: node) { return reply.error(.EACCES) }
-            let box = ReplyBox(reply)
             let fs = self.fs
-            fs.content.hydrate(id, range: 0..<Int64.max) { error in
-                guard let r = box.take() else { return }
-                if let error { return r.error(error) }
-                let result: Result<FuseEntry, Errno>
-                do { result = .success(try fs.link(node: node, newParent: newParent, newName: newName)) } catch { result = .failure(error as? Errno ?? .EIO) }
-                switch result {
+            return afterDownload(id, node: node, reply) { r in
+                switch Result(catching: { () throws(Errno) in try fs.link(node: node, newParent: newParent, newName: newName) }) {
                 case .success(let e): r.entry(e)
                 case .failure(let e): r.error(e)
                 }
             }
-            return
         }
         do { reply.entry(try fs.link(node: node, newParent: newParent, newName: newName)) } catch { reply.error(error) }
     }
@@ -228,20 +214,13 @@ public final class FuseAdapter: FuseFilesystem {
         // Writing into a placeholder: download it all first, so local bytes are never mixed
         // with holes a later download would fill (O_TRUNC needs nothing: the bytes go anyway).
         if flags & O_ACCMODE != O_RDONLY, flags & O_TRUNC == 0, let id = fs.placeholder(node: node, range: 0..<Int64.max) {
-            if fs.refusesDownload(pid: reply.context.pid, node: node) { return reply.error(.EACCES) }
-            let box = ReplyBox(reply)
             let fs = self.fs
-            fs.content.hydrate(id, range: 0..<Int64.max) { error in
-                guard let r = box.take() else { return }
-                if let error { return r.error(error) }
-                let result: Result<FuseOpen, Errno>
-                do { result = .success(try fs.open(node: node, flags: flags)) } catch { result = .failure(error as? Errno ?? .EIO) }
-                switch result {
+            return afterDownload(id, node: node, reply) { r in
+                switch Result(catching: { () throws(Errno) in try fs.open(node: node, flags: flags) }) {
                 case .success(let o): r.open(o)
                 case .failure(let e): r.error(e)
                 }
             }
-            return
         }
         let kill = flags & O_TRUNC != 0 && reply.context.uid != 0
         do { reply.open(try fs.open(node: node, flags: flags, killSetID: kill)) } catch { reply.error(error) }
@@ -484,6 +463,21 @@ public struct SessionKernelCache: KernelCache {
 }
 
 /// Carries a reply into a provider's completion (which may run on any thread, exactly once).
+extension FuseAdapter {
+    /// Downloads all of placeholder `id` (node `node`), then lets `then` answer (deferred: no FUSE
+    /// thread waits); a program the download policy refuses gets EACCES, a failed download its
+    /// errno.
+    func afterDownload(_ id: ItemID, node: NodeID, _ reply: consuming FuseReply, then: @escaping @Sendable (consuming FuseReply) -> Void) {
+        if fs.refusesDownload(pid: reply.context.pid, node: node) { return reply.error(.EACCES) }
+        let box = ReplyBox(reply)
+        fs.content.hydrate(id, range: 0..<Int64.max) { error in
+            guard let r = box.take() else { return }
+            if let error { return r.error(error) }
+            then(r)
+        }
+    }
+}
+
 final class ReplyBox: Sendable {
     // The reply is taken under the mutex, so only one caller can answer it.
     private let reply: Mutex<FuseReply?>
