@@ -43,6 +43,11 @@ extension ContainerFS {
             p.rec.ctime = now
             n.rec.ctime = now
             linkedFiles.store(true, ordering: .relaxed)
+            // A name a file was just renamed away from (`ln b a` after `mv a b`): its first upload
+            // waits a moment, as a new file's there does, so the rename goes first. Sent in one
+            // batch with a commit drafted before the rename, it would find the name taken on the
+            // server and be moved beside it.
+            noteCreated(n, folder: p.node, name: newName)
             persist(n)  // every name's row: the new one, and the shared ctime
             for (name, value) in n.xattrs { store.enqueue(.setXattr(newID, name: name, value: value)) }
             persist(p)
