@@ -77,6 +77,10 @@ public enum Mutation: String, CaseIterable, Sendable {
     /// A folder's delete goes while an item the server has below it is still to be pushed
     /// (moved out here).
     case folderDeleteBeforeMovesOut = "folder-delete-before-moves-out"
+    /// An item is committed at a name the server has another item of this device at, which was
+    /// moved away or deleted here, before that item's push (`CommitPlan.nameFirst`): the server
+    /// finds the name taken and puts the item beside it (`NAME 2`).
+    case nameTakenBeforeItIsLeft = "name-taken-before-it-is-left"
     /// At start, a content change queued before the stop leaves a placeholder's base as it
     /// was: the file's bytes, written here, count as not downloaded.
     case forgetWholeAfterCrash = "forget-whole-after-crash"

@@ -28,6 +28,31 @@ public struct ItemTable: Sendable {
     /// Items that live on this device only (`UploadState.deviceLocal`: FIFOs, sockets, device
     /// nodes, SQLite's journals).
     public private(set) var localOnly = 0
+    /// Which item the server has at each place (folder and name), as this device last heard
+    /// (`Place(item)`): `CommitPlan.nameFirst` asks which item holds a name there.
+    private var atPlace: [Place: ItemID] = [:]
+    public struct Place: Hashable, Sendable {
+        public var parent: ItemID
+        public var name: ItemName
+        public init(parent: ItemID, name: ItemName) {
+            self.parent = parent
+            self.name = name
+        }
+        /// Where the server has the item, as this device last heard: its newest state, shown
+        /// (the base) or held back here (a state held for its push can be the one that answered
+        /// a commit whose answer was lost).
+        init?(_ item: Item?) {
+            guard let item else { return nil }
+            let h = item.remote
+            guard let r = [item.base?.record, h.forLock, h.forWriter, h.skipped].compactMap({ $0 }).max(by: { $0.version < $1.version }),
+                  !r.deleted else { return nil }
+            self.init(parent: r.parent, name: r.name)
+        }
+    }
+
+    /// The item the server had at `place` when this device last heard.
+    public func holder(of place: Place) -> ItemID? { atPlace[place] }
+
     /// Generations handed out so far (`CacheUse.generation`): never reused, so a download that
     /// started on a record that has since been removed and created again does not count either.
     private var generations: UInt64 = 0
@@ -38,7 +63,9 @@ public struct ItemTable: Sendable {
             let old = all[id]
             count(old?.base, -1)
             if old?.upload.deviceLocal == true { localOnly -= 1 }
+            let was = Place(old)
             guard var item = newValue, item.base != nil || item.busy else {
+                unplace(was, id)
                 if old != nil {
                     all[id] = nil
                     busy.remove(id)
@@ -49,6 +76,11 @@ public struct ItemTable: Sendable {
             }
             count(item.base, 1)
             if item.upload.deviceLocal { localOnly += 1 }
+            let now = Place(item)
+            if now != was {
+                unplace(was, id)
+                if let now { atPlace[now] = id }
+            }
             if old == nil {
                 generations &+= 1
                 item.cache.generation = generations
@@ -63,6 +95,10 @@ public struct ItemTable: Sendable {
     public subscript(id: ItemID, default item: @autoclosure () -> Item) -> Item {
         get { all[id] ?? item() }
         set { self[id] = newValue }
+    }
+
+    private mutating func unplace(_ place: Place?, _ id: ItemID) {
+        if let place, atPlace[place] == id { atPlace[place] = nil }
     }
 
     private mutating func count(_ base: Base?, _ sign: Int) {

@@ -50,6 +50,95 @@ public enum CommitPlan {
         }
     }
 
+    /// What an item's push does about the item the server has at the place the item takes here
+    /// (`nameFirst`).
+    public enum NameFirst<Instant: InstantProtocol>: Sendable, Equatable where Instant.Duration == Duration, Instant: Sendable {
+        /// That item's push goes first: it was moved away or deleted here, and until the server
+        /// has that, the server finds the name taken and puts this item beside it (`NAME 2`) on
+        /// every device (`mv a b && ln -s x a`, `mv a b && mv c a`, `rmdir d && mkdir d`).
+        case pushFirst(ItemID)
+        /// That item's push is in the request being gathered, with a state decided before it
+        /// left the name, maybe: this item goes in the next request, after its answer.
+        case nextRequest
+        /// That item's push waits (backing off after a failure, paced, a moment for a save or
+        /// the pushes below a deleted folder): this item waits as long, keeping its place.
+        case waitUntil(Instant)
+    }
+
+    /// How long an item waits for the push of the item at its name whose content is being
+    /// uploaded apart before it looks again.
+    public static var contentApartRecheck: Duration { .seconds(1) }
+
+    /// How long, at most, an item waits in all for the item at its name: then it goes, and may
+    /// be put beside it (a push that stays stuck never holds another up for good).
+    public static var nameWaitLimit: Duration { .seconds(30) }
+
+    /// The item at the name, as `nameFirst` reads it.
+    public struct NameHolder<Instant: InstantProtocol>: Sendable where Instant.Duration == Duration, Instant: Sendable {
+        public var id: ItemID
+        /// Queued to push (not parked).
+        public var queued: Bool
+        /// Parked: ignored here by a `.nimbusignore` (its changes stay on this device).
+        public var parked: Bool
+        /// In the request being gathered.
+        public var onItsWay: Bool
+        /// Not at that place in the tree here any more (moved away, deleted, its identity
+        /// taken by a save): when not queued, the notice of that is still on its way.
+        public var leftHere: Bool
+        /// Shown here at that place (its base is there), not only known to be there from a server
+        /// state held back here.
+        public var shownThere: Bool
+        /// Not in the tree here at all (deleted, or its identity taken by a save): its push is a
+        /// delete, which no program's writer or lock holds back.
+        public var gone: Bool
+        public var upload: UploadState<Instant>?
+        public init(id: ItemID, queued: Bool, parked: Bool = false, onItsWay: Bool = false, leftHere: Bool, shownThere: Bool = true,
+                    gone: Bool = false, upload: UploadState<Instant>? = nil) {
+            self.id = id
+            self.gone = gone
+            self.shownThere = shownThere
+            self.queued = queued
+            self.parked = parked
+            self.onItsWay = onItsWay
+            self.leftHere = leftHere
+            self.upload = upload
+        }
+    }
+
+    /// Whether the item the server has at the place an item takes here (`holder`, from the
+    /// bases: `ItemTable.holder(of:)`; nil when none, or it is the item itself) must push first.
+    /// Only when it left that place here and has a push to make, or will have once the notice
+    /// is in: one still there is really at that name on the server. One whose push waits on a
+    /// program (a writer, a lock), is parked, or is refused by the server as it is (or over the
+    /// quota) is not waited for, nor is anything after `nameWaitLimit` since the item first
+    /// waited (`waitingSince`): the item goes, and may be put beside it. Each push first moves
+    /// that item away, or makes it wait or leave the queue, so this never loops.
+    public static func nameFirst<Instant>(_ holder: NameHolder<Instant>?, waitingSince: Instant?, now: Instant) -> NameFirst<Instant>? {
+        guard let holder, holder.leftHere, !Mutation.nameTakenBeforeItIsLeft.isOn else { return nil }
+        if let since = waitingSince, since.duration(to: now) > nameWaitLimit { return nil }
+        if holder.onItsWay { return .nextRequest }
+        if holder.parked { return nil }
+        guard holder.queued else {
+            // Its notice is on its way (the tree tells the engine of changes in order, but a
+            // content notice of a new file can come before the rename that freed its name) —
+            // unless a program keeps it from being queued, or it was never shown there (a state
+            // held back here put it there: another device's doing, or nothing of this device
+            // moves it).
+            guard holder.shownThere else { return nil }
+            if !holder.gone, let u = holder.upload, u.writer != .idle || u.wait == .lock { return nil }
+            return .waitUntil(now.advanced(by: SyncItem<Instant>.noticeRecheck))
+        }
+        let readyAt: Instant
+        switch holder.upload?.wait {
+        case nil, .lock?: return .pushFirst(holder.id)
+        case .failed(.retrying(let at, _))?: readyAt = at
+        case .failed(.refused)?, .failed(.overQuota)?: return nil
+        case .until(let t)?, .paced(let t)?: readyAt = t
+        case .content?: return .waitUntil(now.advanced(by: contentApartRecheck))
+        }
+        return readyAt <= now ? .pushFirst(holder.id) : .waitUntil(readyAt)
+    }
+
     /// Nothing to send: the draft is the base's state (a save that changed only the
     /// modification time commits nothing, so it makes no false conflicts), unless that time was
     /// set on purpose (`touch -d`, `cp -p`, `rsync -t`: an attributes change), or the base is a
@@ -101,8 +190,19 @@ public struct CommitBatch: Sendable, Equatable {
 
     public private(set) var commits = 0
     public private(set) var bytes = 0
+    /// Where the gathered commits put their items.
+    private var places: Set<ItemTable.Place> = []
 
     public init() {}
+
+    /// Whether a gathered commit puts its item at `place`. A commit at the same place must not
+    /// join: the server would find the name taken by the first and put it beside (`NAME 2`);
+    /// the first may be a state decided just before its item left the name here (`mv a b`
+    /// while the create of `a` was being gathered). They go, and the push of the item is
+    /// decided again after their answers (`CommitPlan.nameFirst` then sees the item there).
+    public func holds(_ place: ItemTable.Place) -> Bool {
+        !Mutation.nameTakenBeforeItIsLeft.isOn && places.contains(place)
+    }
 
     /// The next push: a delete, or a commit whose content is read here (`needsContent`) and, over
     /// what travels inside a commit, uploaded before it.
@@ -110,9 +210,11 @@ public struct CommitBatch: Sendable, Equatable {
         isDelete || (needsContent && size > ProtocolLimits.inlineFileBytes) ? .sendFirst : .join
     }
 
-    /// A commit of about `chunks` chunk references and `inlineBytes` bytes inside it joins.
-    public mutating func add(chunks: Int, inlineBytes: Int) {
+    /// A commit of about `chunks` chunk references and `inlineBytes` bytes inside it, putting its
+    /// item at `place`, joins.
+    public mutating func add(chunks: Int, inlineBytes: Int, place: ItemTable.Place? = nil) {
         commits += 1
+        if let place { places.insert(place) }
         bytes += 400 + chunks * 100 + inlineBytes * 4 / 3
     }
 

@@ -104,6 +104,14 @@ extension SyncEngine: ChangeObserver {
                     guard await send(gathered) else { return await stopping([id]) }
                     return await pushDelete(id, base: base, cursor: cursor, upTo: upTo)
                 case .commit(let c):
+                    if batch.holds(.init(parent: c.draft.parent, name: c.draft.name)) {
+                        trace("push \(id): a commit gathered puts its item at the same name; decided again after their answers")
+                        state.withLock { s in
+                            s.push.queue.landed(id)
+                            s.push.queue.prepend(id)
+                        }
+                        return await send(gathered)
+                    }
                     if !gathered.isEmpty, CommitBatch.next(isDelete: false, needsContent: c.needsContent, size: c.size) == .sendFirst {
                         guard await send(gathered) else { return await stopping([id]) }
                         gathered = []
@@ -111,7 +119,8 @@ extension SyncEngine: ChangeObserver {
                     }
                     if let ready = try await readyCommit(id, c, upTo: upTo) {
                         gathered.append(ready)
-                        batch.add(chunks: ready.request.state.chunks.count, inlineBytes: ready.request.inline?.reduce(0) { $0 + $1.bytes.count } ?? 0)
+                        batch.add(chunks: ready.request.state.chunks.count, inlineBytes: ready.request.inline?.reduce(0) { $0 + $1.bytes.count } ?? 0,
+                                  place: .init(parent: ready.request.state.parent, name: ready.request.state.name))
                     } else {
                         guard await ended(id) else { return await stopping(gathered.map(\.id)) }
                     }
@@ -122,7 +131,7 @@ extension SyncEngine: ChangeObserver {
                 return await failed(id, error)
             }
             if batch.isFull || Task.isCancelled { break }
-            guard let next = await loop.turn(.pushDue, { nextToPush() }) else { break }
+            guard let next = await loop.turn(.pushDue, { nextToPush(gathering: true) }) else { break }
             id = next
         }
         return await send(gathered)
@@ -220,7 +229,7 @@ extension SyncEngine: ChangeObserver {
 
     /// The next item to push, taken from the queue and marked in flight (in a turn); nil when
     /// none is ready. A folder above it that is not on the server yet goes first.
-    func nextToPush() -> ItemID? {
+    func nextToPush(gathering: Bool = false) -> ItemID? {
         let now = options.clock.now
         let next: ItemID? = state.withLock { s in
             guard !s.push.queue.isEmpty, !s.paused, s.link.tokenRefused == nil else { return nil }
@@ -233,12 +242,73 @@ extension SyncEngine: ChangeObserver {
             return s.push.queue.takeNext(where: { !flying.contains($0) && (s.items[$0]?.upload.ready(at: now) ?? true) })
         }
         guard let id = next else { return nil }
-        guard let first = folderToCreateFirst(for: id) else { return id }
-        // A folder above it is not on the server yet (its queue entry came later, e.g.
-        // re-queued after a restart): create that first, or the server answers
+        // A folder above it that is not on the server yet (its queue entry came later, e.g.
+        // re-queued after a restart) is created first, or the server answers
         // parent_not_found and the item, retried at the front, would wait forever.
-        state.withLock { $0.push.queue.sendFirst(first, before: id) }
-        return first
+        let first = folderToCreateFirst(for: id)
+        // The item the server has at its name goes first when it left it here; and the one at
+        // that item's new name before it, and so on (a cycle: the last one found goes).
+        var item = first ?? id
+        var seen: Set<ItemID> = [id]
+        for _ in 0..<16 {
+            switch nameToFreeFirst(for: item, cycle: seen) {
+            case nil:
+                break
+            case .pushFirst(let holder)?:
+                trace("push \(item): its name here is still \(holder)'s on the server; that push goes first")
+                guard seen.insert(holder).inserted else { break }
+                item = holder
+                continue
+            case .nextRequest?:
+                // Back at the front: the request being gathered goes without it. (Nothing but
+                // a request being gathered is in flight here.)
+                guard gathering else { break }
+                trace("push \(item): the item the server has at its name here is in the request being gathered; it goes in the next")
+                state.withLock { s in
+                    s.push.queue.landed(id)
+                    s.push.queue.prepend(id)
+                }
+                return nil
+            case .waitUntil(let until)?:
+                // (The item inside a folder that waits, or behind an item that waits, waits as long.)
+                trace("push \(item): its name here is still another item's on the server, whose push waits; so does this one, for \(until - options.clock.now)")
+                state.withLock { $0.push.queue.landed(id) }
+                askAgain(id, at: until, keepingPlace: true)
+                return nextToPush(gathering: gathering)
+            }
+            break
+        }
+        guard item != id else { return id }
+        let rules = pacingRules
+        state.withLock { s in
+            if item == first { s.items[item, default: SyncItem()].upload.on(.pushedAhead, at: now, rules: rules) }
+            s.push.queue.sendFirst(item, before: id)
+        }
+        return item
+    }
+
+    /// What goes before `id`'s push about the item the server has at the place `id` takes here
+    /// (SyncCore `CommitPlan.nameFirst`).
+    /// `cycle`: the items this one is pushed first for; one of them at its name is a cycle (a
+    /// swap), and this one goes.
+    func nameToFreeFirst(for id: ItemID, cycle: Set<ItemID> = []) -> CommitPlan.NameFirst<ContinuousClock.Instant>? {
+        let fs = tree
+        guard let local = fs.localState(id), let parent = local.parent, let name = try? ItemName(local.name) else { return nil }
+        let place = ItemTable.Place(parent: parent, name: name)
+        guard let holder = state.withLock({ $0.items.holder(of: place) }), holder != id, !cycle.contains(holder) else { return nil }
+        let there = fs.localState(holder)
+        let leftHere = there.map { $0.parent != parent || !ItemName.same($0.name, local.name) } ?? true
+        let now = options.clock.now
+        return state.withLock { s in
+            let q = s.push.queue
+            let decision = CommitPlan.nameFirst(
+                .init(id: holder, queued: q.contains(holder), parked: q.parked.contains(holder), onItsWay: q.isInFlight(holder),
+                      leftHere: leftHere, shownThere: s.items[holder]?.base.map { !$0.record.deleted && ItemTable.Place(parent: $0.record.parent, name: $0.record.name) == place } ?? false,
+                      gone: there == nil, upload: s.items[holder]?.upload),
+                waitingSince: s.push.nameWaits[id], now: now)
+            if case .waitUntil? = decision, s.push.nameWaits[id] == nil { s.push.nameWaits[id] = now }
+            return decision
+        }
     }
 
     /// The push of `id` is over (in a turn): a state held for it goes in now, also when the push
@@ -254,6 +324,7 @@ extension SyncEngine: ChangeObserver {
         let (retry, held): ([ServerItem], ServerItem?) = state.withLock { s in
             let held = s.items[id]?.remote.releaseAfterPush(writing: writing, queued: s.push.queue.contains(id) || s.push.queue.parked.contains(id))
             s.push.queue.landed(id); s.push.upload = nil
+            s.push.nameWaits[id] = nil
             s.items[id]?.upload.on(.pushEnded(closed: closed), at: now, rules: rules)
             s.link.pushesClear(anyQueuedFailure: s.items.failed.contains { s.push.queue.contains($0) })
             return (s.push.queue.isEmpty && s.push.queue.inFlight.isEmpty ? s.skippedRemote() : [], held)
@@ -335,11 +406,8 @@ extension SyncEngine: ChangeObserver {
     func folderToCreateFirst(for id: ItemID) -> ItemID? {
         let fs = tree
         let above = fs.ancestors(of: id).filter { !$0.isRoot }
-        let now = options.clock.now, rules = pacingRules
         return state.withLock { s in
-            guard let f = CommitPlan.folderFirst(above: above, onItsWay: { s.push.queue.isInFlight($0) }, { s.items[$0] }) else { return nil }
-            s.items[f, default: SyncItem()].upload.on(.pushedAhead, at: now, rules: rules)
-            return f
+            CommitPlan.folderFirst(above: above, onItsWay: { s.push.queue.isInFlight($0) }, { s.items[$0] })
         }
     }
 
@@ -571,6 +639,14 @@ extension SyncEngine: ChangeObserver {
             snapshot = s
         }
         guard let local, let parent = local.parent, let name = try? ItemName(local.name) else { return .nothing }
+        // The tree may have changed since the item was taken (a rename over another item whose
+        // notice is still on its way): the item at its name now is looked at again with this
+        // snapshot. (The order among pushes was settled when it was taken.)
+        if case .waitUntil(let until)? = nameToFreeFirst(for: id) {
+            trace("push \(id): its name here is still another item's on the server, whose change is on its way; asked again in a moment")
+            askAgain(id, at: until, keepingPlace: true)
+            return .nothing
+        }
         var draft = ItemDraft(kind: local.kind, parent: parent, name: name, symlinkTarget: local.target,
                               mode: local.mode & ItemLimits.syncedPermissions, modified: WireRange.clampTime(local.mtime),
                               extra: XattrRules.draftExtra(base: base?.record.extra, here: tree.xattrs))

@@ -118,6 +118,9 @@ public final class SyncEngine: Sendable {
         /// The upload under way: bytes of new chunks sent of those to send.
         var upload: (item: ItemID, sent: Int64, total: Int64)?
         var bytesSent: Int64 = 0
+        /// Items waiting for the push of the item at their name (`CommitPlan.nameFirst`): since
+        /// when. Forgotten when their push ends.
+        var nameWaits: [ItemID: ContinuousClock.Instant] = [:]
     }
 
     /// What the downloader owns (SyncEngine+Hydrate.swift; SyncCore `FetchQueue`): the chunks

@@ -185,10 +185,27 @@ import Testing
         #expect(r.failure == nil, "simulation seed \(seed) (FIFOs and attributes): \(r.failure ?? "")")
     }
 
+    /// Seeds of the default run in which an item was put beside this device's own item, still at
+    /// its name on the server (`CommitPlan.nameFirst`, `SimServer.ownNameTaken`): 151, a file
+    /// created at the name another had just left; 75, a new file whose content notice came
+    /// before the notice of the save that freed its name; 77, the leaving item's delete backing
+    /// off after a network failure; 68, 219, a folder made again after `rm -r`, sent (or sent
+    /// ahead of a file inside it) while the old folder's delete waited; 604, a move whose answer
+    /// was lost (the server's state held for the push says where the item is). And seeds that
+    /// stalled early versions of the rule: 459, two items swapping names (a cycle: one goes);
+    /// 302, an item another device put at the name (a state skipped here), waited for as if its
+    /// notice were on its way.
+    @Test(arguments: [UInt64(68), 75, 77, 151, 219, 604, 459, 302])
+    func nameSeedsThatFoundBugs(_ seed: UInt64) async throws {
+        let r = await SimWorld.run(Self.plan(seed, apart: false))
+        #expect(r.failure == nil, "simulation seed \(seed): \(r.failure ?? "")")
+    }
+
     /// Seeds of the run with `.nimbusignore` files that found a loss or a stall: 239, 544, 615,
     /// a rules file the server never had removed here left what it had parked parked for good
-    /// (`MountedTree.rulesGeneration`).
-    @Test(arguments: [UInt64(239), 544, 615])
+    /// (`MountedTree.rulesGeneration`); 33, an item pushed first to free a name whose own name
+    /// was still another leaving item's (`CommitPlan.nameFirst` follows the chain).
+    @Test(arguments: [UInt64(239), 544, 615, 33])
     func ignoreSeedsThatFoundBugs(_ seed: UInt64) async throws {
         let r = await SimWorld.run(Self.plan(seed, apart: false, ignore: true))
         #expect(r.failure == nil, "simulation seed \(seed) (.nimbusignore): \(r.failure ?? "")")

@@ -53,7 +53,45 @@ final class SimServer: @unchecked Sendable {
     var now: Int64 { 1_800_000_000_000_000_000 + clock.nanoseconds }
 
     func commit(_ req: CommitRequest, by device: DeviceRecord) throws -> CommitResponse {
-        try run(device) { try $0.commit(req) }
+        let d = req.state
+        let occupant = d.deleted ? nil : t.items.values.first {
+            $0.id != req.item && !$0.state.deleted && $0.state.location.parent == d.parent && $0.state.location.name == d.name
+        }
+        let r = try run(device) { try $0.commit(req) }
+        if d.deleted, !r.item.state.deleted { deleteIgnored.insert(req.item) }
+        if !d.deleted, r.item.state.location.name != d.name { serverNamed.insert(req.item) } else { serverNamed.remove(req.item) }
+        // The server gave the item another name because an item of the same device held it: the
+        // device's own item was leaving the name (moved away or deleted there) and its push did
+        // not go first. Not a restore's doing (the server put that item back on its own), nor
+        // kept there by another device's edit since, or by one below it (a delete the server
+        // ignored), nor at a name the server chose for it.
+        let got = r.item.state.location
+        if let o = occupant, got.parent == d.parent, got.name != d.name, SimChecks.isTakenNameOf(got.name.value, d.name.value, depth: 1),
+           !deleteIgnored.contains(o.id), !serverNamed.contains(o.id), let placed = placedBy(o), placed.device == device.id, placed.kind != .restore,
+           t.journal.last(where: { $0.item.id == o.id && $0.seq < r.item.version })?.device == device.id {
+            ownNameTaken.append("\(deviceNames[device.id] ?? "?"): \(req.item) committed at \(d.parent)/\(d.name.value) was put at "
+                + "\(r.item.state.location.name.value) beside \(o.id), which the same device put there (\(placed.kind) v\(placed.seq))")
+        }
+        return r
+    }
+
+    /// Commits the server put beside the committing device's own item (`commit`).
+    private(set) var ownNameTaken: [String] = []
+    /// Items whose delete the server ignored (edited elsewhere, or a folder holding such items).
+    private var deleteIgnored: Set<ItemID> = []
+    /// Items at a name the server chose (theirs was taken, or another device's rename won), not
+    /// the committing device's.
+    private var serverNamed: Set<ItemID> = []
+
+    /// The journal entry that put `item` where it is now: the first of its last entries at
+    /// that place.
+    private func placedBy(_ item: StoredItem) -> Change? {
+        var placed: Change?
+        for c in t.journal.reversed() where c.item.id == item.id {
+            guard c.item.state.location == item.state.location, !c.item.state.deleted else { break }
+            placed = c
+        }
+        return placed
     }
 
     func resolve(_ req: ResolveRequest, item: ItemID, by device: DeviceRecord) throws -> CommitResponse {

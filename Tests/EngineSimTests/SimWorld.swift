@@ -170,6 +170,13 @@ final class SimWorld: @unchecked Sendable {
                 let misplaced = SimChecks.misplaced(ledger, on: devices[0], all: devices)
                 if !misplaced.isEmpty { throw SimFailure("lost \(misplaced.count) of \(ledger.placed.count) renames:\n" + misplaced.joined(separator: "\n")) }
             }
+            // A name a device gave an item is the server's to change only when another device's
+            // item holds it: never because the device's own item had not left it yet. (Not with
+            // restores: the server puts restored items, and edits that bring deleted ones back,
+            // where it chooses.)
+            if !plan.restores, !server.ownNameTaken.isEmpty {
+                throw SimFailure("\(server.ownNameTaken.count) items put beside the same device's own item:\n" + server.ownNameTaken.joined(separator: "\n"))
+            }
             let lostXattrs = SimChecks.lostXattrs(ledger, on: devices[0])
             if !lostXattrs.isEmpty { throw SimFailure("lost \(lostXattrs.count) of \(ledger.xattrs.count) attribute changes:\n" + lostXattrs.joined(separator: "\n")) }
             let tree = await devices[0].tree() ?? [:]

@@ -7,9 +7,10 @@ import Testing
 /// The engine's one record per item: kept while the item is shown or busy, and the busy index
 /// the checks after each push and pull walk.
 @Suite struct ItemTableTests {
-    static func record(_ id: ItemID, version: Int64 = 1) -> ServerItem {
-        let state = ItemState(kind: .file, location: ItemLocation(parent: .root, name: ItemName(trusted: "f")),
+    static func record(_ id: ItemID, version: Int64 = 1, name: String = "f", deleted: Bool = false) -> ServerItem {
+        var state = ItemState(kind: .file, location: ItemLocation(parent: .root, name: ItemName(trusted: name)),
                               mode: 0o644, modified: 1, modifiedBy: DeviceID(UUID()))
+        state.deleted = deleted
         return ServerItem(id: id, version: version, state: state, conflicts: 0)
     }
 
@@ -161,5 +162,26 @@ import Testing
         #expect(arrive(1, h1, at: 4, gen: gen) == .whole(Base(record: r, present: nil)))
         #expect(t[id]?.base?.complete == true)
         #expect(arrive(1, h1, at: 4, gen: gen) == .overwritten, "whole already: nothing to mark")
+    }
+}
+
+extension ItemTableTests {
+    /// The table knows which item the server has at each place (the live bases), as bases come,
+    /// move and go.
+    @Test func theItemAtEachPlaceFollowsTheBases() {
+        var t = ItemTable()
+        let a = ItemID(UUID()), b = ItemID(UUID())
+        func at(_ name: String) -> ItemID? { t.holder(of: .init(parent: .root, name: ItemName(trusted: name))) }
+        t[a, default: ItemTable.Item()].base = Base.placeholder(Self.record(a))
+        #expect(at("f") == a && at("g") == nil)
+        t[a]?.base = Base.placeholder(Self.record(a, version: 2, name: "g"))
+        #expect(at("f") == nil && at("g") == a)
+        t[b, default: ItemTable.Item()].base = Base.placeholder(Self.record(b))
+        #expect(at("f") == b, "a new item at the name it left")
+        #expect(t.holder(of: .init(parent: .root, name: ItemName(trusted: "f\u{301}"))) == nil, "names are bytes")
+        t[a]?.base = Base.placeholder(Self.record(a, version: 3, name: "g", deleted: true))
+        #expect(at("g") == nil, "a deleted item holds no name")
+        t[b] = nil
+        #expect(at("f") == nil)
     }
 }

@@ -111,3 +111,49 @@ extension LocalRulesTests {
         #expect(!CommitPlan.deleteWaitsForBelow(sub, pending: [folder], parentOf: parentOf))
     }
 }
+
+extension LocalRulesTests {
+    typealias Clock = ContinuousClock.Instant
+    typealias Holder = CommitPlan.NameHolder<Clock>
+
+    /// An item committed at a name the server has another item of this device at, which left it
+    /// here: that item's push goes first (`mv a b && ln -s x a`), or, when it waits, this one
+    /// waits as long; never for an item still there, parked, held by a program or refused, and
+    /// never past the limit.
+    @Test func anItemAtANameAnotherItemIsLeavingWaitsForThatPush() {
+        let h = ItemID(UUID()), now = ContinuousClock.now
+        let rules = UploadPacing<Clock>.Rules(quietPeriod: .seconds(1))
+        func upload(_ events: UploadState<Clock>.Event...) -> UploadState<Clock> {
+            var u = UploadState<Clock>()
+            for e in events { u.on(e, at: now, rules: rules) }
+            return u
+        }
+        func decide(_ holder: Holder?, since: Clock? = nil) -> CommitPlan.NameFirst<Clock>? {
+            CommitPlan.nameFirst(holder, waitingSince: since, now: now)
+        }
+        #expect(decide(nil) == nil)
+        #expect(decide(Holder(id: h, queued: true, leftHere: false)) == nil, "still there here: the name is really taken")
+        #expect(decide(Holder(id: h, queued: true, leftHere: true)) == .pushFirst(h))
+        #expect(decide(Holder(id: h, queued: true, onItsWay: true, leftHere: true)) == .nextRequest)
+        #expect(decide(Holder(id: h, queued: false, parked: true, leftHere: true)) == nil, "an ignored item's move stays here")
+        // Not queued yet: the notice of its move is on its way.
+        #expect(decide(Holder(id: h, queued: false, leftHere: true)) == .waitUntil(now.advanced(by: SyncItem<Clock>.noticeRecheck)))
+        #expect(decide(Holder(id: h, queued: false, leftHere: true, shownThere: false)) == nil, "put there by a state held back here: nothing here moves it")
+        #expect(decide(Holder(id: h, queued: false, leftHere: true, upload: upload(.lockHeld))) == nil, "a program's lock holds it")
+        #expect(decide(Holder(id: h, queued: false, leftHere: true, upload: upload(.wrote))) == nil, "a program writing it holds it")
+        #expect(decide(Holder(id: h, queued: false, leftHere: true, gone: true, upload: upload(.wrote))) == .waitUntil(now.advanced(by: SyncItem<Clock>.noticeRecheck)),
+                "but not its delete")
+        // Queued, waiting: as long as it waits.
+        let later = now.advanced(by: .seconds(3))
+        #expect(decide(Holder(id: h, queued: true, leftHere: true, upload: upload(.askAgain(until: later)))) == .waitUntil(later))
+        #expect(decide(Holder(id: h, queued: true, leftHere: true, upload: upload(.askAgain(until: now)))) == .pushFirst(h))
+        let failed = upload(.failed(.transient, message: "down", missingChunks: false))
+        if case .failed(let f)? = failed.wait { #expect(decide(Holder(id: h, queued: true, leftHere: true, upload: failed)) == .waitUntil(f.at)) }
+        let refused = upload(.failed(.refused, message: "no", missingChunks: false))
+        #expect(decide(Holder(id: h, queued: true, leftHere: true, upload: refused)) == nil, "refused as it is: not waited for")
+        // Bounded.
+        #expect(decide(Holder(id: h, queued: true, leftHere: true, upload: upload(.askAgain(until: later))), since: now.advanced(by: .seconds(-10))) == .waitUntil(later))
+        #expect(decide(Holder(id: h, queued: true, leftHere: true, upload: upload(.askAgain(until: later))),
+                       since: now.advanced(by: .zero - CommitPlan.nameWaitLimit - .seconds(1))) == nil)
+    }
+}
