@@ -65,6 +65,39 @@ public enum CommitPlan {
         case waitUntil(Instant)
     }
 
+    /// What the push loop does with an item just taken (`taken`), starting from `start` (the
+    /// item itself, or a folder above it created first), given `nameFirst` of an item (and the
+    /// items it would be pushed first for, a cycle when the holder is one of them).
+    public enum PushOrder<Instant: InstantProtocol>: Sendable, Equatable where Instant.Duration == Duration, Instant: Sendable {
+        /// This item is pushed now (the one taken, or one that goes before it).
+        case push(ItemID)
+        /// The item taken goes back to the front: the request being gathered goes without it
+        /// (`item`: the one the walk stopped at, pushed when no request is being gathered).
+        case nextRequest(item: ItemID)
+        /// The item taken waits until then, keeping its place.
+        case wait(until: Instant)
+    }
+
+    /// Follows `nameFirst` from `start`: the item the server has at its name goes first when it
+    /// left it here, and the one at that item's new name before it, and so on; a cycle (a swap)
+    /// or a chain longer than `limit` ends with the last one found. Pure.
+    public static func pushOrder<Instant>(start: ItemID, taken: ItemID, limit: Int = 16,
+                                          nameFirst: (ItemID, Set<ItemID>) -> NameFirst<Instant>?) -> PushOrder<Instant> {
+        var item = start
+        var seen: Set<ItemID> = [taken]
+        for _ in 0..<limit {
+            switch nameFirst(item, seen) {
+            case nil: return .push(item)
+            case .nextRequest?: return .nextRequest(item: item)
+            case .waitUntil(let until)?: return .wait(until: until)
+            case .pushFirst(let holder)?:
+                guard seen.insert(holder).inserted else { return .push(item) }
+                item = holder
+            }
+        }
+        return .push(item)
+    }
+
     /// How long an item waits for the push of the item at its name whose content is being
     /// uploaded apart before it looks again.
     public static var contentApartRecheck: Duration { .seconds(1) }

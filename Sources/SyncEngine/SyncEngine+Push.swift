@@ -246,38 +246,29 @@ extension SyncEngine: ChangeObserver {
         // re-queued after a restart) is created first, or the server answers
         // parent_not_found and the item, retried at the front, would wait forever.
         let first = folderToCreateFirst(for: id)
-        // The item the server has at its name goes first when it left it here; and the one at
-        // that item's new name before it, and so on (a cycle: the last one found goes).
-        var item = first ?? id
-        var seen: Set<ItemID> = [id]
-        for _ in 0..<16 {
-            switch nameToFreeFirst(for: item, cycle: seen) {
-            case nil:
-                break
-            case .pushFirst(let holder)?:
-                trace("push \(item): its name here is still \(holder)'s on the server; that push goes first")
-                guard seen.insert(holder).inserted else { break }
-                item = holder
-                continue
-            case .nextRequest?:
-                // Back at the front: the request being gathered goes without it. (Nothing but
-                // a request being gathered is in flight here.)
-                guard gathering else { break }
-                trace("push \(item): the item the server has at its name here is in the request being gathered; it goes in the next")
-                state.withLock { s in
-                    s.push.queue.landed(id)
-                    s.push.queue.prepend(id)
-                }
-                return nil
-            case .waitUntil(let until)?:
-                // (The item inside a folder that waits, or behind an item that waits, waits as long.)
-                trace("push \(item): its name here is still another item's on the server, whose push waits; so does this one, for \(until - options.clock.now)")
-                state.withLock { $0.push.queue.landed(id) }
-                askAgain(id, at: until, keepingPlace: true)
-                return nextToPush(gathering: gathering)
+        // The item the server has at its name goes first when it left it here (SyncCore
+        // `CommitPlan.pushOrder`, `nameFirst`).
+        let item: ItemID
+        switch CommitPlan.pushOrder(start: first ?? id, taken: id, nameFirst: { nameToFreeFirst(for: $0, cycle: $1) }) {
+        case .push(let i):
+            item = i
+        case .nextRequest(let i):
+            // Nothing but a request being gathered is in flight here.
+            guard gathering else { item = i; break }
+            trace("push \(id): the item the server has at its name here is in the request being gathered; it goes in the next")
+            state.withLock { s in
+                s.push.queue.landed(id)
+                s.push.queue.prepend(id)
             }
-            break
+            return nil
+        case .wait(let until):
+            // (The item inside a folder that waits, or behind an item that waits, waits as long.)
+            trace("push \(id): its name here (or one it must free first) is still another item's on the server, whose push waits; so does this one, for \(until - options.clock.now)")
+            state.withLock { $0.push.queue.landed(id) }
+            askAgain(id, at: until, keepingPlace: true)
+            return nextToPush(gathering: gathering)
         }
+        if item != id, item != first { trace("push \(id): its name here is still \(item)'s on the server (or that of one before it); that push goes first") }
         guard item != id else { return id }
         let rules = pacingRules
         state.withLock { s in

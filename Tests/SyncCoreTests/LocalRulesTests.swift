@@ -157,3 +157,29 @@ extension LocalRulesTests {
                        since: now.advanced(by: .zero - CommitPlan.nameWaitLimit - .seconds(1))) == nil)
     }
 }
+
+extension LocalRulesTests {
+    /// The item at a name goes first, and the one at its new name before it; a cycle (a swap)
+    /// ends with the last one found; a wait or the next request stops the walk.
+    @Test func thePushOrderFollowsTheChainOfNamesAndCutsCycles() {
+        let (a, b, c) = (ItemID(UUID()), ItemID(UUID()), ItemID(UUID()))
+        let later = ContinuousClock.now.advanced(by: .seconds(1))
+        func order(_ holders: [ItemID: CommitPlan.NameFirst<Clock>], start: ItemID? = nil) -> CommitPlan.PushOrder<Clock> {
+            CommitPlan.pushOrder(start: start ?? a, taken: a) { id, cycle in
+                guard let h = holders[id] else { return nil }
+                if case .pushFirst(let x) = h, cycle.contains(x) { return nil }
+                return h
+            }
+        }
+        #expect(order([:]) == .push(a))
+        #expect(order([a: .pushFirst(b)]) == .push(b))
+        #expect(order([a: .pushFirst(b), b: .pushFirst(c)]) == .push(c), "a chain")
+        #expect(order([a: .pushFirst(b), b: .pushFirst(a)]) == .push(b), "a swap: the last one found goes")
+        #expect(order([a: .pushFirst(b), b: .waitUntil(later)]) == .wait(until: later))
+        #expect(order([a: .pushFirst(b), b: .nextRequest]) == .nextRequest(item: b))
+        #expect(order([c: .pushFirst(b)], start: c) == .push(b), "from a folder created first")
+        // A holder that answers without the cycle check still ends.
+        let looping = CommitPlan.pushOrder(start: a, taken: a) { id, _ -> CommitPlan.NameFirst<Clock>? in .pushFirst(id == a ? b : a) }
+        #expect(looping == .push(b))
+    }
+}
