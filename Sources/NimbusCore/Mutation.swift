@@ -81,6 +81,11 @@ public enum Mutation: String, CaseIterable, Sendable {
     /// moved away or deleted here, before that item's push (`CommitPlan.nameFirst`): the server
     /// finds the name taken and puts the item beside it (`NAME 2`).
     case nameTakenBeforeItIsLeft = "name-taken-before-it-is-left"
+    /// A first commit's answer that cannot be shown here is kept as the item's base although it
+    /// holds another content than the one sent (a create sent again after its answer was lost,
+    /// answered with another device's edit): the bytes here count as that edit, the edit is
+    /// never shown (its size stays the old one) and a write here goes on it unseen.
+    case answerKeptOverOtherBytes = "answer-kept-over-other-bytes"
     /// At start, a content change queued before the stop leaves a placeholder's base as it
     /// was: the file's bytes, written here, count as not downloaded.
     case forgetWholeAfterCrash = "forget-whole-after-crash"

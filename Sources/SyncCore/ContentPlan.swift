@@ -44,13 +44,18 @@ extension Base {
     }
 
     /// The base a commit's answer leaves when it cannot be shown here (its place taken, or the
-    /// file written since the content was read): the previous one (`answer` for a first
-    /// commit), so the answer still counts as news and a write goes on the base it was made on.
+    /// file written since the content was read): the previous one, so the answer still counts
+    /// as news and a write goes on the base it was made on. A first commit keeps `answer` when
+    /// it holds the content sent (`answerIsSent`), and none when it does not — a create sent
+    /// again after its answer was lost, answered with another device's edit of it: the bytes
+    /// here are not that content, so it must stay news (shown with its content when the way is
+    /// free) and a write here must not go on it as if it had been seen (the server finds the
+    /// item's first version as the base of a create it has, and keeps both edits).
     /// A file whose bytes are all here — written since, or whole when the push began — is
     /// marked whole, or reads would fetch the server's content over the write and the next push
     /// would find nothing to send.
-    public static func keptWhenNotShown(previous: Base?, answer: Base, isFile: Bool, wholeHere: Bool) -> Base {
-        var kept = previous ?? answer
+    public static func keptWhenNotShown(previous: Base?, answer: Base, answerIsSent: Bool, isFile: Bool, wholeHere: Bool) -> Base? {
+        guard var kept = previous ?? (answerIsSent || Mutation.answerKeptOverOtherBytes.isOn ? answer : nil) else { return nil }
         if isFile, wholeHere { kept.present = nil }
         return kept
     }

@@ -57,8 +57,12 @@ public enum CommitPlan {
         /// has that, the server finds the name taken and puts this item beside it (`NAME 2`) on
         /// every device (`mv a b && ln -s x a`, `mv a b && mv c a`, `rmdir d && mkdir d`).
         case pushFirst(ItemID)
-        /// That item's push is in the request being gathered, with a state decided before it
-        /// left the name, maybe: this item goes in the next request, after its answer.
+        /// That item's push is in the request being gathered and it is queued again since: its
+        /// state in the request may be one decided before it left the name, so this item goes
+        /// in the next request, after its answer. (Not queued again, the state in the request
+        /// is its newest: this item joins the request behind it, and the server takes a
+        /// request's commits in order; a notice of a move still on its way is covered by
+        /// `CommitBatch.holds`, which keeps a second commit at that name out of the request.)
         case nextRequest
         /// That item's push waits (backing off after a failure, paced, a moment for a save or
         /// the pushes below a deleted folder): this item waits as long, keeping its place.
@@ -149,7 +153,7 @@ public enum CommitPlan {
     public static func nameFirst<Instant>(_ holder: NameHolder<Instant>?, waitingSince: Instant?, now: Instant) -> NameFirst<Instant>? {
         guard let holder, holder.leftHere, !Mutation.nameTakenBeforeItIsLeft.isOn else { return nil }
         if let since = waitingSince, since.duration(to: now) > nameWaitLimit { return nil }
-        if holder.onItsWay { return .nextRequest }
+        if holder.onItsWay { return holder.queued ? .nextRequest : nil }
         if holder.parked { return nil }
         guard holder.queued else {
             // Its notice is on its way (the tree tells the engine of changes in order, but a

@@ -165,6 +165,8 @@ public struct SettleShown: Sendable, Equatable {
     public var shown: Bool
     public var previous: Base?
     public var answer: Base
+    /// The answer holds the content sent (not a merge, nor another device's edit).
+    public var answerIsSent: Bool
     public var isFile: Bool
     /// Every byte of the file is here: written since, or whole when the push began.
     public var wholeHere: Bool
@@ -173,8 +175,10 @@ public struct SettleShown: Sendable, Equatable {
     /// `SettleFacts.placeHereNewer`.
     public var placeHereNewer: Bool
 
-    public init(shown: Bool, previous: Base?, answer: Base, isFile: Bool, wholeHere: Bool, movedBack: Bool, placeHereNewer: Bool) {
+    public init(shown: Bool, previous: Base?, answer: Base, answerIsSent: Bool = true, isFile: Bool, wholeHere: Bool, movedBack: Bool,
+                placeHereNewer: Bool) {
         self.shown = shown
+        self.answerIsSent = answerIsSent
         self.previous = previous
         self.answer = answer
         self.isFile = isFile
@@ -188,7 +192,8 @@ public struct SettleShown: Sendable, Equatable {
     /// write goes on the base it was made on: both contents are kept) and the answer waits.
     public var actions: [SettleAction] {
         guard shown else {
-            let kept = Base.keptWhenNotShown(previous: previous, answer: answer, isFile: isFile, wholeHere: wholeHere)
+            let kept = Base.keptWhenNotShown(previous: previous, answer: answer, answerIsSent: answerIsSent, isFile: isFile,
+                                             wholeHere: wholeHere)
             return [.saveBase(kept), .holdAnswer] + (movedBack ? [.movedBack] : [])
         }
         return [.persistShown(answer)] + (placeHereNewer ? [.pushAgain] : [])

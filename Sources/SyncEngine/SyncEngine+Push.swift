@@ -896,7 +896,7 @@ extension SyncEngine: ChangeObserver {
             trace("settle \(id) v\(item.version): \(shown ? "shown" : "not shown yet")")
             let here = fs.localState(id).map { (parent: $0.parent, name: $0.name) }
             let after = SettleShown(
-                shown: shown, previous: previous, answer: base, isFile: item.kind == .file,
+                shown: shown, previous: previous, answer: base, answerIsSent: item.chunks == sent.chunks, isFile: item.kind == .file,
                 wholeHere: a.wholeNow || fs.writeState(id)?.generation != generation,
                 movedBack: SettleFacts.movedBackSinceCommit(previous: previous?.record, sent: sent, here: here, relocate: relocate),
                 placeHereNewer: SettleFacts.placeHereNewer(relocate: relocate, here: here, answer: item))

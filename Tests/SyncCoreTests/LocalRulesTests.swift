@@ -134,7 +134,9 @@ extension LocalRulesTests {
         #expect(decide(nil) == nil)
         #expect(decide(Holder(id: h, queued: true, leftHere: false)) == nil, "still there here: the name is really taken")
         #expect(decide(Holder(id: h, queued: true, leftHere: true)) == .pushFirst(h))
-        #expect(decide(Holder(id: h, queued: true, onItsWay: true, leftHere: true)) == .nextRequest)
+        #expect(decide(Holder(id: h, queued: true, onItsWay: true, leftHere: true)) == .nextRequest, "queued again since it was gathered")
+        #expect(decide(Holder(id: h, queued: false, onItsWay: true, leftHere: true)) == nil,
+                "its newest state is in the request: this item goes behind it in the same request")
         #expect(decide(Holder(id: h, queued: false, parked: true, leftHere: true)) == nil, "an ignored item's move stays here")
         // Not queued yet: the notice of its move is on its way.
         #expect(decide(Holder(id: h, queued: false, leftHere: true)) == .waitUntil(now.advanced(by: SyncItem<Clock>.noticeRecheck)))

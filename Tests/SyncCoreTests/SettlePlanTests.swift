@@ -59,10 +59,10 @@ import Testing
         let (p, a) = (Self.previous, Self.answer)
         var whole = p
         whole.present = nil
-        func after(shown: Bool, previous: Base? = Self.previous, isFile: Bool = true, wholeHere: Bool = false,
+        func after(shown: Bool, previous: Base? = Self.previous, sent: Bool = true, isFile: Bool = true, wholeHere: Bool = false,
                    movedBack: Bool = false, newer: Bool = false) -> [SettleAction] {
-            SettleShown(shown: shown, previous: previous, answer: a, isFile: isFile, wholeHere: wholeHere, movedBack: movedBack,
-                        placeHereNewer: newer).actions
+            SettleShown(shown: shown, previous: previous, answer: a, answerIsSent: sent, isFile: isFile, wholeHere: wholeHere,
+                        movedBack: movedBack, placeHereNewer: newer).actions
         }
         #expect(after(shown: true) == [.persistShown(a)])
         #expect(after(shown: true, newer: true) == [.persistShown(a), .pushAgain])
@@ -71,6 +71,9 @@ import Testing
         #expect(after(shown: false, wholeHere: true) == [.saveBase(whole), .holdAnswer], "written since: whole here")
         #expect(after(shown: false, isFile: false, wholeHere: true) == [.saveBase(p), .holdAnswer])
         #expect(after(shown: false, previous: nil) == [.saveBase(a), .holdAnswer], "a first commit keeps the answer")
+        #expect(after(shown: false, previous: nil, sent: false, wholeHere: true) == [.saveBase(nil), .holdAnswer],
+                "a first commit answered with other content keeps no base")
+        #expect(after(shown: false, sent: false) == [.saveBase(p), .holdAnswer])
         #expect(after(shown: false, movedBack: true, newer: true) == [.saveBase(p), .holdAnswer, .movedBack])
     }
 
