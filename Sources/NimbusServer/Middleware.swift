@@ -120,14 +120,21 @@ struct Authenticator: Sendable {
             throw APIError(.unauthorized, "this request needs a device token: send \"Authorization: Bearer TOKEN\" (create one with `nimbus admin add-device`)")
         }
         let token = header.dropFirst("Bearer ".count).trimmingCharacters(in: .whitespaces)
+        guard let device = try await known(token: token) else {
+            throw APIError(.unauthorized, "this device token is not known to the server or was revoked; enroll this device again: on an enrolled device run `nimbus device add NAME`, then here `nimbus login SERVER --code CODE --state DIR` with this device's state directory (its queued changes are kept)")
+        }
+        return device
+    }
+}
+
+extension Authenticator {
+    /// The device whose token this is; nil when unknown or revoked.
+    func known(token: String) async throws -> DeviceRecord? {
         let hash = TokenHash.of(token)
         let now = ContinuousClock.now, epoch = revocations.epoch
         if let known = cache[hash], now - known.checked < Self.recheck, known.epoch == epoch { return known.device }
         let device = try await store.device(tokenHash: hash)
         cache[hash] = device.map { Known(device: $0, checked: now, epoch: epoch) }
-        guard let device else {
-            throw APIError(.unauthorized, "this device token is not known to the server or was revoked; enroll this device again: on an enrolled device run `nimbus device add NAME`, then here `nimbus login SERVER --code CODE --state DIR` with this device's state directory (its queued changes are kept)")
-        }
         return device
     }
 }

@@ -71,11 +71,14 @@ public struct NimbusServerApp: Sendable {
         return report
     }
 
-    public func router() -> Router<NimbusContext> {
+    /// `tls`: the listener speaks TLS (the web view's cookie is then `Secure`).
+    public func router(tls: Bool = false) -> Router<NimbusContext> {
         let router = Router(context: NimbusContext.self)
         router.add(middleware: ErrorMiddleware(metrics: metrics))
-        Routes(store: store, chunks: chunks, notifier: notifier, revocations: revocations, metrics: metrics, clock: clock, bodies: bodies,
-               trustedProxies: trustedProxies, trashKeepSeconds: trashKeepSeconds).register(on: router)
+        let routes = Routes(store: store, chunks: chunks, notifier: notifier, revocations: revocations, metrics: metrics, clock: clock,
+                            bodies: bodies, trustedProxies: trustedProxies, trashKeepSeconds: trashKeepSeconds)
+        routes.register(on: router)
+        WebRoutes(routes: routes, auth: routes.authenticator(), tls: tls).register(on: router)
         return router
     }
 
@@ -88,7 +91,7 @@ public struct NimbusServerApp: Sendable {
             additionalChannelHandlers: [RequestReadDeadline(limit: limits.requestReadTimeout)],
             idleTimeout: TimeAmount(limits.idleTimeout)))
         let app = Application(
-            router: router(),
+            router: router(tls: tls != nil),
             server: try tls.map { try .tls(http1, tlsConfiguration: $0.configuration) } ?? http1,
             configuration: .init(address: .hostname(host, port: port), serverName: "nimbus"),
             onServerRunning: { channel in await onReady(channel.localAddress?.port ?? port) },

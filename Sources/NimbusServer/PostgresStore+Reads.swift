@@ -70,6 +70,28 @@ extension PostgresStore {
         return ItemsResponse(items: items, cursor: cursor, next: more ? items.last?.id : nil)
     }
 
+    public func children(of folder: ItemID, in container: ContainerRecord, after: String?, limit: Int) async throws -> [ItemRecord] {
+        // By bytes: the column's collation is "C", as SQLite orders them.
+        try await read("""
+            SELECT id, version, conflicts, state FROM items
+            WHERE container_id = \(container.id) AND parent_id = \(folder.description) AND NOT deleted
+              AND name > \(after ?? "") ORDER BY name LIMIT \(Int64(limit))
+            """).map { try Self.storedItem($0).record }
+    }
+
+    public func place(of id: ItemID, in container: ContainerRecord) async throws -> ItemPlace? {
+        guard let row = try await read("SELECT kind, parent_id, name, deleted FROM items WHERE container_id = \(container.id) AND id = \(id.description)").first else {
+            return nil
+        }
+        let (k, p, name, deleted) = try row.decode((String, String, String, Bool).self)
+        guard let kind = ItemKind(rawValue: k), let parent = ItemID(p) else { throw APIError(.internal, "corrupt item row \(id) in the database") }
+        return ItemPlace(kind: kind, parent: parent, name: name, deleted: deleted)
+    }
+
+    public func containers(account: Int64) async throws -> [String] {
+        try await read("SELECT name FROM containers WHERE account_id = \(account) ORDER BY name COLLATE \"C\"").map { try $0.decode(String.self) }
+    }
+
     public func item(_ id: ItemID, in container: ContainerRecord) async throws -> ItemRecord? {
         try await read("SELECT id, version, conflicts, state FROM items WHERE container_id = \(container.id) AND id = \(id.description)")
             .first.map { try Self.storedItem($0).record }

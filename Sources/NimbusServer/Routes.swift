@@ -19,6 +19,8 @@ struct Routes: Sendable {
     let bodies: BodyBudget
     let containers = LockedDictionary<ContainerRecord>()
     let pairing = PairingGuard()
+    /// A new authenticator (its cache of known tokens is its own).
+    func authenticator() -> Authenticator { Authenticator(store: store, revocations: revocations) }
     let trustedProxies: Set<String>
     /// How long Recently Deleted keeps a deleted item (seconds).
     let trashKeepSeconds: Int64
@@ -64,7 +66,7 @@ struct Routes: Sendable {
             }
             return JSONResponse.make(PairResult(token: token, account: d.accountName, device: d.name, deviceID: d.id))
         }
-        let auth = Authenticator(store: store, revocations: revocations)
+        let auth = authenticator()
         let v1 = DeviceRoutes(router: router, auth: auth)
         v1.post("devices/pairing") { req, ctx in
             let d = try ctx.requireDevice()

@@ -479,6 +479,36 @@ public final class SQLiteStore: ServerStore {
         }
     }
 
+    public func children(of folder: ItemID, in container: ContainerRecord, after: String?, limit: Int) async throws -> [ItemRecord] {
+        try await pool.read { db in
+            // Ordered as the live-name index is (BINARY: by bytes), which serves the query.
+            let rows = try Row.fetchCursor(db.cachedStatement(sql: """
+                SELECT id, version, conflicts, state FROM items
+                WHERE container_id = ? AND parent_id = ? AND deleted = 0 AND name > ? ORDER BY name LIMIT ?
+                """), arguments: [container.id, folder.description, after ?? "", limit])
+            var items: [ItemRecord] = []
+            while let row = try rows.next() { items.append(try Self.storedItem(row).record) }
+            return items
+        }
+    }
+
+    public func place(of id: ItemID, in container: ContainerRecord) async throws -> ItemPlace? {
+        try await pool.read { db in
+            guard let row = try Row.fetchOne(db.cachedStatement(sql: "SELECT kind, parent_id, name, deleted FROM items WHERE container_id = ? AND id = ?"),
+                                             arguments: [container.id, id.description]) else { return nil }
+            guard let kind = ItemKind(rawValue: row["kind"]), let parent = ItemID(row["parent_id"] as String) else {
+                throw APIError(.internal, "corrupt item row \(id) in the database")
+            }
+            return ItemPlace(kind: kind, parent: parent, name: row["name"], deleted: row["deleted"])
+        }
+    }
+
+    public func containers(account: Int64) async throws -> [String] {
+        try await pool.read { db in
+            try String.fetchAll(db, sql: "SELECT name FROM containers WHERE account_id = ? ORDER BY name", arguments: [account])
+        }
+    }
+
     public func item(_ id: ItemID, in container: ContainerRecord) async throws -> ItemRecord? {
         try await pool.read { db in
             try SQLiteTransaction(db: db, container: container).loadItem(id)?.record

@@ -50,6 +50,13 @@ public protocol ServerStore: Sendable {
     func items(in container: ContainerRecord, after: ItemID?, limit: Int) async throws -> ItemsResponse
     /// One item (also a deleted one, with `deleted` set).
     func item(_ id: ItemID, in container: ContainerRecord) async throws -> ItemRecord?
+    /// The live items in `folder`, ordered by name (its bytes), after the name `after`, at most
+    /// `limit` (the web view's pages).
+    func children(of folder: ItemID, in container: ContainerRecord, after: String?, limit: Int) async throws -> [ItemRecord]
+    /// The names of the account's containers, ordered by name.
+    func containers(account: Int64) async throws -> [String]
+    /// Where an item is, and what it is, without reading its state (a breadcrumb's step).
+    func place(of id: ItemID, in container: ContainerRecord) async throws -> ItemPlace?
     // Recently Deleted (docs/trash.md, CommitEngine+Trash).
 
     /// Entries newest first, after `after`, at most `limit`, each with where it was.
@@ -194,6 +201,20 @@ public struct ChunkSweep: Sendable {
 }
 
 /// A device as `nimbus admin list-devices` shows it.
+/// An item's kind and place (`ServerStore.place`).
+public struct ItemPlace: Hashable, Sendable {
+    public var kind: ItemKind
+    public var parent: ItemID
+    public var name: String
+    public var deleted: Bool
+    public init(kind: ItemKind, parent: ItemID, name: String, deleted: Bool) {
+        self.kind = kind
+        self.parent = parent
+        self.name = name
+        self.deleted = deleted
+    }
+}
+
 public struct DeviceListing: Hashable, Sendable {
     public var id: DeviceID
     public var name: String

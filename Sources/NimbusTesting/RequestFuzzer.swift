@@ -30,6 +30,8 @@ public struct RequestFuzzer: Sendable {
     public struct Request: Sendable, CustomStringConvertible {
         public var bytes: [UInt8]
         public var wellFormed: Bool
+        /// A request to the web view (`/`, `/web/…`): its errors are HTML pages, not JSON.
+        public var web = false
         public var description: String {
             let text = String(decoding: bytes.prefix(600), as: UTF8.self)
             return text.debugDescription + (bytes.count > 600 ? " … (\(bytes.count) bytes)" : "")
@@ -45,6 +47,10 @@ public struct RequestFuzzer: Sendable {
     }
 
     public func request(_ index: Int) -> Request {
+        // One request in 30 goes to the web view, drawn from a stream of its own: the API
+        // requests of a seed are the same with or without it.
+        var webRng = SplitMix64(seed: (seed ^ 0x5745_4256_4945_5721) &* 0x9E37_79B9_7F4A_7C15 ^ UInt64(index) &* 0x94D0_49BB_1331_11EB)
+        if webRng.chance(1.0 / 30) { return webRequest(&webRng) }
         var rng = SplitMix64(seed: seed &* 0x9E37_79B9_7F4A_7C15 ^ UInt64(index) &* 0xBF58_476D_1CE4_E5B9)
         var method: String
         var path: String
@@ -106,9 +112,43 @@ public struct RequestFuzzer: Sendable {
         return http(method, path, headers, body, &rng)
     }
 
+    /// A request to the web view, signed in with the fuzzer's token as its cookie (or a hostile
+    /// one): pages with hostile paging, downloads with hostile ranges, form posts without the
+    /// session's CSRF value (refused: the fuzzer never signs itself out), sign-in codes.
+    private func webRequest(_ rng: inout SplitMix64) -> Request {
+        var method: String
+        var path: String
+        var headers: [(String, String)] = []
+        var body: [UInt8]? = nil
+        let c = rng.chance(0.9) ? world.container : pick(Self.hostileSegments, &rng)
+        let item = rng.chance(0.85) ? (element(world.items, &rng)?.description ?? "x") : pick(Self.hostileSegments, &rng)
+        let folder = rng.chance(0.8) ? item : pick(Self.hostileSegments, &rng)
+        switch rng.next() % 6 {
+        case 0: (method, path) = ("GET", pick(["/", "/web/devices", "/web/style.css", "/web/", "/web/c/"], &rng))
+        case 1: (method, path) = ("GET", "/web/c/\(c)?\(query(["folder": folder, "after": pick(Self.hostileSegments + ["", "a"], &rng)], &rng))")
+        case 2:
+            (method, path) = ("GET", "/web/c/\(c)/file/\(item)")
+            if rng.chance(0.7) { headers.append(("Range", "bytes=\(rng.chance(0.3) ? "" : number(&rng))-\(rng.chance(0.3) ? "" : number(&rng))")) }
+        case 3:
+            (method, path) = ("POST", "/web/sign-in")
+            body = Array("code=\(pick(["AAAA-AAAA-AAAA", "", "%00", String(repeating: "A", count: 20_000), hash(&rng)], &rng))".utf8)
+        case 4:
+            (method, path) = ("POST", pick(["/web/sign-out", "/web/devices/d/revoke", "/web/devices/\(pick(Self.hostileSegments, &rng))/revoke"], &rng))
+            body = Array("csrf=\(rng.chance(0.5) ? hash(&rng) : "")".utf8)
+            if rng.chance(0.5) { headers.append(("Origin", pick(["http://evil.example", "null", "http://fuzz"], &rng))) }
+        default: (method, path) = (pick(["GET", "POST", "PUT", "DELETE"], &rng), "/web/c/\(c)/file/\(pick(Self.hostileSegments, &rng))")
+        }
+        let cookie = rng.chance(0.85) ? "nimbus_web=\(world.token)" : pick(["nimbus_web=", "nimbus_web=nim_unknown", "a=b; nimbus_web=\(String(repeating: "A", count: 5000))", "nimbus_web"], &rng)
+        headers.append(("Cookie", cookie))
+        var r = http(method, path, headers, body, form: true, &rng)
+        r.web = true
+        return r
+    }
+
     // MARK: HTTP
 
-    private func http(_ method: String, _ path: String, _ headers: [(String, String)], _ body: [UInt8]?, _ rng: inout SplitMix64) -> Request {
+    private func http(_ method: String, _ path: String, _ headers: [(String, String)], _ body: [UInt8]?, form: Bool = false,
+                      _ rng: inout SplitMix64) -> Request {
         var wellFormed = true
         var declared = body.map { String($0.count) }
         var sent = body ?? []
@@ -123,7 +163,7 @@ public struct RequestFuzzer: Sendable {
         }
         var head = "\(method) \(path) HTTP/1.1\r\nHost: fuzz\r\nConnection: close\r\n"
         for (k, v) in headers where !v.isEmpty { head += "\(k): \(v)\r\n" }
-        if let declared { head += "Content-Length: \(declared)\r\nContent-Type: application/json\r\n" }
+        if let declared { head += "Content-Length: \(declared)\r\nContent-Type: \(form ? "application/x-www-form-urlencoded" : "application/json")\r\n" }
         head += "\r\n"
         var bytes = Array(head.utf8) + sent
         if rng.chance(0.02) {

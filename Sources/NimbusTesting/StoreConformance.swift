@@ -34,6 +34,7 @@ public enum StoreConformance: String, CaseIterable, Sendable {
     case pairingCodesWorkOnceAndExpire
     case trashEntryRestoreAndPurge
     case trashRegroupsAndExpires
+    case folderListingsAreByNameAndPaged
 
     /// The history retention to open the store with for this case (the default for all but the
     /// history cases, which are in StoreConformance+History.swift).
@@ -76,6 +77,7 @@ public enum StoreConformance: String, CaseIterable, Sendable {
         case .pairingCodesWorkOnceAndExpire: try await Self.pairingCodes(f)
         case .trashEntryRestoreAndPurge: try await Self.trashEntryRestoreAndPurge(f)
         case .trashRegroupsAndExpires: try await Self.trashRegroupsAndExpires(f)
+        case .folderListingsAreByNameAndPaged: try await Self.folderListings(f)
         }
         let problems = try await store.consistencyProblems()
         try check(problems.isEmpty, "store inconsistent after \(rawValue): \(problems)")
@@ -200,6 +202,40 @@ public enum StoreConformance: String, CaseIterable, Sendable {
         try check(versions.contains { $0.state.chunks == [base] }, "the base is history")
         let last = try await f.allChanges().last
         try check(last?.kind == .conflict && last?.item.conflicts == 1, "every device sees the conflict in the journal")
+    }
+
+    /// The web view's folder pages: live children only, ordered by the bytes of their names
+    /// (whatever the database's collation), paged by the last name; the account's containers.
+    static func folderListings(_ f: StoreFixture) async throws {
+        let (folder, _) = try await f.create(.folder, "Inbox")
+        // Bytes order: "B" < "a" < "b" < "é" (0xC3 0xA9) < "\u{202E}…" (0xE2 …).
+        let names = ["b", "a", "B", "é", "\u{202E}txt.exe", "<script>"]
+        for n in names { _ = try await f.create(.file, n, in: folder) }
+        let (gone, vg) = try await f.create(.file, "gone", in: folder)
+        try await f.commit(gone, base: vg, f.draft(.file, "gone", in: folder, deleted: true))
+        _ = try await f.create(.file, "elsewhere")
+        let expected = names.sorted { Array($0.utf8).lexicographicallyPrecedes(Array($1.utf8)) }
+        let all = try await f.store.children(of: folder, in: f.container, after: nil, limit: 100).map(\.name.value)
+        try check(all == expected, "children by bytes, live only: \(all)")
+        var paged: [String] = []
+        var after: String? = nil
+        while true {
+            let page = try await f.store.children(of: folder, in: f.container, after: after, limit: 4)
+            paged += page.map(\.name.value)
+            guard page.count == 4, let last = page.last else { break }
+            after = last.name.value
+        }
+        try check(paged == expected, "pages of 4 add up to the listing: \(paged)")
+        let top = try await f.store.children(of: .root, in: f.container, after: nil, limit: 10).map(\.name.value)
+        try check(top == ["Inbox", "elsewhere"], "the root's children: \(top)")
+        _ = try await f.store.container(account: f.a.accountID, name: "com.example.a", create: true)
+        let containers = try await f.store.containers(account: f.a.accountID)
+        try check(containers == ["com.example.a", "com.example.notes"], "the account's containers: \(containers)")
+        let other = try await f.store.addDevice(account: "bob", deviceName: "phone", tokenHash: TokenHash.of(UUID().uuidString))
+        try check(try await f.store.containers(account: other.accountID).isEmpty, "another account has none")
+        let place = try await f.store.place(of: gone, in: f.container)
+        try check(place == ItemPlace(kind: .file, parent: folder, name: "gone", deleted: true), "an item's place: \(String(describing: place))")
+        try check(try await f.store.place(of: ItemID(UUID()), in: f.container) == nil, "no place for an unknown item")
     }
 
     static func sameNameCreates(_ f: StoreFixture) async throws {

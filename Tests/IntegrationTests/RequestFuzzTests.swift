@@ -186,6 +186,11 @@ import Testing
             let busy = r.status == 503 && r.text.contains("\"code\":\"busy\"")
             if !busy { return "answered \(r.status): \(r.text.prefix(300))" }
         }
+        if r.status >= 400, !head, req.web {
+            // The web view's errors are pages that say what happened; an unknown path is the API's 404.
+            if r.text.contains("<h1>") || r.text.contains("\"code\":\"not_found\"") || r.text.contains("\"code\":\"method_not_allowed\"") { return nil }
+            return "a web error that is not a page: \(r.text.prefix(300))"
+        }
         if r.status >= 400, !head {
             guard let e = try? JSONDecoder().decode(ErrorBody.self, from: Data(r.body)), APIErrorCode(rawValue: e.error.code) != nil else {
                 return "an error without a stable code: \(r.text.prefix(300))"

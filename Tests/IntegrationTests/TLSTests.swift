@@ -93,6 +93,12 @@ import Glibc
         let why2 = await transportError { _ = try await other.whoami() }
         #expect(why2.contains("does not trust"), "\(why2)")
 
+        // The web view over TLS: its session cookie is Secure (and HttpOnly, SameSite=Strict).
+        let code = try await trusted.pairingCode(device: "web")
+        let (status, out) = shellStatus("curl -sS -D - -o /dev/null --cacert \(pki.ca) -H 'Sec-Fetch-Site: same-origin' --data-urlencode 'code=\(code.code)' \(server.url)/web/sign-in")
+        #expect(status == 0 && out.contains("303") && out.contains("Set-Cookie: nimbus_web=nim_")
+                && out.contains("; Path=/; HttpOnly; SameSite=Strict; Secure"), "\(out)")
+
         // Plain http to the HTTPS port gets no answer that counts.
         let plain = NimbusClient(baseURL: server.url.replacingOccurrences(of: "https://", with: "http://"), token: token,
                                  http: try ServerAddress.httpClient(caFile: nil, retryConnects: false))
