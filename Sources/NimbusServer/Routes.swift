@@ -422,7 +422,7 @@ struct Routes: Sendable {
         }
     }
 
-    private func committed(_ c: ContainerRecord, _ r: CommitResponse) {
+    func committed(_ c: ContainerRecord, _ r: CommitResponse) {
         metrics.commits.increment()
         if r.outcome == .conflict { metrics.conflicts.increment() }
         notifier.notify(container: c.id, seq: r.cursor)

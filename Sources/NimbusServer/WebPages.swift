@@ -8,9 +8,19 @@ import NimbusProtocol
 /// in it cannot turn the text around it. No inline script or style: the page's one stylesheet
 /// is `/web/style.css`, and the Content-Security-Policy allows nothing else.
 enum HTML {
-    /// Text content: `&`, `<`, `>` escaped; control characters (a newline, a tab in a name) shown
-    /// as the Unicode picture of their code, so a name keeps its look on one line.
+    /// Text content: the markup characters escaped; control characters (a newline, a tab in a
+    /// name) shown as the Unicode picture of their code, so a name keeps its look on one line.
     static func text(_ s: String) -> String {
+        escape(s) { $0 == 0x7F ? "\u{2421}" : String(Unicode.Scalar(0x2400 + $0)!) }
+    }
+
+    /// An attribute's value (always written in double quotes): the characters themselves, with
+    /// the markup ones and control characters as character references.
+    static func attribute(_ s: String) -> String {
+        escape(s) { "&#\($0);" }
+    }
+
+    private static func escape(_ s: String, control: (UInt32) -> String) -> String {
         var out = ""
         out.reserveCapacity(s.utf8.count)
         for u in s.unicodeScalars {
@@ -21,16 +31,11 @@ enum HTML {
             case "\"": out += "&quot;"
             case "'": out += "&#39;"
             default:
-                if u.value < 0x20 { out.unicodeScalars.append(Unicode.Scalar(0x2400 + u.value)!) }
-                else if u.value == 0x7F { out += "\u{2421}" }
-                else { out.unicodeScalars.append(u) }
+                if u.value < 0x20 || u.value == 0x7F { out += control(u.value) } else { out.unicodeScalars.append(u) }
             }
         }
         return out
     }
-
-    /// An attribute's value (always written in double quotes).
-    static func attribute(_ s: String) -> String { text(s) }
 
     /// A user's name of something, isolated from the text around it.
     static func name(_ s: String) -> String { "<bdi>\(text(s))</bdi>" }
@@ -100,7 +105,10 @@ enum HTML {
         .conflict { color: #b50; font-weight: 600; }
         .error { color: #b00; }
         .muted { color: #888; }
-        input[type=text] { font-size: 1.2rem; letter-spacing: .1rem; }
+        #code { font-size: 1.2rem; letter-spacing: .1rem; }
+        form.bar { margin-bottom: .8rem; }
+        td.actions form { display: inline; margin-right: .4rem; }
+        td.actions input[type=text] { width: 12rem; }
         """
 }
 

@@ -24,7 +24,7 @@ struct WebRoutes: Sendable {
 
     func register(on router: Router<NimbusContext>) {
         router.get("/") { req, ctx in
-            try await self.page(req, ctx) { session in
+            try await self.page(req, ctx) { session, _ in
                 guard let session else { return self.signIn(message: nil, status: .ok, clearCookie: self.cookie(req) != nil, secure: self.overTLS(req, ctx)) }
                 return try await self.home(session)
             }
@@ -36,10 +36,10 @@ struct WebRoutes: Sendable {
             return Response(status: .ok, headers: headers, body: .init(byteBuffer: ByteBuffer(string: HTML.style)))
         }
         router.post("web/sign-in") { req, ctx in
-            try await self.page(req, ctx, change: true, signedIn: false) { _ in try await self.signIn(req, ctx) }
+            try await self.page(req, ctx, change: true, signedIn: false) { _, form in try await self.signIn(form, req, ctx) }
         }
         router.post("web/sign-out") { req, ctx in
-            try await self.page(req, ctx, change: true) { session in
+            try await self.page(req, ctx, change: true) { session, form in
                 guard let session else { return Self.redirect("/") }
                 _ = try await self.routes.store.revokeDevice(account: session.device.accountName, device: session.device.name,
                                                              now: self.routes.clock() / 1_000_000_000)
@@ -50,13 +50,13 @@ struct WebRoutes: Sendable {
             }
         }
         router.get("web/devices") { req, ctx in
-            try await self.page(req, ctx) { session in
+            try await self.page(req, ctx) { session, _ in
                 guard let session else { return Self.redirect("/") }
                 return try await self.devices(session)
             }
         }
         router.post("web/devices/:device/revoke") { req, ctx in
-            try await self.page(req, ctx, change: true) { session in
+            try await self.page(req, ctx, change: true) { session, form in
                 guard let session else { return Self.redirect("/") }
                 let name = try ctx.parameters.require("device")
                 _ = try await self.routes.store.revokeDevice(account: session.device.accountName, device: name,
@@ -71,13 +71,31 @@ struct WebRoutes: Sendable {
             }
         }
         router.get("web/c/:container") { req, ctx in
-            try await self.page(req, ctx) { session in
+            try await self.page(req, ctx) { session, _ in
                 guard let session else { return Self.redirect("/") }
                 return try await self.folder(req, ctx, session)
             }
         }
+        router.post("web/c/:container/new-folder") { req, ctx in
+            try await self.page(req, ctx, change: true) { session, form in
+                guard let session else { return Self.redirect("/") }
+                return try await self.newFolder(form, ctx, session)
+            }
+        }
+        router.post("web/c/:container/items/:item/rename") { req, ctx in
+            try await self.page(req, ctx, change: true) { session, form in
+                guard let session else { return Self.redirect("/") }
+                return try await self.change(form, ctx, session, delete: false)
+            }
+        }
+        router.post("web/c/:container/items/:item/delete") { req, ctx in
+            try await self.page(req, ctx, change: true) { session, form in
+                guard let session else { return Self.redirect("/") }
+                return try await self.change(form, ctx, session, delete: true)
+            }
+        }
         router.get("web/c/:container/file/:item") { req, ctx in
-            try await self.page(req, ctx) { session in
+            try await self.page(req, ctx) { session, _ in
                 guard let session else { return Self.redirect("/") }
                 return try await self.download(req, ctx, session)
             }
@@ -141,24 +159,25 @@ struct WebRoutes: Sendable {
     /// an HTML page that says what happened. `change`: a POST that must come from this origin
     /// and (when `signedIn`) carry the session's CSRF value.
     func page(_ req: Request, _ ctx: NimbusContext, change: Bool = false, signedIn: Bool = true,
-              _ body: (WebSession?) async throws -> Response) async throws -> Response {
+              _ body: (WebSession?, [String: String]) async throws -> Response) async throws -> Response {
         var session: WebSession? = nil
         do {
             session = try await self.session(req)
+            var form: [String: String] = [:]
             if change {
                 guard Self.sameOrigin(req) else {
                     return Self.html(HTML.page(title: "Refused", session: nil, body: "<h1>Refused</h1><p class=\"error\">This change came from another site; nothing was done.</p>"),
                                      status: .forbidden)
                 }
+                form = try await Self.form(req)
                 if signedIn, session != nil {
-                    let form = try await Self.form(req)
                     guard let sent = form["csrf"], sent == session?.csrf else {
                         return Self.html(HTML.page(title: "Refused", session: session, body: "<h1>Refused</h1><p class=\"error\">This form is out of date or did not come from this site; nothing was done. Go back, reload the page and try again.</p>"),
                                          status: .forbidden)
                     }
                 }
             }
-            return try await body(session)
+            return try await body(session, form)
         } catch {
             let e = ErrorMiddleware.apiError(error, request: req, logger: ctx.logger)
             let text = "<h1>\(HTML.text(Self.title(e)))</h1><p class=\"error\">\(HTML.text(e.message))</p><p><a href=\"/\">Back to the start</a></p>"
@@ -232,10 +251,9 @@ struct WebRoutes: Sendable {
         return r
     }
 
-    func signIn(_ req: Request, _ ctx: NimbusContext) async throws -> Response {
+    func signIn(_ form: [String: String], _ req: Request, _ ctx: NimbusContext) async throws -> Response {
         let client = routes.client(req, ctx)
         try routes.pairing.check(client)
-        let form = try await Self.form(req)
         guard let code = form["code"].flatMap(PairingLimits.normalize) else {
             routes.pairing.wrong(client)
             return signIn(message: "That is not a pairing code (XXXX-XXXX-XXXX). Make one on an enrolled device with `nimbus device add NAME`.",
@@ -325,7 +343,13 @@ struct WebRoutes: Sendable {
                              : "<a href=\"\(base)?folder=\(f.id)\">\(HTML.name(f.name))</a>")
         }
         body += "</nav>"
-        body += "<table id=\"items\"><thead><tr><th>Name</th><th class=\"num\">Size</th><th>Modified</th><th>By</th><th></th></tr></thead><tbody>"
+        let cursor = try await routes.store.cursor(of: c)
+        let csrf = "<input type=\"hidden\" name=\"csrf\" value=\"\(HTML.attribute(s.csrf))\">"
+        body += "<form method=\"post\" action=\"\(base)/new-folder\" class=\"bar\">\(csrf)"
+        body += "<input type=\"hidden\" name=\"folder\" value=\"\(folder.isRoot ? "" : folder.description)\">"
+        body += "<input type=\"text\" name=\"name\" id=\"new-folder-name\" placeholder=\"New folder\" required maxlength=\"255\">"
+        body += "<button type=\"submit\" id=\"new-folder\">New folder</button></form>"
+        body += "<table id=\"items\"><thead><tr><th>Name</th><th class=\"num\">Size</th><th>Modified</th><th>By</th><th></th><th></th></tr></thead><tbody>"
         for item in shown {
             let name = HTML.name(item.name.value)
             let link: String
@@ -338,7 +362,14 @@ struct WebRoutes: Sendable {
             let size = item.kind == ItemKind.file ? HTML.size(item.size) : ""
             body += "<td class=\"num\">\(size)</td>"
             body += "<td>\(HTML.time(item.modified))</td><td>\(HTML.name(names[item.modifiedBy] ?? "unknown device"))</td>"
-            body += "<td>\(item.conflicts > 0 ? "<span class=\"conflict\">\(item.conflicts) conflict\(item.conflicts == 1 ? "" : "s")</span>" : "")</td></tr>"
+            body += "<td>\(item.conflicts > 0 ? "<span class=\"conflict\">\(item.conflicts) conflict\(item.conflicts == 1 ? "" : "s")</span>" : "")</td>"
+            let at = "\(base)/items/\(item.id)"
+            body += "<td class=\"actions\"><form method=\"post\" action=\"\(at)/rename\">\(csrf)"
+            body += "<input type=\"hidden\" name=\"version\" value=\"\(item.version)\">"
+            body += "<input type=\"text\" name=\"name\" value=\"\(HTML.attribute(item.name.value))\" required maxlength=\"255\" aria-label=\"New name\">"
+            body += "<button type=\"submit\" class=\"rename\">Rename</button></form>"
+            body += "<form method=\"post\" action=\"\(at)/delete\">\(csrf)<input type=\"hidden\" name=\"version\" value=\"\(item.version)\">"
+            body += "<input type=\"hidden\" name=\"cursor\" value=\"\(cursor)\"><button type=\"submit\" class=\"delete\">Delete</button></form></td></tr>"
         }
         body += "</tbody></table>"
         if shown.isEmpty, after == nil { body += "<p class=\"muted\" id=\"empty\">This folder is empty.</p>" }
@@ -348,6 +379,52 @@ struct WebRoutes: Sendable {
         }
         let title = trail.last?.name ?? c.name
         return Self.html(HTML.page(title: title, session: s, body: body))
+    }
+
+    /// The page of folder `id` in container `c`.
+    static func folderURL(_ c: ContainerRecord, _ id: ItemID) -> String {
+        "/web/c/\(HTML.component(c.name))" + (id.isRoot ? "" : "?folder=\(id)")
+    }
+
+    static func name(_ form: [String: String]) throws -> ItemName {
+        let raw = form["name"] ?? ""
+        do { return try ItemName(raw) } catch { throw APIError(.invalidName, "\(error): \(raw.prefix(300).debugDescription)") }
+    }
+
+    /// A new folder, committed by this browser's device like any device's mkdir.
+    func newFolder(_ form: [String: String], _ ctx: NimbusContext, _ s: WebSession) async throws -> Response {
+        let c = try await container(ctx, s)
+        let parent = try form["folder"].flatMap { $0.isEmpty ? nil : $0 }.map { f -> ItemID in
+            guard let id = ItemID(f) else { throw APIError(.invalidParameter, "folder must be an item id") }
+            return id
+        } ?? .root
+        let draft = ItemDraft(kind: .folder, parent: parent, name: try Self.name(form), mode: 0o755, modified: routes.clock())
+        let r = try await routes.store.commit(CommitRequest(item: ItemID(UUID()), baseVersion: nil, state: draft), in: c, by: s.device,
+                                              now: routes.clock())
+        routes.committed(c, r)
+        return Self.redirect(Self.folderURL(c, parent))
+    }
+
+    /// A rename or a delete of an item as the page showed it (`version`, and for a delete the
+    /// container's `cursor` when the page was made): the server's rules decide as for any
+    /// device's commit on that base — a delete of an item edited since is ignored (edits win),
+    /// a rename and an edit made elsewhere both apply.
+    func change(_ form: [String: String], _ ctx: NimbusContext, _ s: WebSession, delete: Bool) async throws -> Response {
+        let c = try await container(ctx, s)
+        guard let id = ItemID(try ctx.parameters.require("item")) else { throw APIError(.invalidParameter, "not an item id") }
+        guard let version = form["version"].flatMap({ Int64($0) }), version > 0 else {
+            throw APIError(.invalidVersion, "the form lacks the version the page showed; reload the page")
+        }
+        guard let current = try await routes.store.item(id, in: c), !current.deleted else {
+            throw APIError(.notFound, "this item is not in \(c.name) any more (deleted, or moved into Recently Deleted)")
+        }
+        var draft = ItemDraft(current)
+        if delete { draft.deleted = true } else { draft.name = try Self.name(form) }
+        let seen = delete ? form["cursor"].flatMap { Int64($0) }.map { max(0, $0) } : nil
+        let r = try await routes.store.commit(CommitRequest(item: id, baseVersion: version, state: draft, seenCursor: seen), in: c,
+                                              by: s.device, now: routes.clock())
+        routes.committed(c, r)
+        return Self.redirect(Self.folderURL(c, current.parent))
     }
 
     /// A file's bytes as an attachment (one byte range with `Range`), streamed chunk by chunk.

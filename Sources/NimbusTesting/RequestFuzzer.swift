@@ -56,8 +56,7 @@ public struct RequestFuzzer: Sendable {
         var path: String
         var headers: [(String, String)] = []
         var body: [UInt8]? = nil
-        let c = rng.chance(0.9) ? world.container : pick(Self.hostileSegments, &rng)
-        let item = rng.chance(0.85) ? (element(world.items, &rng)?.description ?? "x") : pick(Self.hostileSegments, &rng)
+        let (c, item) = target(&rng)
         switch rng.next() % 14 {
         case 0: (method, path) = ("GET", pick(["/healthz", "/metrics", "/v1/whoami", "/v2/whoami", "/v1/", "/"], &rng))
         case 1: (method, path) = (pick(["PUT", "GET"], &rng), "/v1/containers/\(c)")
@@ -116,12 +115,10 @@ public struct RequestFuzzer: Sendable {
     /// one): pages with hostile paging, downloads with hostile ranges, form posts without the
     /// session's CSRF value (refused: the fuzzer never signs itself out), sign-in codes.
     private func webRequest(_ rng: inout SplitMix64) -> Request {
-        var method: String
-        var path: String
+        var (method, path) = ("GET", "/")
         var headers: [(String, String)] = []
         var body: [UInt8]? = nil
-        let c = rng.chance(0.9) ? world.container : pick(Self.hostileSegments, &rng)
-        let item = rng.chance(0.85) ? (element(world.items, &rng)?.description ?? "x") : pick(Self.hostileSegments, &rng)
+        let (c, item) = target(&rng)
         let folder = rng.chance(0.8) ? item : pick(Self.hostileSegments, &rng)
         switch rng.next() % 6 {
         case 0: (method, path) = ("GET", pick(["/", "/web/devices", "/web/style.css", "/web/", "/web/c/"], &rng))
@@ -143,6 +140,13 @@ public struct RequestFuzzer: Sendable {
         var r = http(method, path, headers, body, form: true, &rng)
         r.web = true
         return r
+    }
+
+    /// The container and item a request names: mostly the world's, sometimes hostile.
+    private func target(_ rng: inout SplitMix64) -> (container: String, item: String) {
+        let c = rng.chance(0.9) ? world.container : pick(Self.hostileSegments, &rng)
+        let item = rng.chance(0.85) ? (element(world.items, &rng)?.description ?? "x") : pick(Self.hostileSegments, &rng)
+        return (c, item)
     }
 
     // MARK: HTTP

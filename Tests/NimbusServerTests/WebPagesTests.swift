@@ -10,6 +10,7 @@ import Testing
         #expect(HTML.text("new\nline\ttab\u{7F}") == "new\u{240A}line\u{2409}tab\u{2421}")
         #expect(HTML.name("\u{202E}txt.exe") == "<bdi>\u{202E}txt.exe</bdi>", "isolated, so the override ends with the name")
         #expect(HTML.text("é 日本") == "é 日本")
+        #expect(HTML.attribute("a\"b'<c>&\nd") == "a&quot;b&#39;&lt;c&gt;&amp;&#10;d", "an attribute keeps the characters themselves")
     }
 
     @Test func componentsArePercentEncoded() {
