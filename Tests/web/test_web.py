@@ -9,7 +9,7 @@ import time
 import urllib.error
 import urllib.request
 
-from selenium.common.exceptions import NoAlertPresentException
+from selenium.common.exceptions import NoAlertPresentException, StaleElementReferenceException
 from selenium.webdriver.common.by import By
 
 from conftest import CONTAINER, free_port, wait_for
@@ -33,7 +33,14 @@ def sign_in(driver, server, token, name="browser"):
 
 
 def names_on_page(driver):
-    return [e.text for e in driver.find_elements(By.CSS_SELECTOR, "#items td.name bdi")]
+    """The names the folder page shows (read again when the page changes under the reading: a
+    form's answer is a redirect to a new page)."""
+    for _ in range(100):
+        try:
+            return [e.text for e in driver.find_elements(By.CSS_SELECTOR, "#items td.name bdi")]
+        except StaleElementReferenceException:
+            time.sleep(0.05)
+    raise AssertionError("the folder page kept changing for 5 s")
 
 
 def open_container(driver):
