@@ -130,8 +130,9 @@ public struct RequestFuzzer: Sendable {
             (method, path) = ("POST", "/web/sign-in")
             body = Array("code=\(pick(["AAAA-AAAA-AAAA", "", "%00", String(repeating: "A", count: 20_000), hash(&rng)], &rng))".utf8)
         case 4:
-            (method, path) = ("POST", pick(["/web/sign-out", "/web/devices/d/revoke", "/web/devices/\(pick(Self.hostileSegments, &rng))/revoke"], &rng))
-            body = Array("csrf=\(rng.chance(0.5) ? hash(&rng) : "")".utf8)
+            (method, path) = ("POST", pick(["/web/sign-out", "/web/devices/d/revoke", "/web/devices/\(pick(Self.hostileSegments, &rng))/revoke",
+                                              "/web/c/\(c)/new-folder", "/web/c/\(c)/items/\(item)/rename", "/web/c/\(c)/items/\(item)/delete"], &rng))
+            body = Array("csrf=\(rng.chance(0.5) ? hash(&rng) : "")&version=\(number(&rng))&cursor=\(number(&rng))&name=\(pick(Self.hostileSegments, &rng))&folder=\(item)".utf8)
             if rng.chance(0.5) { headers.append(("Origin", pick(["http://evil.example", "null", "http://fuzz"], &rng))) }
         default: (method, path) = (pick(["GET", "POST", "PUT", "DELETE"], &rng), "/web/c/\(c)/file/\(pick(Self.hostileSegments, &rng))")
         }
