@@ -40,7 +40,7 @@ let package = Package(
         .target(
             name: "NimbusServer",
             dependencies: [
-                "NimbusCore", "NimbusProtocol",
+                "NimbusCore", "NimbusProtocol", "Chunking",
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "HummingbirdCore", package: "hummingbird"),

@@ -25,6 +25,9 @@ public struct NimbusServerApp: Sendable {
     public var gcGraceSeconds: Int64 = 3_600
     /// How long Recently Deleted keeps a deleted item (`--keep-deleted-days`), in seconds.
     public var trashKeepSeconds: Int64 = TrashRetention.seconds(days: TrashRetention.defaultDays)
+    /// A web view session unused this long is revoked (`--web-idle`), in seconds.
+    public var webIdleSeconds: Int64 = NimbusServerApp.defaultWebIdleSeconds
+    public static let defaultWebIdleSeconds: Int64 = 12 * 3_600
     public var limits = ServerLimits() {
         didSet { bodies = BodyBudget(limits: limits) }
     }
@@ -78,7 +81,7 @@ public struct NimbusServerApp: Sendable {
         let routes = Routes(store: store, chunks: chunks, notifier: notifier, revocations: revocations, metrics: metrics, clock: clock,
                             bodies: bodies, trustedProxies: trustedProxies, trashKeepSeconds: trashKeepSeconds)
         routes.register(on: router)
-        WebRoutes(routes: routes, auth: routes.authenticator(), tls: tls).register(on: router)
+        WebRoutes(routes: routes, auth: routes.authenticator(), tls: tls, idleSeconds: webIdleSeconds).register(on: router)
         return router
     }
 

@@ -179,6 +179,8 @@ enum PostgresSchema {
             "CREATE INDEX items_trash_expiry ON items(deleted_at) WHERE trash_root = id",
             "CREATE TABLE purged_items (container_id BIGINT NOT NULL, id TEXT COLLATE \"C\" NOT NULL, PRIMARY KEY (container_id, id))",
         ]),
+        // Web view sessions (as SQLite's "v9-web-sessions"): when each was last used.
+        (10, ["ALTER TABLE devices ADD COLUMN web_used BIGINT"]),
     ]
 
     /// Arbitrary constant naming the advisory lock held while migrating ("nimbus" in ASCII).

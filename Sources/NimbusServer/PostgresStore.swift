@@ -370,12 +370,30 @@ public final class PostgresStore: ServerStore {
 
     public func devices(account: String?) async throws -> [DeviceListing] {
         let rows = try await read("""
-            SELECT d.id, d.name, a.name, d.created, d.revoked FROM devices d JOIN accounts a ON a.id = d.account_id
+            SELECT d.id, d.name, a.name, d.created, d.revoked, d.web_used FROM devices d JOIN accounts a ON a.id = d.account_id
             WHERE \(account)::text IS NULL OR a.name = \(account) ORDER BY a.name, d.name, d.id
             """)
         return try rows.compactMap { row in
-            let (id, name, account, created, revoked) = try row.decode((String, String, String, Int64, Int64?).self)
-            return DeviceID(id).map { DeviceListing(id: $0, name: name, account: account, created: created, revoked: revoked) }
+            let (id, name, account, created, revoked, web) = try row.decode((String, String, String, Int64, Int64?, Int64?).self)
+            return DeviceID(id).map { DeviceListing(id: $0, name: name, account: account, created: created, revoked: revoked, webUsed: web) }
+        }
+    }
+
+    public func useWebSession(_ id: DeviceID, start: Bool, now: Int64, idleSeconds: Int64) async throws -> Bool {
+        let device = id.description
+        if start {
+            try await write(locking: nil) { db in try db.exec("UPDATE devices SET web_used = \(now) WHERE id = \(device) AND revoked IS NULL") }
+            return true
+        }
+        // One statement decides: used within the idle time (marked now), or idle (revoked now).
+        let cutoff = now - idleSeconds
+        return try await write(locking: nil) { db in
+            let used = try db.rows("UPDATE devices SET web_used = \(now) WHERE id = \(device) AND revoked IS NULL AND web_used >= \(cutoff) RETURNING 1")
+            if !used.isEmpty { return true }
+            let expired = try db.rows("UPDATE devices SET revoked = \(now) WHERE id = \(device) AND revoked IS NULL AND web_used < \(cutoff) RETURNING 1")
+            if !expired.isEmpty { return false }
+            let other = try db.rows("SELECT 1 FROM devices WHERE id = \(device) AND revoked IS NULL AND web_used IS NULL")
+            return !other.isEmpty
         }
     }
 

@@ -378,7 +378,7 @@ struct Routes: Sendable {
         return out.isEmpty ? nil : out
     }
 
-    private func entry(_ l: TrashListed) -> TrashEntry {
+    func entry(_ l: TrashListed) -> TrashEntry {
         let (at, overflow) = l.row.deletedAt.addingReportingOverflow(trashKeepSeconds * 1_000_000_000)
         return TrashEntry(item: l.row.item.record, path: l.path, deletedAt: l.row.deletedAt, deletedBy: l.row.deletedBy,
                           expires: overflow ? Int64.max : at, items: l.row.items, bytes: l.row.bytes)
@@ -387,7 +387,7 @@ struct Routes: Sendable {
     /// An upload over the account's quota: the oldest of its Recently Deleted entries are purged
     /// first (until their bytes cover what is missing) and their chunks freed at once; logged and
     /// counted in `/metrics`.
-    private func makeRoom(_ logger: Logger) -> ChunkUploads.MakeRoom {
+    func makeRoom(_ logger: Logger) -> ChunkUploads.MakeRoom {
         { account, bytes in
             let (r, chunks) = try await self.store.purgeOldestTrash(account: account, bytes: bytes)
             guard r.entries > 0 else { return false }

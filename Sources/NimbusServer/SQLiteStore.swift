@@ -214,6 +214,10 @@ public final class SQLiteStore: ServerStore {
                 CREATE TABLE purged_items (container_id INTEGER NOT NULL, id TEXT NOT NULL, PRIMARY KEY (container_id, id)) WITHOUT ROWID;
                 """)
         }
+        // Web view sessions (docs/web.md): when each was last used, for their idle expiry.
+        m.registerMigration("v9-web-sessions") { db in
+            try db.execute(sql: "ALTER TABLE devices ADD COLUMN web_used INTEGER")
+        }
         return m
     }
 
@@ -259,11 +263,12 @@ public final class SQLiteStore: ServerStore {
 
     static func devices(_ db: Database, account: String?) throws -> [DeviceListing] {
         try Row.fetchAll(db, sql: """
-            SELECT d.id, d.name, a.name AS account, d.created, d.revoked FROM devices d JOIN accounts a ON a.id = d.account_id
+            SELECT d.id, d.name, a.name AS account, d.created, d.revoked, d.web_used FROM devices d JOIN accounts a ON a.id = d.account_id
             WHERE ? IS NULL OR a.name = ? ORDER BY a.name, d.name, d.id
             """, arguments: [account, account]).compactMap { row in
             guard let id = DeviceID(row["id"] as String) else { return nil }
-            return DeviceListing(id: id, name: row["name"], account: row["account"], created: row["created"], revoked: row["revoked"])
+            return DeviceListing(id: id, name: row["name"], account: row["account"], created: row["created"], revoked: row["revoked"],
+                                 webUsed: row["web_used"])
         }
     }
 
@@ -275,6 +280,24 @@ public final class SQLiteStore: ServerStore {
                 d.revoked = now
             }
             return d
+        }
+    }
+
+    public func useWebSession(_ id: DeviceID, start: Bool, now: Int64, idleSeconds: Int64) async throws -> Bool {
+        try await pool.write { db in
+            if start {
+                try db.execute(sql: "UPDATE devices SET web_used = ? WHERE id = ? AND revoked IS NULL", arguments: [now, id.description])
+                return true
+            }
+            guard let row = try Row.fetchOne(db, sql: "SELECT web_used, revoked FROM devices WHERE id = ?", arguments: [id.description]),
+                  let used = row["web_used"] as Int64? else { return true }
+            if (row["revoked"] as Int64?) != nil { return false }
+            if now - used > idleSeconds {
+                try db.execute(sql: "UPDATE devices SET revoked = ? WHERE id = ?", arguments: [now, id.description])
+                return false
+            }
+            try db.execute(sql: "UPDATE devices SET web_used = ? WHERE id = ?", arguments: [now, id.description])
+            return true
         }
     }
 

@@ -21,6 +21,10 @@ public protocol ServerStore: Sendable {
     /// Returns it as now listed. `device_not_found` if there is none; `bad_request` if the name
     /// is shared by several devices (name the id then).
     func revokeDevice(account: String, device: String, now: Int64) async throws -> DeviceListing
+    /// A web session's use (docs/web.md): `start` marks device `id` as a web session used now;
+    /// otherwise a web session used within `idleSeconds` is marked used now (true), and one idle
+    /// longer is revoked (false). A device that is no web session: true, nothing changes.
+    func useWebSession(_ id: DeviceID, start: Bool, now: Int64, idleSeconds: Int64) async throws -> Bool
     /// Keeps a one-time pairing code (its SHA-256) for a new device of `account` named
     /// `deviceName`, usable until `expires` (seconds since 1970).
     func addPairing(account: Int64, codeHash: String, deviceName: String, createdBy: DeviceID, expires: Int64) async throws
@@ -223,12 +227,16 @@ public struct DeviceListing: Hashable, Sendable {
     public var created: Int64
     /// Seconds since 1970 when revoked; nil while the token works.
     public var revoked: Int64?
-    public init(id: DeviceID, name: String, account: String, created: Int64, revoked: Int64?) {
+    /// A web view's session: when it was last used (seconds since 1970, to the minute); nil for
+    /// other devices.
+    public var webUsed: Int64?
+    public init(id: DeviceID, name: String, account: String, created: Int64, revoked: Int64?, webUsed: Int64? = nil) {
         self.id = id
         self.name = name
         self.account = account
         self.created = created
         self.revoked = revoked
+        self.webUsed = webUsed
     }
 }
 

@@ -48,23 +48,25 @@ enum HTML {
     }
 
     /// A whole page: the header with the account and sign-out (when signed in) and `body`.
-    static func page(title: String, session: WebSession?, body: String) -> String {
+    /// `data`: attributes of `<main>` for the script (`data-NAME="value"`, values escaped here).
+    static func page(title: String, session: WebSession?, body: String, data: KeyValuePairs<String, String> = [:]) -> String {
         var header = "<header><a class=\"brand\" href=\"/\">Nimbus</a>"
         if let session {
-            header += "<nav><a href=\"/web/devices\">Devices</a>"
+            header += "<nav><a href=\"/web/devices\">Devices</a> <a href=\"/web/usage\">Usage</a>"
             header += " <span class=\"who\">\(text(session.device.accountName)) · \(name(session.device.name))</span>"
             header += "<form method=\"post\" action=\"/web/sign-out\">"
             header += "<input type=\"hidden\" name=\"csrf\" value=\"\(attribute(session.csrf))\">"
             header += "<button type=\"submit\" id=\"sign-out\">Sign out</button></form></nav>"
         }
         header += "</header>"
+        let attributes = data.map { " data-\($0.key)=\"\(attribute($0.value))\"" }.joined()
         return """
             <!doctype html>
             <html lang="en"><head><meta charset="utf-8">
             <meta name="viewport" content="width=device-width, initial-scale=1">
             <title>\(text(title)) — Nimbus</title>
-            <link rel="stylesheet" href="/web/style.css"></head>
-            <body>\(header)<main>\(body)</main></body></html>
+            <link rel="stylesheet" href="/web/style.css"><script src="/web/app.js" defer></script></head>
+            <body>\(header)<main\(attributes)>\(body)</main></body></html>
             """
     }
 
@@ -109,6 +111,12 @@ enum HTML {
         form.bar { margin-bottom: .8rem; }
         td.actions form { display: inline; margin-right: .4rem; }
         td.actions input[type=text] { width: 12rem; }
+        #upload { border: 1px dashed #8886; padding: .6rem; margin-bottom: .8rem; }
+        #upload.drop { border-color: #36c; background: #36c1; }
+        #uploads { list-style: none; padding: 0; margin: .4rem 0 0; }
+        #uploads li.failed .state { color: #b00; }
+        #uploads progress { width: 10rem; }
+        .usage progress { width: 20rem; }
         """
 }
 

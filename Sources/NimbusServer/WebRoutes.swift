@@ -17,6 +17,10 @@ struct WebRoutes: Sendable {
     let auth: Authenticator
     /// The listener speaks TLS: the cookie is `Secure`.
     let tls: Bool
+    /// A session unused this long is revoked (its next page is the sign-in page).
+    let idleSeconds: Int64
+    /// When each session was last marked used here: the store is told at most this often.
+    let used = LockedDictionary<Int64>()
 
     static let cookie = "nimbus_web"
     /// Items per folder page.
@@ -100,6 +104,9 @@ struct WebRoutes: Sendable {
                 return try await self.download(req, ctx, session)
             }
         }
+        registerLive(on: router)
+        registerItems(on: router)
+        registerAccount(on: router)
     }
 
     // MARK: sessions
@@ -138,8 +145,23 @@ struct WebRoutes: Sendable {
 
     func session(_ req: Request) async throws -> WebSession? {
         guard let token = cookie(req), let device = try await auth.known(token: token) else { return nil }
+        // Idle expiry: the store keeps when the session was last used, told at most every
+        // minute (sooner for short idle times), and revokes it past `idleSeconds`.
+        let now = routes.clock() / 1_000_000_000
+        let key = device.id.description
+        let every = max(0, min(60, idleSeconds / 4))
+        if let last = used[key], now - last < every { return WebSession(device: device, csrf: Self.csrf(token)) }
+        guard try await routes.store.useWebSession(device.id, start: false, now: now, idleSeconds: idleSeconds) else {
+            used[key] = nil
+            try? await routes.revocations.check(routes.store)
+            throw WebRoutes.Expired()
+        }
+        used[key] = now
         return WebSession(device: device, csrf: Self.csrf(token))
     }
+
+    /// A session that expired when idle: the sign-in page says so.
+    struct Expired: Error {}
 
     /// A change must come from a page of this origin: a browser says where a request comes from
     /// (`Sec-Fetch-Site`, `Origin`); one from another site is refused whatever it carries.
@@ -162,7 +184,12 @@ struct WebRoutes: Sendable {
               _ body: (WebSession?, [String: String]) async throws -> Response) async throws -> Response {
         var session: WebSession? = nil
         do {
-            session = try await self.session(req)
+            do {
+                session = try await self.session(req)
+            } catch is Expired {
+                return signIn(message: "You were signed out: this browser's session was not used for \(Self.duration(idleSeconds)) (idle sessions end). Sign in again with a new code.",
+                              status: .unauthorized, clearCookie: true, secure: overTLS(req, ctx))
+            }
             var form: [String: String] = [:]
             if change {
                 guard Self.sameOrigin(req) else {
@@ -211,7 +238,7 @@ struct WebRoutes: Sendable {
     static var securityHeaders: HTTPFields {
         var h = HTTPFields()
         h[HTTPField.Name("Content-Security-Policy")!] =
-            "default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
+            "default-src 'none'; script-src 'self'; connect-src 'self'; style-src 'self'; img-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
         h[HTTPField.Name("X-Frame-Options")!] = "DENY"
         h[HTTPField.Name("X-Content-Type-Options")!] = "nosniff"
         h[HTTPField.Name("Referrer-Policy")!] = "same-origin"
@@ -260,15 +287,26 @@ struct WebRoutes: Sendable {
                           status: .badRequest, clearCookie: false)
         }
         let token = TokenHash.newToken()
-        guard try await routes.store.redeemPairing(codeHash: TokenHash.of(code), deviceName: nil, tokenHash: TokenHash.of(token),
-                                                   now: routes.clock() / 1_000_000_000) != nil else {
+        guard let device = try await routes.store.redeemPairing(codeHash: TokenHash.of(code), deviceName: nil, tokenHash: TokenHash.of(token),
+                                                                now: routes.clock() / 1_000_000_000) else {
             routes.pairing.wrong(client)
             return signIn(message: "This pairing code is unknown, already used or expired (codes work once, for \(PairingLimits.lifetimeSeconds / 60) minutes). Make a new one with `nimbus device add NAME`.",
                           status: .unauthorized, clearCookie: false)
         }
+        _ = try await routes.store.useWebSession(device.id, start: true, now: routes.clock() / 1_000_000_000, idleSeconds: idleSeconds)
+        used[device.id.description] = routes.clock() / 1_000_000_000
         var r = Self.redirect("/")
         r.headers.append(HTTPField(name: .setCookie, value: setCookie(token, secure: overTLS(req, ctx))))
         return r
+    }
+
+    /// "12 hours", "90 seconds": a duration as people say it.
+    static func duration(_ seconds: Int64) -> String {
+        func n(_ v: Int64, _ unit: String) -> String { "\(v) \(unit)\(v == 1 ? "" : "s")" }
+        if seconds % 86_400 == 0 { return n(seconds / 86_400, "day") }
+        if seconds % 3_600 == 0 { return n(seconds / 3_600, "hour") }
+        if seconds % 60 == 0 { return n(seconds / 60, "minute") }
+        return n(seconds, "second")
     }
 
     func home(_ s: WebSession) async throws -> Response {
@@ -289,7 +327,11 @@ struct WebRoutes: Sendable {
         var body = "<h1>Devices</h1><table id=\"devices\"><thead><tr><th>Name</th><th>Enrolled</th><th>State</th><th></th></tr></thead><tbody>"
         for d in all {
             body += "<tr><td class=\"name\">\(HTML.name(d.name))\(d.id == s.device.id ? " <span class=\"muted\">(this browser)</span>" : "")</td>"
-            body += "<td>\(HTML.time(d.created * 1_000_000_000))</td>"
+            if let used = d.webUsed, d.revoked == nil {
+                body += "<td>\(HTML.time(d.created * 1_000_000_000)) <span class=\"muted\">web, idle expiry after \(Self.duration(idleSeconds)); last used \(HTML.time(used * 1_000_000_000))</span></td>"
+            } else {
+                body += "<td>\(HTML.time(d.created * 1_000_000_000))</td>"
+            }
             if let r = d.revoked {
                 body += "<td class=\"muted\">revoked \(HTML.time(r * 1_000_000_000))</td><td></td></tr>"
             } else {
@@ -298,7 +340,10 @@ struct WebRoutes: Sendable {
                 body += "<button type=\"submit\">Revoke</button></form></td></tr>"
             }
         }
-        body += "</tbody></table>"
+        body += "</tbody></table><h2>Add a device</h2>"
+        body += "<form method=\"post\" action=\"/web/devices/pairing\" class=\"bar\"><input type=\"hidden\" name=\"csrf\" value=\"\(HTML.attribute(s.csrf))\">"
+        body += "<input type=\"text\" name=\"name\" id=\"pairing-new-name\" placeholder=\"Name of the new device\" required maxlength=\"255\">"
+        body += "<button type=\"submit\" id=\"make-pairing\">Make a pairing code</button></form>"
         return Self.html(HTML.page(title: "Devices", session: s, body: body))
     }
 
@@ -337,12 +382,12 @@ struct WebRoutes: Sendable {
         let shown = page.prefix(Self.pageSize)
         let names = Dictionary(try await routes.store.devices(account: s.device.accountName).map { ($0.id, $0.name) }, uniquingKeysWith: { a, _ in a })
         let base = "/web/c/\(HTML.component(c.name))"
-        var body = "<nav class=\"crumbs\" id=\"crumbs\"><a href=\"/\">Containers</a> / <a href=\"\(base)\">\(HTML.name(c.name))</a>"
+        var body = Self.uploadPanel + "<div id=\"live\"><nav class=\"crumbs\" id=\"crumbs\"><a href=\"/\">Containers</a> / <a href=\"\(base)\">\(HTML.name(c.name))</a>"
         for (i, f) in trail.enumerated() {
             body += " / " + (i == trail.count - 1 ? "<span>\(HTML.name(f.name))</span>"
                              : "<a href=\"\(base)?folder=\(f.id)\">\(HTML.name(f.name))</a>")
         }
-        body += "</nav>"
+        body += "</nav><p class=\"side\"><a id=\"trash-link\" href=\"\(base)/trash\">Recently Deleted</a></p>"
         let cursor = try await routes.store.cursor(of: c)
         let csrf = "<input type=\"hidden\" name=\"csrf\" value=\"\(HTML.attribute(s.csrf))\">"
         body += "<form method=\"post\" action=\"\(base)/new-folder\" class=\"bar\">\(csrf)"
@@ -362,14 +407,17 @@ struct WebRoutes: Sendable {
             let size = item.kind == ItemKind.file ? HTML.size(item.size) : ""
             body += "<td class=\"num\">\(size)</td>"
             body += "<td>\(HTML.time(item.modified))</td><td>\(HTML.name(names[item.modifiedBy] ?? "unknown device"))</td>"
-            body += "<td>\(item.conflicts > 0 ? "<span class=\"conflict\">\(item.conflicts) conflict\(item.conflicts == 1 ? "" : "s")</span>" : "")</td>"
             let at = "\(base)/items/\(item.id)"
+            body += "<td>\(item.conflicts > 0 ? "<a class=\"conflict\" href=\"\(at)\">\(item.conflicts) conflict\(item.conflicts == 1 ? "" : "s")</a>" : "")</td>"
             body += "<td class=\"actions\"><form method=\"post\" action=\"\(at)/rename\">\(csrf)"
             body += "<input type=\"hidden\" name=\"version\" value=\"\(item.version)\">"
             body += "<input type=\"text\" name=\"name\" value=\"\(HTML.attribute(item.name.value))\" required maxlength=\"255\" aria-label=\"New name\">"
             body += "<button type=\"submit\" class=\"rename\">Rename</button></form>"
             body += "<form method=\"post\" action=\"\(at)/delete\">\(csrf)<input type=\"hidden\" name=\"version\" value=\"\(item.version)\">"
-            body += "<input type=\"hidden\" name=\"cursor\" value=\"\(cursor)\"><button type=\"submit\" class=\"delete\">Delete</button></form></td></tr>"
+            body += "<input type=\"hidden\" name=\"cursor\" value=\"\(cursor)\"><button type=\"submit\" class=\"delete\">Delete</button></form>"
+            body += "<a class=\"move\" href=\"\(at)/move\">Move</a>"
+            if item.kind == .file { body += " <a class=\"versions\" href=\"\(at)\">Versions</a>" }
+            body += "</td></tr>"
         }
         body += "</tbody></table>"
         if shown.isEmpty, after == nil { body += "<p class=\"muted\" id=\"empty\">This folder is empty.</p>" }
@@ -377,9 +425,21 @@ struct WebRoutes: Sendable {
             let f = folder.isRoot ? "" : "folder=\(folder)&"
             body += "<p><a id=\"next\" href=\"\(base)?\(f)after=\(HTML.component(last.name.value))\">Next page</a></p>"
         }
+        body += "</div>"
         let title = trail.last?.name ?? c.name
-        return Self.html(HTML.page(title: title, session: s, body: body))
+        return Self.html(HTML.page(title: title, session: s, body: body,
+                                   data: ["watch": "\(base)/changes", "cursor": "\(cursor)", "upload": "\(base)/upload",
+                                          "folder": folder.isRoot ? "" : folder.description]))
     }
+
+    /// The upload controls of a folder page, shown by the script (uploads need it).
+    static let uploadPanel = """
+        <section id="upload" hidden><label>Upload files <input type="file" id="upload-files" multiple></label>
+        <label>Upload a folder <input type="file" id="upload-folder" webkitdirectory multiple></label>
+        <span class="muted">or drop files and folders on this page</span>
+        <div><progress id="upload-progress" value="0" max="1"></progress> <span id="upload-state"></span></div>
+        <ul id="uploads"></ul></section><noscript><p class="muted">Uploading needs JavaScript; everything else works without it.</p></noscript>
+        """
 
     /// The page of folder `id` in container `c`.
     static func folderURL(_ c: ContainerRecord, _ id: ItemID) -> String {
@@ -434,8 +494,19 @@ struct WebRoutes: Sendable {
         guard let id = ItemID(idText) else { throw APIError(.invalidParameter, "not an item id") }
         // What it is first (cheap): a folder or a deleted item is refused without reading its state.
         guard let p = try await routes.store.place(of: id, in: c), !p.deleted, p.kind == .file,
-              let item = try await routes.store.item(id, in: c), !item.deleted, item.kind == .file else {
+              var item = try await routes.store.item(id, in: c), !item.deleted, item.kind == .file else {
             throw APIError(.notFound, "this file is not in \(c.name) any more (deleted, or moved into Recently Deleted)")
+        }
+        // An earlier or conflict version (the file's page links them): its bytes, the current name.
+        if let v = req.uri.queryParameters.get("version") {
+            guard let version = Int64(v), version >= 1, version < Int64.max else { throw APIError(.invalidParameter, "version is a version number") }
+            guard let old = try await routes.store.versions(of: id, in: c, before: version + 1).versions.first(where: { $0.version == version }),
+                  old.state.kind == .file, !old.state.deleted else {
+                throw APIError(.versionNotFound, "this file has no version \(version) any more (the server keeps earlier versions for a while); see its page for the versions it has")
+            }
+            let name = item.name
+            item = old.state
+            item.name = name
         }
         var headers = Self.securityHeaders
         headers[.contentType] = "application/octet-stream"

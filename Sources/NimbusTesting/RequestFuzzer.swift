@@ -120,8 +120,8 @@ public struct RequestFuzzer: Sendable {
         var body: [UInt8]? = nil
         let (c, item) = target(&rng)
         let folder = rng.chance(0.8) ? item : pick(Self.hostileSegments, &rng)
-        switch rng.next() % 6 {
-        case 0: (method, path) = ("GET", pick(["/", "/web/devices", "/web/style.css", "/web/", "/web/c/"], &rng))
+        switch rng.next() % 10 {
+        case 0: (method, path) = ("GET", pick(["/", "/web/devices", "/web/style.css", "/web/", "/web/c/", "/web/app.js", "/web/usage", "/web/c/\(c)/trash"], &rng))
         case 1: (method, path) = ("GET", "/web/c/\(c)?\(query(["folder": folder, "after": pick(Self.hostileSegments + ["", "a"], &rng)], &rng))")
         case 2:
             (method, path) = ("GET", "/web/c/\(c)/file/\(item)")
@@ -133,6 +133,26 @@ public struct RequestFuzzer: Sendable {
             (method, path) = ("POST", pick(["/web/sign-out", "/web/devices/d/revoke", "/web/devices/\(pick(Self.hostileSegments, &rng))/revoke",
                                               "/web/c/\(c)/new-folder", "/web/c/\(c)/items/\(item)/rename", "/web/c/\(c)/items/\(item)/delete"], &rng))
             body = Array("csrf=\(rng.chance(0.5) ? hash(&rng) : "")&version=\(number(&rng))&cursor=\(number(&rng))&name=\(pick(Self.hostileSegments, &rng))&folder=\(item)".utf8)
+            if rng.chance(0.5) { headers.append(("Origin", pick(["http://evil.example", "null", "http://fuzz"], &rng))) }
+        case 6:
+            // Pages of an item (versions, moving) and of Recently Deleted, with hostile paging;
+            // the live wait only where it answers at once (a cursor behind, or a hostile one).
+            (method, path) = ("GET", pick(["/web/c/\(c)/items/\(item)?\(query(["before": number(&rng)], &rng))",
+                                           "/web/c/\(c)/items/\(item)/move?\(query(["to": folder, "after": pick(Self.hostileSegments, &rng)], &rng))",
+                                           "/web/c/\(c)/trash?\(query(["after": pick(Self.hostileSegments + ["1.\(item)"], &rng)], &rng))",
+                                           "/web/c/\(c)/file/\(item)?\(query(["version": number(&rng)], &rng))",
+                                           "/web/c/\(c)/changes?since=\(pick(["0", "-1", "abc", "", "99999999999999999999"], &rng))"], &rng))
+        case 7:
+            // An upload, mostly without the page's CSRF header (refused), with hostile names,
+            // folders, kinds and lengths.
+            (method, path) = ("POST", "/web/c/\(c)/upload?\(query(["folder": folder, "name": pick(Self.hostileSegments + ["a.txt"], &rng), "kind": pick(["file", "folder", "", "link"], &rng)], &rng))")
+            body = rng.chance(0.7) ? Array(repeating: UInt8(ascii: "x"), count: Int(rng.next() % 4096)) : nil
+            headers.append(("X-Nimbus-CSRF", rng.chance(0.5) ? hash(&rng) : ""))
+            if rng.chance(0.5) { headers.append(("Origin", pick(["http://evil.example", "null", "http://fuzz"], &rng))) }
+        case 8:
+            (method, path) = ("POST", pick(["/web/c/\(c)/items/\(item)/resolve", "/web/c/\(c)/items/\(item)/move", "/web/c/\(c)/trash/\(item)/restore",
+                                            "/web/c/\(c)/trash/\(item)/purge", "/web/c/\(c)/trash/purge", "/web/devices/pairing"], &rng))
+            body = Array("csrf=\(rng.chance(0.5) ? hash(&rng) : "")&action=\(pick(["restore", "keep_version", "keep_current", "discard", "x"], &rng))&version=\(number(&rng))&to=\(folder)&name=\(pick(Self.hostileSegments, &rng))".utf8)
             if rng.chance(0.5) { headers.append(("Origin", pick(["http://evil.example", "null", "http://fuzz"], &rng))) }
         default: (method, path) = (pick(["GET", "POST", "PUT", "DELETE"], &rng), "/web/c/\(c)/file/\(pick(Self.hostileSegments, &rng))")
         }

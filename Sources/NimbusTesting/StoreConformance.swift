@@ -35,6 +35,7 @@ public enum StoreConformance: String, CaseIterable, Sendable {
     case trashEntryRestoreAndPurge
     case trashRegroupsAndExpires
     case folderListingsAreByNameAndPaged
+    case webSessionsExpireWhenIdle
 
     /// The history retention to open the store with for this case (the default for all but the
     /// history cases, which are in StoreConformance+History.swift).
@@ -78,6 +79,7 @@ public enum StoreConformance: String, CaseIterable, Sendable {
         case .trashEntryRestoreAndPurge: try await Self.trashEntryRestoreAndPurge(f)
         case .trashRegroupsAndExpires: try await Self.trashRegroupsAndExpires(f)
         case .folderListingsAreByNameAndPaged: try await Self.folderListings(f)
+        case .webSessionsExpireWhenIdle: try await Self.webSessions(f)
         }
         let problems = try await store.consistencyProblems()
         try check(problems.isEmpty, "store inconsistent after \(rawValue): \(problems)")
@@ -206,6 +208,26 @@ public enum StoreConformance: String, CaseIterable, Sendable {
 
     /// The web view's folder pages: live children only, ordered by the bytes of their names
     /// (whatever the database's collation), paged by the last name; the account's containers.
+    /// A web view's session (docs/web.md): used within the idle time it lives on (and is listed
+    /// with its last use); idle longer it is revoked; other devices are not touched.
+    static func webSessions(_ f: StoreFixture) async throws {
+        let token = UUID().uuidString
+        let web = try await f.store.addDevice(account: "dora", deviceName: "browser", tokenHash: TokenHash.of(token))
+        let laptop = try await f.store.addDevice(account: "dora", deviceName: "laptop", tokenHash: TokenHash.of(UUID().uuidString))
+        try check(try await f.store.useWebSession(web.id, start: true, now: 1_000, idleSeconds: 60), "a session starts")
+        try check(try await f.store.useWebSession(web.id, start: false, now: 1_060, idleSeconds: 60), "used at the idle time's end: lives")
+        try check(try await f.store.useWebSession(web.id, start: false, now: 1_100, idleSeconds: 60), "used again within it: lives")
+        let listed = try await f.store.devices(account: "dora")
+        try check(listed.first { $0.id == web.id }?.webUsed == 1_100, "the session's last use is listed: \(listed)")
+        try check(listed.first { $0.id == laptop.id }?.webUsed == nil, "another device is no web session: \(listed)")
+        try check(!(try await f.store.useWebSession(web.id, start: false, now: 1_161, idleSeconds: 60)), "idle 61 s of 60: expired")
+        try check(try await f.store.device(tokenHash: TokenHash.of(token)) == nil, "an expired session's token is refused")
+        try check(try await f.store.devices(account: "dora").first { $0.id == web.id }?.revoked == 1_161, "and it is listed as revoked")
+        try check(!(try await f.store.useWebSession(web.id, start: false, now: 1_162, idleSeconds: 60)), "and stays so")
+        try check(try await f.store.useWebSession(laptop.id, start: false, now: 99_999, idleSeconds: 60), "a device's own token never expires")
+        try check(try await f.store.devices(account: "dora").first { $0.id == laptop.id }?.revoked == nil, "the laptop is not revoked")
+    }
+
     static func folderListings(_ f: StoreFixture) async throws {
         let (folder, _) = try await f.create(.folder, "Inbox")
         // Bytes order: "B" < "a" < "b" < "é" (0xC3 0xA9) < "\u{202E}…" (0xE2 …).

@@ -43,6 +43,10 @@ struct Serve: AsyncParsableCommand {
             help: ArgumentHelp("Keep deleted items restorable this many days (fractions allowed; 0: purge at once).", valueName: "D"))
     var keepDeletedDays: Double = TrashRetention.defaultDays
 
+    @Option(name: .customLong("web-idle"), parsing: .unconditional,
+            help: ArgumentHelp("Sign a web view session out after this many seconds unused (default 12 hours).", valueName: "SECONDS"))
+    var webIdle: Int64 = NimbusServerApp.defaultWebIdleSeconds
+
     @Option(name: .customLong("gc-interval"), parsing: .unconditional,
             help: ArgumentHelp("Collect unreferenced chunks every this many seconds (0: never; `nimbus admin gc` runs one by hand).", valueName: "SECONDS"))
     var gcInterval: Int64 = 3_600
@@ -73,6 +77,7 @@ struct Serve: AsyncParsableCommand {
         if (tlsCert == nil) != (tlsKey == nil) { throw ValidationError("--tls-cert and --tls-key go together (HTTPS needs both)") }
         if let problem = HistoryRetention.problem(keepVersions: keepVersions, keepDays: keepDays) { throw ValidationError(problem) }
         if let problem = TrashRetention.problem(days: keepDeletedDays) { throw ValidationError(problem) }
+        if !(1...(366 * 86_400)).contains(webIdle) { throw ValidationError("--web-idle is 1 second to 366 days, in seconds (\(webIdle) given)") }
         guard (0...ChunkCollector.maxGraceSeconds).contains(gcInterval) else {
             throw ValidationError("--gc-interval takes 0…\(ChunkCollector.maxGraceSeconds) seconds (got \(gcInterval))")
         }
@@ -106,6 +111,7 @@ struct Serve: AsyncParsableCommand {
         app.gcInterval = gcInterval > 0 ? .seconds(gcInterval) : nil
         app.gcGraceSeconds = gcGrace
         app.trashKeepSeconds = TrashRetention.seconds(days: keepDeletedDays)
+        app.webIdleSeconds = webIdle
         let dataDir = storage.summary
         logger.info("history: \(storage.history)")
         logger.info("Recently Deleted keeps a deleted item \(app.trashKeepSeconds) s (--keep-deleted-days \(keepDeletedDays))")

@@ -40,12 +40,12 @@ def wait_for(what, check, timeout=15.0, every=0.05):
 
 
 class Server:
-    def __init__(self, root):
+    def __init__(self, root, args=()):
         self.data = os.path.join(root, "server")
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = open(os.path.join(root, "serve.log"), "wb")
-        self.proc = subprocess.Popen([BIN, "serve", "--data", self.data, "--listen", f"127.0.0.1:{self.port}"],
+        self.proc = subprocess.Popen([BIN, "serve", "--data", self.data, "--listen", f"127.0.0.1:{self.port}", *args],
                                      stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)
         wait_for("the server answering /healthz", self.healthy)
 
@@ -89,11 +89,11 @@ class Server:
 class Mount:
     """A mount of the container by another device of the account (`nimbus mount`)."""
 
-    def __init__(self, root, server, token):
-        self.path = os.path.join(root, "mnt")
-        self.state = os.path.join(root, "state")
+    def __init__(self, root, server, token, name="laptop"):
+        self.path = os.path.join(root, "mnt-" + name)
+        self.state = os.path.join(root, "state-" + name)
         os.makedirs(self.path)
-        token_file = os.path.join(root, "token")
+        token_file = os.path.join(root, "token-" + name)
         with open(token_file, "w") as f:
             f.write(token)
         os.chmod(token_file, 0o600)
@@ -122,12 +122,19 @@ class Mount:
 
 
 @pytest.fixture
-def world():
+def server_args():
+    """Arguments of the test's `nimbus serve` beyond data and listener (a test overrides it)."""
+    return ()
+
+
+@pytest.fixture
+def world(server_args):
     """A server, the token of device `laptop` and its mount of the container."""
     root = tempfile.mkdtemp(prefix="nimbus-web-")
     server = mount = None
     try:
-        server = Server(root)
+        server = Server(root, server_args)
+        server.root = root
         token = server.add_device("laptop")
         server.api(token, "PUT", f"/v1/containers/{CONTAINER}")
         mount = Mount(root, server, token)
@@ -138,6 +145,19 @@ def world():
         if server:
             server.stop()
         shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture
+def desktop(world):
+    """A second mount of the container, by device `desktop` of the same account."""
+    server = world[0]
+    mount = None
+    try:
+        mount = Mount(server.root, server, server.add_device("desktop"), name="desktop")
+        yield mount
+    finally:
+        if mount:
+            mount.unmount()
 
 
 @pytest.fixture
