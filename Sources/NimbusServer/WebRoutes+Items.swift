@@ -107,7 +107,7 @@ extension WebRoutes {
         }
         body += "</tbody></table>"
         if let next = page.next { body += "<p><a id=\"older\" href=\"\(at)?before=\(next)\">Older versions</a></p>" }
-        body += "<p class=\"muted\">The server keeps earlier versions for a while (the newest ones of each file, and every one younger than 30 days); restoring one makes it the current version on every device.</p></div>"
+        body += "<p class=\"muted\">The server keeps earlier versions as its history retention says (unless its administrator chose otherwise: the last 50 of each file, and every one younger than 30 days); restoring one makes it the current version on every device.</p></div>"
         let cursor = try await routes.store.cursor(of: c)
         return Self.html(HTML.page(title: item.name.value, session: s, body: body, data: ["watch": "\(base)/changes", "cursor": "\(cursor)"]))
     }

@@ -82,6 +82,12 @@ extension WebRoutes {
         } else {
             parent = .root
         }
+        // The folder first (cheap): an upload into a folder that is gone stores nothing.
+        if !parent.isRoot {
+            guard let p = try await routes.store.place(of: parent, in: c), !p.deleted, p.kind == .folder else {
+                throw APIError(.parentNotFound, "the folder to upload into is not in \(c.name) any more (deleted, or moved into Recently Deleted); nothing was stored — reload the page")
+            }
+        }
         let raw = q.get("name").map { String($0) } ?? ""
         let name: ItemName
         do { name = try ItemName(raw) } catch { throw APIError(.invalidName, "\(error): \(raw.prefix(300).debugDescription)") }

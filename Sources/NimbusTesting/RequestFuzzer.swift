@@ -32,6 +32,12 @@ public struct RequestFuzzer: Sendable {
         public var wellFormed: Bool
         /// A request to the web view (`/`, `/web/…`): its errors are HTML pages, not JSON.
         public var web = false
+        /// A request of the web view's script (`…/upload`, `…/changes`): its errors are JSON
+        /// `{"error": "…"}`.
+        public var script: Bool {
+            let line = String(decoding: bytes.prefix(while: { $0 != UInt8(ascii: "\r") }), as: UTF8.self)
+            return web && line.hasPrefix("POST /web/c/") && line.contains("/upload") || web && line.hasPrefix("GET /web/c/") && line.contains("/changes")
+        }
         public var description: String {
             let text = String(decoding: bytes.prefix(600), as: UTF8.self)
             return text.debugDescription + (bytes.count > 600 ? " … (\(bytes.count) bytes)" : "")

@@ -186,6 +186,12 @@ import Testing
             let busy = r.status == 503 && r.text.contains("\"code\":\"busy\"")
             if !busy { return "answered \(r.status): \(r.text.prefix(300))" }
         }
+        if r.status >= 400, !head, req.script {
+            // The script's requests answer JSON that says what happened.
+            if case .object(let o)? = try? JSONDecoder().decode(JSONValue.self, from: Data(r.body)), case .string(let m)? = o["error"], !m.isEmpty { return nil }
+            if r.text.contains("\"code\":\"not_found\"") || r.text.contains("\"code\":\"method_not_allowed\"") { return nil }
+            return "a script's error that is not {\"error\": …}: \(r.text.prefix(300))"
+        }
         if r.status >= 400, !head, req.web {
             // The web view's errors are pages that say what happened; an unknown path is the API's 404.
             if r.text.contains("<h1>") || r.text.contains("\"code\":\"not_found\"") || r.text.contains("\"code\":\"method_not_allowed\"") { return nil }

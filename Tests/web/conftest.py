@@ -13,6 +13,7 @@ import urllib.request
 
 import pytest
 from selenium import webdriver
+from selenium.common.exceptions import StaleElementReferenceException
 from selenium.webdriver.chrome.service import Service
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -28,10 +29,14 @@ def free_port():
 
 
 def wait_for(what, check, timeout=15.0, every=0.05):
-    """Polls `check` until it returns something truthy; fails the test with `what` after `timeout`."""
+    """Polls `check` until it returns something truthy; fails the test with `what` after `timeout`.
+    A page element gone stale during a check counts as not yet."""
     deadline = time.monotonic() + timeout
     while True:
-        value = check()
+        try:
+            value = check()
+        except StaleElementReferenceException:
+            value = None  # the page was replaced while it was read (a form's answer, a live refresh): read it again
         if value:
             return value
         if time.monotonic() > deadline:
