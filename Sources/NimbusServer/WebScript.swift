@@ -93,7 +93,9 @@ enum WebScript {
       x.onload = () => {
         let answer = {};
         try { answer = JSON.parse(x.responseText); } catch (e) { answer = { error: "the server answered " + x.status }; }
-        done(x.status === 200 ? answer : { error: answer.error || ("the server answered " + x.status) });
+        const why = x.status === 413 ? "a proxy in front of the server refused a file this large (its body size limit; dist/nginx/nimbus.conf lifts it for uploads)"
+          : "the server answered " + x.status;
+        done(x.status === 200 ? answer : { error: answer.error || why });
       };
       x.onerror = () => done({ error: "the connection to the server was lost; nothing of this file was committed — try again" });
       x.send(body);

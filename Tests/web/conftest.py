@@ -169,7 +169,8 @@ def desktop(world):
 def browser():
     downloads = tempfile.mkdtemp(prefix="nimbus-web-downloads-")
     options = webdriver.ChromeOptions()
-    for a in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1280,900"):
+    # The nginx journey's certificate is made by the test: not one a browser would trust.
+    for a in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1280,900", "--ignore-certificate-errors"):
         options.add_argument(a)
     options.add_experimental_option("prefs", {"download.default_directory": downloads,
                                               "download.prompt_for_download": False})
