@@ -379,17 +379,20 @@ public final class PostgresStore: ServerStore {
         }
     }
 
-    public func useWebSession(_ id: DeviceID, start: Bool, now: Int64, idleSeconds: Int64) async throws -> Bool {
+    public func webSession(_ id: DeviceID, _ use: WebSessionUse, now: Int64, idleSeconds: Int64) async throws -> Bool {
         let device = id.description
-        if start {
+        if use == .start {
             try await write(locking: nil) { db in try db.exec("UPDATE devices SET web_used = \(now) WHERE id = \(device) AND revoked IS NULL") }
             return true
         }
-        // One statement decides: used within the idle time (marked now), or idle (revoked now).
+        // Used within the idle time: lives (and `.use` marks it used now); idle longer: revoked now.
         let cutoff = now - idleSeconds
+        let mark = use == .use
         return try await write(locking: nil) { db in
-            let used = try db.rows("UPDATE devices SET web_used = \(now) WHERE id = \(device) AND revoked IS NULL AND web_used >= \(cutoff) RETURNING 1")
-            if !used.isEmpty { return true }
+            let alive = mark
+                ? try db.rows("UPDATE devices SET web_used = \(now) WHERE id = \(device) AND revoked IS NULL AND web_used >= \(cutoff) RETURNING 1")
+                : try db.rows("SELECT 1 FROM devices WHERE id = \(device) AND revoked IS NULL AND web_used >= \(cutoff)")
+            if !alive.isEmpty { return true }
             let expired = try db.rows("UPDATE devices SET revoked = \(now) WHERE id = \(device) AND revoked IS NULL AND web_used < \(cutoff) RETURNING 1")
             if !expired.isEmpty { return false }
             let other = try db.rows("SELECT 1 FROM devices WHERE id = \(device) AND revoked IS NULL AND web_used IS NULL")

@@ -283,9 +283,9 @@ public final class SQLiteStore: ServerStore {
         }
     }
 
-    public func useWebSession(_ id: DeviceID, start: Bool, now: Int64, idleSeconds: Int64) async throws -> Bool {
+    public func webSession(_ id: DeviceID, _ use: WebSessionUse, now: Int64, idleSeconds: Int64) async throws -> Bool {
         try await pool.write { db in
-            if start {
+            if use == .start {
                 try db.execute(sql: "UPDATE devices SET web_used = ? WHERE id = ? AND revoked IS NULL", arguments: [now, id.description])
                 return true
             }
@@ -296,7 +296,7 @@ public final class SQLiteStore: ServerStore {
                 try db.execute(sql: "UPDATE devices SET revoked = ? WHERE id = ?", arguments: [now, id.description])
                 return false
             }
-            try db.execute(sql: "UPDATE devices SET web_used = ? WHERE id = ?", arguments: [now, id.description])
+            if use == .use { try db.execute(sql: "UPDATE devices SET web_used = ? WHERE id = ?", arguments: [now, id.description]) }
             return true
         }
     }

@@ -21,10 +21,11 @@ public protocol ServerStore: Sendable {
     /// Returns it as now listed. `device_not_found` if there is none; `bad_request` if the name
     /// is shared by several devices (name the id then).
     func revokeDevice(account: String, device: String, now: Int64) async throws -> DeviceListing
-    /// A web session's use (docs/web.md): `start` marks device `id` as a web session used now;
-    /// otherwise a web session used within `idleSeconds` is marked used now (true), and one idle
-    /// longer is revoked (false). A device that is no web session: true, nothing changes.
-    func useWebSession(_ id: DeviceID, start: Bool, now: Int64, idleSeconds: Int64) async throws -> Bool
+    /// A web session's use (docs/web.md): `.start` marks device `id` as a web session used now;
+    /// otherwise a web session used within `idleSeconds` lives (true; `.use` marks it used now,
+    /// `.check` does not), and one idle longer is revoked (false). A device that is no web
+    /// session: true, nothing changes.
+    func webSession(_ id: DeviceID, _ use: WebSessionUse, now: Int64, idleSeconds: Int64) async throws -> Bool
     /// Keeps a one-time pairing code (its SHA-256) for a new device of `account` named
     /// `deviceName`, usable until `expires` (seconds since 1970).
     func addPairing(account: Int64, codeHash: String, deviceName: String, createdBy: DeviceID, expires: Int64) async throws
@@ -159,6 +160,16 @@ public struct TrashListed: Sendable {
         self.path = path
         self.items = items
     }
+}
+
+/// What a request does with a web session (`ServerStore.webSession`).
+public enum WebSessionUse: Sendable {
+    /// Signed in now.
+    case start
+    /// Used by the person at the browser: a page, a form, an upload.
+    case use
+    /// Asked by the page itself (live refresh): the session must be alive, but this is no use.
+    case check
 }
 
 /// An upload in flight (`beginChunkUpload`).

@@ -38,7 +38,8 @@ extension WebRoutes {
     func json(_ req: Request, _ ctx: NimbusContext, change: Bool,
               _ body: (WebSession) async throws -> [String: JSONValue]) async throws -> Response {
         do {
-            guard let session = try await self.signedIn(req) else {
+            // The live wait is the page's own asking, no use of the session (idle expiry).
+            guard let session = try await self.signedIn(req, change ? .use : .check) else {
                 return Self.jsonResponse(["error": .string("you are signed out; reload the page to sign in again")], status: .unauthorized)
             }
             if change {
@@ -55,8 +56,8 @@ extension WebRoutes {
     }
 
     /// The session, nil when signed out or expired.
-    func signedIn(_ req: Request) async throws -> WebSession? {
-        do { return try await session(req) } catch is Expired { return nil }
+    func signedIn(_ req: Request, _ use: WebSessionUse = .use) async throws -> WebSession? {
+        do { return try await session(req, use) } catch is Expired { return nil }
     }
 
     static func jsonResponse(_ value: [String: JSONValue], status: HTTPResponse.Status = .ok) -> Response {
@@ -165,7 +166,7 @@ extension WebRoutes {
             // never a busy loop.
             if ContinuousClock.now - started < .milliseconds(100) { try await Task.sleep(for: .milliseconds(100)) }
             // Signed out or revoked meanwhile: the script reloads into the sign-in page.
-            guard try await self.signedIn(req) != nil else { throw APIError(.unauthorized, "you are signed out; reload the page") }
+            guard try await self.signedIn(req, .check) != nil else { throw APIError(.unauthorized, "you are signed out; reload the page") }
             cursor = try await routes.store.cursor(of: c)
             if routes.notifier.isClosed { break }
         }

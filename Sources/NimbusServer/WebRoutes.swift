@@ -29,7 +29,11 @@ struct WebRoutes: Sendable {
     func register(on router: Router<NimbusContext>) {
         router.get("/") { req, ctx in
             try await self.page(req, ctx) { session, _ in
-                guard let session else { return self.signIn(message: nil, status: .ok, clearCookie: self.cookie(req) != nil, secure: self.overTLS(req, ctx)) }
+                guard let session else {
+                    // A cookie whose session is over: say why it may have ended.
+                    let ended = self.cookie(req).map { _ in "This browser is signed out: it signed out, a device of the account revoked it, or it was unused for \(Self.duration(self.idleSeconds)) (idle sessions end). Sign in again with a new code." }
+                    return self.signIn(message: ended, status: .ok, clearCookie: ended != nil, secure: self.overTLS(req, ctx))
+                }
                 return try await self.home(session)
             }
         }
@@ -143,22 +147,30 @@ struct WebRoutes: Sendable {
         return mac.prefix(16).map { String(format: "%02x", $0) }.joined()
     }
 
-    func session(_ req: Request) async throws -> WebSession? {
+    /// The signed-in session of a request, nil when there is none. `use`: the person at the
+    /// browser used it (a page, a form, an upload), or the page itself asked (`.check`: live
+    /// refresh, `X-Nimbus-Refresh`), which keeps nothing alive. Throws `Expired` for a session
+    /// idle longer than `idleSeconds` (it is revoked then).
+    func session(_ req: Request, _ use: WebSessionUse? = nil) async throws -> WebSession? {
         guard let token = cookie(req), let device = try await auth.known(token: token) else { return nil }
-        // Idle expiry: the store keeps when the session was last used, told at most every
-        // minute (sooner for short idle times), and revokes it past `idleSeconds`.
+        let use = use ?? (req.headers[Self.refreshHeader] == nil ? .use : .check)
+        // The store keeps when the session was last used, told at most every minute (sooner for
+        // short idle times), and revokes it past `idleSeconds`.
         let now = routes.clock() / 1_000_000_000
         let key = device.id.description
         let every = max(0, min(60, idleSeconds / 4))
         if let last = used[key], now - last < every { return WebSession(device: device, csrf: Self.csrf(token)) }
-        guard try await routes.store.useWebSession(device.id, start: false, now: now, idleSeconds: idleSeconds) else {
+        guard try await routes.store.webSession(device.id, use, now: now, idleSeconds: idleSeconds) else {
             used[key] = nil
             try? await routes.revocations.check(routes.store)
             throw WebRoutes.Expired()
         }
-        used[key] = now
+        if use == .use { used[key] = now }
         return WebSession(device: device, csrf: Self.csrf(token))
     }
+
+    /// Sent by the page's script when it reads the page again by itself (live refresh).
+    static let refreshHeader = HTTPField.Name("X-Nimbus-Refresh")!
 
     /// A session that expired when idle: the sign-in page says so.
     struct Expired: Error {}
@@ -293,7 +305,7 @@ struct WebRoutes: Sendable {
             return signIn(message: "This pairing code is unknown, already used or expired (codes work once, for \(PairingLimits.lifetimeSeconds / 60) minutes). Make a new one with `nimbus device add NAME`.",
                           status: .unauthorized, clearCookie: false)
         }
-        _ = try await routes.store.useWebSession(device.id, start: true, now: routes.clock() / 1_000_000_000, idleSeconds: idleSeconds)
+        _ = try await routes.store.webSession(device.id, .start, now: routes.clock() / 1_000_000_000, idleSeconds: idleSeconds)
         used[device.id.description] = routes.clock() / 1_000_000_000
         var r = Self.redirect("/")
         r.headers.append(HTTPField(name: .setCookie, value: setCookie(token, secure: overTLS(req, ctx))))

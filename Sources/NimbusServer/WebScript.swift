@@ -20,10 +20,15 @@ enum WebScript {
   }
   const sleep = (ms) => new Promise((done) => setTimeout(done, ms));
   async function refresh() {
-    const r = await fetch(location.href, { credentials: "same-origin", cache: "no-store" });
+    const r = await fetch(location.href, { credentials: "same-origin", cache: "no-store", headers: { "X-Nimbus-Refresh": "1" } });
     const doc = new DOMParser().parseFromString(await r.text(), "text/html");
     const fresh = doc.getElementById("live"), here = document.getElementById("live");
     const freshMain = doc.querySelector("main");
+    if (r.status === 401 && doc.getElementById("code")) {
+      // Signed out meanwhile (idle, revoked): the sign-in page the server answered, with its reason.
+      document.replaceChild(document.adoptNode(doc.documentElement), document.documentElement);
+      return false;
+    }
     if (!r.ok || r.redirected || !fresh || !here || !freshMain || freshMain.dataset.watch !== main.dataset.watch) {
       location.reload();
       return false;

@@ -206,28 +206,30 @@ public enum StoreConformance: String, CaseIterable, Sendable {
         try check(last?.kind == .conflict && last?.item.conflicts == 1, "every device sees the conflict in the journal")
     }
 
-    /// The web view's folder pages: live children only, ordered by the bytes of their names
-    /// (whatever the database's collation), paged by the last name; the account's containers.
     /// A web view's session (docs/web.md): used within the idle time it lives on (and is listed
-    /// with its last use); idle longer it is revoked; other devices are not touched.
+    /// with its last use); the page's own asking (live refresh) keeps nothing alive; idle longer
+    /// it is revoked; other devices are not touched.
     static func webSessions(_ f: StoreFixture) async throws {
         let token = UUID().uuidString
         let web = try await f.store.addDevice(account: "dora", deviceName: "browser", tokenHash: TokenHash.of(token))
         let laptop = try await f.store.addDevice(account: "dora", deviceName: "laptop", tokenHash: TokenHash.of(UUID().uuidString))
-        try check(try await f.store.useWebSession(web.id, start: true, now: 1_000, idleSeconds: 60), "a session starts")
-        try check(try await f.store.useWebSession(web.id, start: false, now: 1_060, idleSeconds: 60), "used at the idle time's end: lives")
-        try check(try await f.store.useWebSession(web.id, start: false, now: 1_100, idleSeconds: 60), "used again within it: lives")
+        try check(try await f.store.webSession(web.id, .start, now: 1_000, idleSeconds: 60), "a session starts")
+        try check(try await f.store.webSession(web.id, .use, now: 1_060, idleSeconds: 60), "used at the idle time's end: lives")
+        try check(try await f.store.webSession(web.id, .use, now: 1_100, idleSeconds: 60), "used again within it: lives")
+        try check(try await f.store.webSession(web.id, .check, now: 1_150, idleSeconds: 60), "asked by the page within the idle time: lives")
         let listed = try await f.store.devices(account: "dora")
         try check(listed.first { $0.id == web.id }?.webUsed == 1_100, "the session's last use is listed: \(listed)")
         try check(listed.first { $0.id == laptop.id }?.webUsed == nil, "another device is no web session: \(listed)")
-        try check(!(try await f.store.useWebSession(web.id, start: false, now: 1_161, idleSeconds: 60)), "idle 61 s of 60: expired")
+        try check(!(try await f.store.webSession(web.id, .check, now: 1_161, idleSeconds: 60)), "the page's own asking is no use: idle 61 s of 60, expired")
         try check(try await f.store.device(tokenHash: TokenHash.of(token)) == nil, "an expired session's token is refused")
         try check(try await f.store.devices(account: "dora").first { $0.id == web.id }?.revoked == 1_161, "and it is listed as revoked")
-        try check(!(try await f.store.useWebSession(web.id, start: false, now: 1_162, idleSeconds: 60)), "and stays so")
-        try check(try await f.store.useWebSession(laptop.id, start: false, now: 99_999, idleSeconds: 60), "a device's own token never expires")
+        try check(!(try await f.store.webSession(web.id, .use, now: 1_162, idleSeconds: 60)), "and stays so")
+        try check(try await f.store.webSession(laptop.id, .use, now: 99_999, idleSeconds: 60), "a device's own token never expires")
         try check(try await f.store.devices(account: "dora").first { $0.id == laptop.id }?.revoked == nil, "the laptop is not revoked")
     }
 
+    /// The web view's folder pages: live children only, ordered by the bytes of their names
+    /// (whatever the database's collation), paged by the last name; the account's containers.
     static func folderListings(_ f: StoreFixture) async throws {
         let (folder, _) = try await f.create(.folder, "Inbox")
         // Bytes order: "B" < "a" < "b" < "é" (0xC3 0xA9) < "\u{202E}…" (0xE2 …).

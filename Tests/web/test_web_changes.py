@@ -304,6 +304,21 @@ def test_an_idle_session_expires(world, browser):
     listed = [line for line in server.devices().splitlines() if "idle browser" in line]
     assert listed and "revoked" in listed[0], server.devices()
 
+    # A page left open follows changes by itself (live refresh): that is no use of the session,
+    # so it is signed out all the same, and the page says so by itself.
+    sign_in(browser, server, token, name="tab left open")
+    open_container(browser)
+    wait_for("the page following changes", lambda: browser.find_element(By.TAG_NAME, "main").get_attribute("data-live") == "on")
+    for i in range(6):
+        write(os.path.join(mount.path, f"change {i}.txt"), b"x")
+        time.sleep(1)
+        if browser.find_elements(By.ID, "code"):
+            break
+    wait_for("the open page turned into the sign-in page", lambda: browser.find_elements(By.ID, "code"), timeout=10)
+    assert "idle" in browser.find_element(By.ID, "message").text
+    listed = [line for line in server.devices().splitlines() if "tab left open" in line]
+    assert listed and "revoked" in listed[0], server.devices()
+
 
 def test_usage_and_quota(world, browser):
     server, token, mount = world
