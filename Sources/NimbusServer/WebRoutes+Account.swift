@@ -7,57 +7,35 @@ import NimbusProtocol
 /// the web view (docs/web.md).
 extension WebRoutes {
     func registerAccount(on router: Router<NimbusContext>) {
-        router.get("web/c/:container/trash") { req, ctx in
-            try await self.page(req, ctx) { session, _ in
-                guard let session else { return Self.redirect("/") }
-                return try await self.trashPage(req, ctx, session)
-            }
+        signedInPage(router, "web/c/:container/trash") { req, ctx, session in try await self.trashPage(req, ctx, session) }
+        signedInForm(router, "web/c/:container/trash/:item/restore") { req, ctx, session, form in
+            let c = try await self.container(ctx, session)
+            let id = try Self.itemID(ctx)
+            let r = try await self.routes.store.restoreTrash(id, to: nil, in: c, by: session.device, now: self.routes.clock())
+            self.routes.metrics.commits.increment()
+            self.routes.notifier.notify(container: c.id, seq: r.cursor)
+            return Self.redirect(Self.folderURL(c, r.item.parent))
         }
-        router.post("web/c/:container/trash/:item/restore") { req, ctx in
-            try await self.page(req, ctx, change: true) { session, _ in
-                guard let session else { return Self.redirect("/") }
-                let c = try await self.container(ctx, session)
-                let id = try Self.itemID(ctx)
-                let r = try await self.routes.store.restoreTrash(id, to: nil, in: c, by: session.device, now: self.routes.clock())
-                self.routes.metrics.commits.increment()
-                self.routes.notifier.notify(container: c.id, seq: r.cursor)
-                return Self.redirect(Self.folderURL(c, r.item.parent))
-            }
+        signedInForm(router, "web/c/:container/trash/:item/purge") { req, ctx, session, form in
+            let c = try await self.container(ctx, session)
+            let id = try Self.itemID(ctx)
+            let r = try await self.routes.store.purgeTrash([id], in: c)
+            if r.entries == 0 { throw Routes.notInTrash(id) }
+            self.routes.metrics.purged(r)
+            ctx.logger.info("Recently Deleted: purged entry \(id) (\(r.items) item(s), \(r.bytes) bytes) from the web view of device \(session.device.id)")
+            return Self.redirect("/web/c/\(HTML.component(c.name))/trash")
         }
-        router.post("web/c/:container/trash/:item/purge") { req, ctx in
-            try await self.page(req, ctx, change: true) { session, _ in
-                guard let session else { return Self.redirect("/") }
-                let c = try await self.container(ctx, session)
-                let id = try Self.itemID(ctx)
-                let r = try await self.routes.store.purgeTrash([id], in: c)
-                if r.entries == 0 { throw Routes.notInTrash(id) }
-                self.routes.metrics.purged(r)
-                ctx.logger.info("Recently Deleted: purged entry \(id) (\(r.items) item(s), \(r.bytes) bytes) from the web view of device \(session.device.id)")
-                return Self.redirect("/web/c/\(HTML.component(c.name))/trash")
-            }
+        signedInForm(router, "web/c/:container/trash/purge") { req, ctx, session, form in
+            let c = try await self.container(ctx, session)
+            let r = try await self.routes.store.purgeTrash(nil, in: c)
+            self.routes.metrics.purged(r)
+            ctx.logger.info("Recently Deleted: purged all \(r.entries) entries (\(r.items) item(s), \(r.bytes) bytes) from the web view of device \(session.device.id)")
+            return Self.redirect("/web/c/\(HTML.component(c.name))/trash")
         }
-        router.post("web/c/:container/trash/purge") { req, ctx in
-            try await self.page(req, ctx, change: true) { session, _ in
-                guard let session else { return Self.redirect("/") }
-                let c = try await self.container(ctx, session)
-                let r = try await self.routes.store.purgeTrash(nil, in: c)
-                self.routes.metrics.purged(r)
-                ctx.logger.info("Recently Deleted: purged all \(r.entries) entries (\(r.items) item(s), \(r.bytes) bytes) from the web view of device \(session.device.id)")
-                return Self.redirect("/web/c/\(HTML.component(c.name))/trash")
-            }
-        }
-        router.get("web/usage") { req, ctx in
-            try await self.page(req, ctx) { session, _ in
-                guard let session else { return Self.redirect("/") }
-                return try await self.usagePage(session)
-            }
-        }
-        router.post("web/devices/pairing") { req, ctx in
-            try await self.page(req, ctx, change: true) { session, form in
-                guard let session else { return Self.redirect("/") }
-                let url = (self.overTLS(req, ctx) ? "https://" : "http://") + (req.head.authority ?? "SERVER")
-                return try await self.pairingCode(form, session, url: url)
-            }
+        signedInPage(router, "web/usage") { req, ctx, session in try await self.usagePage(session) }
+        signedInForm(router, "web/devices/pairing") { req, ctx, session, form in
+            let url = (self.overTLS(req, ctx) ? "https://" : "http://") + (req.head.authority ?? "SERVER")
+            return try await self.pairingCode(form, session, url: url)
         }
     }
 

@@ -8,30 +8,10 @@ import NimbusProtocol
 /// server's ordinary rules.
 extension WebRoutes {
     func registerItems(on router: Router<NimbusContext>) {
-        router.get("web/c/:container/items/:item") { req, ctx in
-            try await self.page(req, ctx) { session, _ in
-                guard let session else { return Self.redirect("/") }
-                return try await self.itemPage(req, ctx, session)
-            }
-        }
-        router.post("web/c/:container/items/:item/resolve") { req, ctx in
-            try await self.page(req, ctx, change: true) { session, form in
-                guard let session else { return Self.redirect("/") }
-                return try await self.resolve(form, ctx, session)
-            }
-        }
-        router.get("web/c/:container/items/:item/move") { req, ctx in
-            try await self.page(req, ctx) { session, _ in
-                guard let session else { return Self.redirect("/") }
-                return try await self.movePage(req, ctx, session)
-            }
-        }
-        router.post("web/c/:container/items/:item/move") { req, ctx in
-            try await self.page(req, ctx, change: true) { session, form in
-                guard let session else { return Self.redirect("/") }
-                return try await self.move(form, ctx, session)
-            }
-        }
+        signedInPage(router, "web/c/:container/items/:item") { req, ctx, session in try await self.itemPage(req, ctx, session) }
+        signedInForm(router, "web/c/:container/items/:item/resolve") { req, ctx, session, form in try await self.resolve(form, ctx, session) }
+        signedInPage(router, "web/c/:container/items/:item/move") { req, ctx, session in try await self.movePage(req, ctx, session) }
+        signedInForm(router, "web/c/:container/items/:item/move") { req, ctx, session, form in try await self.move(form, ctx, session) }
     }
 
     static func itemID(_ ctx: NimbusContext) throws -> ItemID {

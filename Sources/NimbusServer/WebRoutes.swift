@@ -46,71 +46,57 @@ struct WebRoutes: Sendable {
         router.post("web/sign-in") { req, ctx in
             try await self.page(req, ctx, change: true, signedIn: false) { _, form in try await self.signIn(form, req, ctx) }
         }
-        router.post("web/sign-out") { req, ctx in
-            try await self.page(req, ctx, change: true) { session, form in
-                guard let session else { return Self.redirect("/") }
-                _ = try await self.routes.store.revokeDevice(account: session.device.accountName, device: session.device.name,
-                                                             now: self.routes.clock() / 1_000_000_000)
-                try? await self.routes.revocations.check(self.routes.store)
+        signedInForm(router, "web/sign-out") { req, ctx, session, form in
+            _ = try await self.routes.store.revokeDevice(account: session.device.accountName, device: session.device.name,
+                                                         now: self.routes.clock() / 1_000_000_000)
+            try? await self.routes.revocations.check(self.routes.store)
+            var r = Self.redirect("/")
+            r.headers.append(HTTPField(name: .setCookie, value: self.clearedCookie(secure: self.overTLS(req, ctx))))
+            return r
+        }
+        signedInPage(router, "web/devices") { req, ctx, session in try await self.devices(session) }
+        signedInForm(router, "web/devices/:device/revoke") { req, ctx, session, form in
+            let name = try ctx.parameters.require("device")
+            _ = try await self.routes.store.revokeDevice(account: session.device.accountName, device: name,
+                                                         now: self.routes.clock() / 1_000_000_000)
+            try? await self.routes.revocations.check(self.routes.store)
+            if name == session.device.name {
                 var r = Self.redirect("/")
                 r.headers.append(HTTPField(name: .setCookie, value: self.clearedCookie(secure: self.overTLS(req, ctx))))
                 return r
             }
+            return Self.redirect("/web/devices")
         }
-        router.get("web/devices") { req, ctx in
-            try await self.page(req, ctx) { session, _ in
-                guard let session else { return Self.redirect("/") }
-                return try await self.devices(session)
-            }
-        }
-        router.post("web/devices/:device/revoke") { req, ctx in
-            try await self.page(req, ctx, change: true) { session, form in
-                guard let session else { return Self.redirect("/") }
-                let name = try ctx.parameters.require("device")
-                _ = try await self.routes.store.revokeDevice(account: session.device.accountName, device: name,
-                                                             now: self.routes.clock() / 1_000_000_000)
-                try? await self.routes.revocations.check(self.routes.store)
-                if name == session.device.name {
-                    var r = Self.redirect("/")
-                    r.headers.append(HTTPField(name: .setCookie, value: self.clearedCookie(secure: self.overTLS(req, ctx))))
-                    return r
-                }
-                return Self.redirect("/web/devices")
-            }
-        }
-        router.get("web/c/:container") { req, ctx in
-            try await self.page(req, ctx) { session, _ in
-                guard let session else { return Self.redirect("/") }
-                return try await self.folder(req, ctx, session)
-            }
-        }
-        router.post("web/c/:container/new-folder") { req, ctx in
-            try await self.page(req, ctx, change: true) { session, form in
-                guard let session else { return Self.redirect("/") }
-                return try await self.newFolder(form, ctx, session)
-            }
-        }
-        router.post("web/c/:container/items/:item/rename") { req, ctx in
-            try await self.page(req, ctx, change: true) { session, form in
-                guard let session else { return Self.redirect("/") }
-                return try await self.change(form, ctx, session, delete: false)
-            }
-        }
-        router.post("web/c/:container/items/:item/delete") { req, ctx in
-            try await self.page(req, ctx, change: true) { session, form in
-                guard let session else { return Self.redirect("/") }
-                return try await self.change(form, ctx, session, delete: true)
-            }
-        }
-        router.get("web/c/:container/file/:item") { req, ctx in
-            try await self.page(req, ctx) { session, _ in
-                guard let session else { return Self.redirect("/") }
-                return try await self.download(req, ctx, session)
-            }
-        }
+        signedInPage(router, "web/c/:container") { req, ctx, session in try await self.folder(req, ctx, session) }
+        signedInForm(router, "web/c/:container/new-folder") { req, ctx, session, form in try await self.newFolder(form, ctx, session) }
+        signedInForm(router, "web/c/:container/items/:item/rename") { req, ctx, session, form in try await self.change(form, ctx, session, delete: false) }
+        signedInForm(router, "web/c/:container/items/:item/delete") { req, ctx, session, form in try await self.change(form, ctx, session, delete: true) }
+        signedInPage(router, "web/c/:container/file/:item") { req, ctx, session in try await self.download(req, ctx, session) }
         registerLive(on: router)
         registerItems(on: router)
         registerAccount(on: router)
+    }
+
+    /// A page for a signed-in browser at `path` (signed out: to the sign-in page).
+    func signedInPage(_ router: Router<NimbusContext>, _ path: String,
+                    _ body: @escaping @Sendable (Request, NimbusContext, WebSession) async throws -> Response) {
+        router.get(RouterPath(path)) { req, ctx in
+            try await self.page(req, ctx) { session, _ in
+                guard let session else { return Self.redirect("/") }
+                return try await body(req, ctx, session)
+            }
+        }
+    }
+
+    /// A form of a signed-in browser at `path`: from this origin, with the session's CSRF value.
+    func signedInForm(_ router: Router<NimbusContext>, _ path: String,
+                    _ body: @escaping @Sendable (Request, NimbusContext, WebSession, [String: String]) async throws -> Response) {
+        router.post(RouterPath(path)) { req, ctx in
+            try await self.page(req, ctx, change: true) { session, form in
+                guard let session else { return Self.redirect("/") }
+                return try await body(req, ctx, session, form)
+            }
+        }
     }
 
     // MARK: sessions
