@@ -65,7 +65,7 @@ enum HTML {
             <html lang="en"><head><meta charset="utf-8">
             <meta name="viewport" content="width=device-width, initial-scale=1">
             <title>\(text(title)) — Nimbus</title>
-            <link rel="stylesheet" href="/web/style.css"><script src="/web/app.js" defer></script></head>
+            <link rel="stylesheet" href="/web/style.css?v=\(styleVersion)"><script src="/web/app.js?v=\(WebScript.version)" defer></script></head>
             <body>\(header)<main\(attributes)>\(body)</main></body></html>
             """
     }
@@ -88,6 +88,10 @@ enum HTML {
         func two(_ v: Int32) -> String { v < 10 ? "0\(v)" : "\(v)" }
         return "\(Int(tm.tm_year) + 1900)-\(two(tm.tm_mon + 1))-\(two(tm.tm_mday)) \(two(tm.tm_hour)):\(two(tm.tm_min)) UTC"
     }
+
+    /// A digest of the stylesheet: its address changes with it, so a browser never keeps an old
+    /// one (they are cached for an hour).
+    static let styleVersion = WebScript.digest(style)
 
     static let style = """
         :root { color-scheme: light dark; font-family: system-ui, sans-serif; }

@@ -19,8 +19,9 @@ extension WebRoutes {
         return id
     }
 
-    /// The breadcrumbs of the folder `folder` (links all the way), and whether it is live.
-    func crumbs(_ c: ContainerRecord, to folder: ItemID, link: (ItemID) -> String) async throws -> String {
+    /// The folders from the root down to `folder` (not the root itself); a folder that is gone
+    /// (deleted, or not a folder) is not found.
+    func trail(_ c: ContainerRecord, to folder: ItemID) async throws -> [(id: ItemID, name: String)] {
         var trail: [(id: ItemID, name: String)] = []
         var at = folder
         while !at.isRoot {
@@ -30,8 +31,13 @@ extension WebRoutes {
             trail.append((at, p.name))
             at = p.parent
         }
+        return trail.reversed()
+    }
+
+    /// The breadcrumbs of the folder `folder`, each a link (the `<nav>` is left open).
+    func crumbs(_ c: ContainerRecord, to folder: ItemID, link: (ItemID) -> String) async throws -> String {
         var out = "<nav class=\"crumbs\" id=\"crumbs\"><a href=\"/\">Containers</a> / <a href=\"\(link(.root))\">\(HTML.name(c.name))</a>"
-        for f in trail.reversed() { out += " / <a href=\"\(link(f.id))\">\(HTML.name(f.name))</a>" }
+        for f in try await trail(c, to: folder) { out += " / <a href=\"\(link(f.id))\">\(HTML.name(f.name))</a>" }
         return out
     }
 

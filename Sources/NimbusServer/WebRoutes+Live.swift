@@ -19,12 +19,7 @@ extension WebRoutes {
     static let liveWaitSeconds = 25
 
     func registerLive(on router: Router<NimbusContext>) {
-        router.get("web/app.js") { _, _ in
-            var headers = Self.securityHeaders
-            headers[.contentType] = "text/javascript; charset=utf-8"
-            headers[.cacheControl] = "max-age=3600"
-            return Response(status: .ok, headers: headers, body: .init(byteBuffer: ByteBuffer(string: WebScript.source)))
-        }
+        asset(router, "web/app.js", type: "text/javascript; charset=utf-8", WebScript.source)
         router.post("web/c/:container/upload") { req, ctx in
             try await self.json(req, ctx, change: true) { session in try await self.upload(req, ctx, session) }
         }

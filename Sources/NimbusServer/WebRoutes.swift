@@ -37,12 +37,7 @@ struct WebRoutes: Sendable {
                 return try await self.home(session)
             }
         }
-        router.get("web/style.css") { _, _ in
-            var headers = Self.securityHeaders
-            headers[.contentType] = "text/css; charset=utf-8"
-            headers[.cacheControl] = "max-age=3600"
-            return Response(status: .ok, headers: headers, body: .init(byteBuffer: ByteBuffer(string: HTML.style)))
-        }
+        asset(router, "web/style.css", type: "text/css; charset=utf-8", HTML.style)
         router.post("web/sign-in") { req, ctx in
             try await self.page(req, ctx, change: true, signedIn: false) { _, form in try await self.signIn(form, req, ctx) }
         }
@@ -75,6 +70,16 @@ struct WebRoutes: Sendable {
         registerLive(on: router)
         registerItems(on: router)
         registerAccount(on: router)
+    }
+
+    /// A file of the pages (the stylesheet, the script), the same for everyone.
+    func asset(_ router: Router<NimbusContext>, _ path: String, type: String, _ text: String) {
+        router.get(RouterPath(path)) { _, _ in
+            var headers = Self.securityHeaders
+            headers[.contentType] = type
+            headers[.cacheControl] = "max-age=3600"
+            return Response(status: .ok, headers: headers, body: .init(byteBuffer: ByteBuffer(string: text)))
+        }
     }
 
     /// A page for a signed-in browser at `path` (signed out: to the sign-in page).
@@ -366,16 +371,7 @@ struct WebRoutes: Sendable {
         let after = req.uri.queryParameters.get("after").map { String($0) }
         if let after, after.utf8.count > 1024 { throw APIError(.invalidParameter, "after is a name, at most 1,024 bytes") }
         // The path from the root, for the breadcrumbs; a folder that is gone is not found.
-        var trail: [(id: ItemID, name: String)] = []
-        var at = folder
-        while !at.isRoot {
-            guard trail.count < 512, let p = try await routes.store.place(of: at, in: c), !p.deleted, p.kind == .folder else {
-                throw APIError(.notFound, "this folder is not in \(c.name) any more (deleted, or moved into Recently Deleted)")
-            }
-            trail.append((at, p.name))
-            at = p.parent
-        }
-        trail.reverse()
+        let trail = try await self.trail(c, to: folder)
         let page = try await routes.store.children(of: folder, in: c, after: after, limit: Self.pageSize + 1)
         let shown = page.prefix(Self.pageSize)
         let names = Dictionary(try await routes.store.devices(account: s.device.accountName).map { ($0.id, $0.name) }, uniquingKeysWith: { a, _ in a })

@@ -1,8 +1,18 @@
+import Crypto
+import Foundation
+
 /// The web view's one script, `/web/app.js` (docs/web.md): uploads with progress (a file
 /// picker, a folder picker, drag and drop) and live refresh of the page when its container
 /// changes. Pages work without it (browsing, downloading, every form); it only adds. It builds
 /// every piece of text with `textContent`, never markup.
 enum WebScript {
+    /// A digest of the script, in its address (`/web/app.js?v=…`).
+    static let version = digest(source)
+
+    static func digest(_ text: String) -> String {
+        SHA256.hash(data: Data(text.utf8)).prefix(6).map { String(format: "%02x", $0) }.joined()
+    }
+
     static let source = #"""
 "use strict";
 (function () {
