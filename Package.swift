@@ -112,7 +112,7 @@ let package = Package(
         .testTarget(name: "NimbusCoreTests", dependencies: ["NimbusCore", "NimbusLog"], swiftSettings: strict),
         .testTarget(
             name: "NimbusServerTests",
-            dependencies: ["NimbusCore", "NimbusProtocol", "NimbusServer", "NimbusRemote", "NimbusTesting"],
+            dependencies: ["NimbusCore", "NimbusProtocol", "NimbusServer", "NimbusRemote", "NimbusTesting", "Chunking"],
             swiftSettings: strict
         ),
         .testTarget(
