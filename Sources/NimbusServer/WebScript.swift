@@ -124,6 +124,7 @@ enum WebScript {
     const files = entries.filter((e) => e.file);
     const bytes = files.reduce((n, e) => n + e.file.size, 0);
     let done = 0, failed = 0;
+    panel.dataset.state = "uploading";
     total.max = Math.max(bytes, 1);
     total.value = 0;
     summary.textContent = "uploading " + files.length + " file" + (files.length === 1 ? "" : "s");

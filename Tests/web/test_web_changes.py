@@ -31,6 +31,13 @@ def status_line(mount, key):
     return None
 
 
+def uploaded(browser, rows):
+    """The upload panel has `rows` rows and says its last upload ended."""
+    panel = browser.find_element(By.ID, "upload")
+    return (len(browser.find_elements(By.CSS_SELECTOR, "#uploads li")) == rows and panel.get_attribute("data-state") == "done"
+            and all(e.text.startswith("done") for e in browser.find_elements(By.CSS_SELECTOR, "#uploads .state")))
+
+
 def test_upload_files_and_a_folder_with_progress_seen_on_the_mount(world, browser):
     server, token, mount = world
     src = tempfile.mkdtemp(prefix="nimbus-web-upload-")
@@ -47,8 +54,7 @@ def test_upload_files_and_a_folder_with_progress_seen_on_the_mount(world, browse
         wait_for("the upload panel shown by the script", lambda: browser.find_element(By.ID, "upload").is_displayed())
         browser.find_element(By.ID, "upload-files").send_keys(
             os.path.join(src, "big.bin") + "\n" + os.path.join(src, "note <b>.txt"))
-        panel = browser.find_element(By.ID, "upload")
-        wait_for("the two files uploaded", lambda: panel.get_attribute("data-state") == "done", timeout=60)
+        wait_for("the two files uploaded", lambda: uploaded(browser, 2), timeout=60)
         done = time.monotonic()
         total = browser.find_element(By.ID, "upload-progress")
         assert total.get_attribute("value") == total.get_attribute("max") == str(len(big) + 23)
@@ -65,17 +71,15 @@ def test_upload_files_and_a_folder_with_progress_seen_on_the_mount(world, browse
 
         # A folder with a folder inside: the same tree on the mount.
         browser.find_element(By.ID, "upload-folder").send_keys(os.path.join(src, "album"))
-        wait_for("the folder uploaded", lambda: panel.get_attribute("data-state") == "done"
-                 and len(browser.find_elements(By.CSS_SELECTOR, "#uploads li")) == 4, timeout=60)
-        wait_for("the folder's files on the mount",
-                 lambda: os.path.exists(os.path.join(mount.path, "album", "2026", "a.raw")), timeout=10)
+        wait_for("the folder uploaded", lambda: uploaded(browser, 4), timeout=60)
+        wait_for("the folder's files on the mount", lambda: os.path.exists(os.path.join(mount.path, "album", "2026", "a.raw"))
+                 and os.path.exists(os.path.join(mount.path, "album", "cover.jpg")), timeout=10)
         assert read(os.path.join(mount.path, "album", "cover.jpg")) == b"\xff\xd8 not really a jpeg"
         assert read(os.path.join(mount.path, "album", "2026", "a.raw")) == read(os.path.join(src, "album", "2026", "a.raw"))
 
         # The same name again: kept beside, as for any device; the row says so.
         browser.find_element(By.ID, "upload-files").send_keys(os.path.join(src, "note <b>.txt"))
-        wait_for("the third upload", lambda: len(browser.find_elements(By.CSS_SELECTOR, "#uploads li")) == 5
-                 and panel.get_attribute("data-state") == "done", timeout=30)
+        wait_for("the third upload", lambda: uploaded(browser, 5), timeout=30)
         last = browser.find_elements(By.CSS_SELECTOR, "#uploads .state")[-1].text
         assert last.startswith("done, as note <b> 2.txt"), last
         wait_for("the renamed upload on the mount", lambda: os.path.exists(os.path.join(mount.path, "note <b> 2.txt")))
