@@ -51,6 +51,16 @@ static inline int cfuse_reply_fd(fuse_req_t req, int fd, off_t off, size_t size)
     return fuse_reply_data(req, &bv, FUSE_BUF_SPLICE_MOVE);
 }
 
+/// Puts `size` bytes of `fd` at `off` into the kernel's page cache of node `ino` at the same
+/// offset (FUSE_NOTIFY_STORE; spliced from `fd` when the kernel allows). 0 or -errno.
+static inline int cfuse_notify_store_fd(struct fuse_session *se, fuse_ino_t ino, int fd, off_t off, size_t size) {
+    struct fuse_bufvec bv = FUSE_BUFVEC_INIT(size);
+    bv.buf[0].flags = (enum fuse_buf_flags)(FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK);
+    bv.buf[0].fd = fd;
+    bv.buf[0].pos = off;
+    return fuse_lowlevel_notify_store(se, ino, off, &bv, FUSE_BUF_SPLICE_MOVE);
+}
+
 /// Writes the data of a write_buf request into `fd` at `off` (splice from the fuse pipe when possible).
 static inline ssize_t cfuse_write_buf_to_fd(struct fuse_bufvec *in, int fd, off_t off) {
     struct fuse_bufvec out = FUSE_BUFVEC_INIT(fuse_buf_size(in));

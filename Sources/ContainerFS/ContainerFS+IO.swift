@@ -25,33 +25,43 @@ extension ContainerFS {
         // node) cannot slip between choosing the node and opening its file.
         var stalePages = false
         var item = ItemID.root
-        let (fd, h) = try lock.withLock { () throws(Errno) -> (Int32, HandleID) in
-            let n = try self.node(node)
-            guard n.rec.kind == .file else { throw n.isDir ? .EISDIR : .ELOOP }
-            // A node whose content a remote version replaced (its item lives on in a new node):
-            // the kernel reached it through a stale name; ESTALE makes it look the name up again.
-            if !n.linked, let live = t.byID[n.rec.id], live != n.node { throw .ESTALE }
-            relinkCacheFile(n, n.rec.id)
-            let fd = store.cache.open(n.rec.id, create: true, size: n.rec.size)
-            if fd < 0 { throw Errno(-fd) }
-            let h = ids.newHandle(.file(fd))
-            n.openHandles += 1
-            t.openFiles += 1
-            n.handles.insert(h)
-            stalePages = n.pagesStale
-            n.pagesStale = false
-            item = n.rec.id
-            if flags & O_ACCMODE != O_RDONLY {
-                t.writerHandles.insert(h)
-                n.writers += 1
+        let changes = flags & O_ACCMODE != O_RDONLY || flags & O_TRUNC != 0
+        var waits = 0
+        var opened: (Int32, HandleID)?
+        while opened == nil {
+            opened = try lock.withLock { () throws(Errno) -> (Int32, HandleID)? in
+                let n = try self.node(node)
+                guard n.rec.kind == .file else { throw n.isDir ? .EISDIR : .ELOOP }
+                // A node whose content a remote version replaced (its item lives on in a new node):
+                // the kernel reached it through a stale name; ESTALE makes it look the name up again.
+                if !n.linked, let live = t.byID[n.rec.id], live != n.node { throw .ESTALE }
+                // The kernel's pages are being filled from the cache file (`storePages`, a few
+                // microseconds): a writer starting now could see its bytes replaced by the older ones.
+                if changes && n.storing && waits < Self.storeWaitLimit { return nil }
+                relinkCacheFile(n, n.rec.id)
+                let fd = store.cache.open(n.rec.id, create: true, size: n.rec.size)
+                if fd < 0 { throw Errno(-fd) }
+                let h = ids.newHandle(.file(fd))
+                n.openHandles += 1
+                t.openFiles += 1
+                n.handles.insert(h)
+                stalePages = n.pagesStale
+                n.pagesStale = false
+                item = n.rec.id
+                if flags & O_ACCMODE != O_RDONLY {
+                    t.writerHandles.insert(h)
+                    n.writers += 1
+                }
+                if flags & O_TRUNC != 0 {
+                    // The truncation below is a write: under way until its generation moves.
+                    n.changing += 1
+                    n.fsyncedSinceWrite = false
+                }
+                return (fd, h)
             }
-            if flags & O_TRUNC != 0 {
-                // The truncation below is a write: under way until its generation moves.
-                n.changing += 1
-                n.fsyncedSinceWrite = false
-            }
-            return (fd, h)
+            if opened == nil { waits += 1; usleep(100) }
         }
+        guard let (fd, h) = opened else { throw .EIO }
         if flags & O_TRUNC != 0 {
             var killed = false
             // Atomic O_TRUNC: the kernel leaves the truncation to us (mtime/ctime always change,
@@ -113,7 +123,10 @@ extension ContainerFS {
             guard let x = t.nodes[node] else { return nil }
             x.changing -= 1
             // (A write of 0 bytes succeeds at any offset, Int64.max too: it changes no size.)
-            if n > 0 { x.rec.size = max(x.rec.size, offset + Int64(n)) }
+            if n > 0 {
+                x.rec.size = max(x.rec.size, offset + Int64(n))
+                Self.notePartialPages(x, offset: offset, count: n)
+            }
             if killSetID { killed = Self.killSetID(x) }
             x.rec.mtime = now
             x.rec.ctime = now
@@ -178,6 +191,7 @@ extension ContainerFS {
             guard !n.rec.isSpecial else { throw .EINVAL }
             guard n.links.isEmpty else { throw .EBUSY }  // its other names are local content
             guard n.openHandles == 0, !n.metaDirty, n.noticesPending == 0 || Mutation.evictUnnoticedChange.isOn, decide() else { throw .EBUSY }
+            n.dropPageStore()
             let fd = store.cache.open(item, create: false)
             if fd >= 0 {
                 // Punching keeps the size; a file system without hole punching gets truncated
@@ -213,20 +227,76 @@ extension ContainerFS {
         guard case .file(let fd)? = ids.release(handle) else { return }
         settle(node: node)
         defer { close(fd) }
-        let closedWriter = lock.withLock { () -> ItemID? in
+        let (closedWriter, pages) = lock.withLock { () -> (ItemID?, PageStore?) in
             t.openFiles -= 1
             let wasWriter = t.writerHandles.remove(handle) != nil
             t.stale[handle] = nil
-            guard let n = t.nodes[node] else { return nil }
+            guard let n = t.nodes[node] else { return (nil, nil) }
             n.handles.remove(handle)
             n.openHandles -= 1
             if wasWriter { n.writers -= 1 }
             let id = wasWriter && n.linked ? n.rec.id : nil
+            let pages = n.openHandles == 0 ? pageStore(n) : nil
             reapIfUnused(n)
-            return id
+            return (id, pages)
         }
         // A push deferred while the file was being written goes now (an unchanged file uploads nothing).
         if let closedWriter { for c in forEveryName(.contentChanged(closedWriter)) { observer?.localChange(c) } }
+        if let pages { storePages(node, fd: fd, pages) }
+    }
+
+    /// The kernel's pages of a closed file to fill from its cache file.
+    struct PageStore {
+        var offset: Int64
+        var length: Int
+        var generation: UInt64
+    }
+
+    /// Pages whose content the kernel cannot hold whole after write-through are filled at the
+    /// last close, so the next read is served by the kernel (a `cat` right after an untar, an
+    /// editor's save read back) instead of asking the daemon. Aligned to 2 MiB, the largest
+    /// page a kernel may cache a file in, so every page stored is whole.
+    static let storeAlign: Int64 = 2 << 20
+    /// Files whose pages to fill span more than this keep the reads (a copy in the kernel's
+    /// memory per close would cost more than it saves).
+    static let storeLimit: Int64 = 4 << 20
+    /// How many times (100 µs apart) a writer's open or a truncation waits for a store under
+    /// way before it goes on (then the stored pages are dropped again): a bound, never reached
+    /// by a store of a few megabytes.
+    static let storeWaitLimit = 10_000
+    static let pageSize = Int64(sysconf(Int32(_SC_PAGESIZE)))
+
+    /// Records the first page that a write of `count` bytes at `offset` covered only in part (lock held).
+    static func notePartialPages(_ n: Node, offset: Int64, count: Int) {
+        let end = offset + Int64(count)
+        var first: Int64?
+        if offset % pageSize != 0 { first = offset - offset % pageSize } else if end % pageSize != 0 { first = end - end % pageSize }
+        if let first { n.partialFrom = min(n.partialFrom ?? first, first) }
+    }
+
+    /// What to store of `n`, closed by its last handle (lock held): nil when nothing is owed, a
+    /// writer or truncation is under way, or the range is over `storeLimit`.
+    func pageStore(_ n: Node) -> PageStore? {
+        guard let from = n.partialFrom, n.linked, n.rec.kind == .file, n.writers == 0, n.changing == 0, !n.storing else { return nil }
+        n.partialFrom = nil
+        let start = from - from % Self.storeAlign
+        guard n.rec.size > start, n.rec.size - start <= Self.storeLimit else { return nil }
+        n.storing = true
+        return PageStore(offset: start, length: Int(n.rec.size - start), generation: n.writeGen)
+    }
+
+    /// Fills the kernel's pages (no lock held; the handle's descriptor still open). A change that
+    /// could not wait for it (a remote version, an eviction, a writer past `storeWaitLimit`)
+    /// drops them again.
+    func storePages(_ node: NodeID, fd: Int32, _ s: PageStore) {
+        kernel.withLock { $0 }?.storePages(node, fd: fd, offset: s.offset, length: s.length)
+        let overrun = lock.withLock { () -> Bool in
+            guard let n = t.nodes[node] else { return false }
+            n.storing = false
+            defer { n.storeOverrun = false }
+            return n.storeOverrun || n.writeGen != s.generation || n.writers > 0 || n.changing > 0
+        }
+        if overrun { sendKernel([.node(node)]) }
     }
 
     /// Whether `item` is mid-save: open for writing with writes since the last fsync. Its content
@@ -279,15 +349,23 @@ extension ContainerFS {
     public func setattr(node: NodeID, _ c: FuseSetAttr, handle: HandleID?) throws(Errno) -> stat {
         if let size = c.size {
             if size < 0 { throw .EINVAL }
-            let id = try lock.withLock { () throws(Errno) -> ItemID in
-                let n = try self.node(node)
-                if n.isDir { throw .EISDIR }
-                guard n.rec.kind == .file else { throw .EINVAL }
-                // The truncation is a write: under way until its generation moves (below).
-                n.changing += 1
-                n.fsyncedSinceWrite = false
-                return n.rec.id
+            var waits = 0
+            var target: ItemID?
+            while target == nil {
+                target = try lock.withLock { () throws(Errno) -> ItemID? in
+                    let n = try self.node(node)
+                    if n.isDir { throw .EISDIR }
+                    guard n.rec.kind == .file else { throw .EINVAL }
+                    // Not while the kernel's pages are being filled (`storePages`).
+                    if n.storing && waits < Self.storeWaitLimit { return nil }
+                    // The truncation is a write: under way until its generation moves (below).
+                    n.changing += 1
+                    n.fsyncedSinceWrite = false
+                    return n.rec.id
+                }
+                if target == nil { waits += 1; usleep(100) }
             }
+            guard let id = target else { throw .EIO }
             content.willTruncate(id)
             let failed: Errno? = {
                 if let fd = handle.flatMap(descriptor) {

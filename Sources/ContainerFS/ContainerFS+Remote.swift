@@ -14,6 +14,9 @@ public protocol KernelCache: Sendable {
     /// Drops the cached attributes of `node` only, never its pages: safe to send from inside a
     /// request about that node (a write holds its pages locked until answered).
     func invalidateAttributes(_ node: NodeID)
+    /// Fills the kernel's pages of `node` over `offset..<offset+length` from `fd` (the file's
+    /// cache file), as they are there (`ContainerFS.release`).
+    func storePages(_ node: NodeID, fd: Int32, offset: Int64, length: Int)
     /// How many requests of each kind the kernel sent (`.nimbus/requests`); none by default.
     func requestCounts() -> [(kind: String, count: UInt64)]
 }
@@ -21,6 +24,7 @@ public protocol KernelCache: Sendable {
 extension KernelCache {
     public func requestCounts() -> [(kind: String, count: UInt64)] { [] }
     public func invalidateAttributes(_ node: NodeID) {}
+    public func storePages(_ node: NodeID, fd: Int32, offset: Int64, length: Int) {}
 }
 
 /// A kernel cache invalidation owed after a remote change (sent through `KernelCache`, never
@@ -342,6 +346,7 @@ extension ContainerFS {
                 resetCacheFile(s.id)
                 n.rec.size = s.size
                 n.pagesStale = true
+                n.dropPageStore()
             }
             persist(n)
             actions.append(.node(n.node))

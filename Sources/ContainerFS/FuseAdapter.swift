@@ -457,6 +457,9 @@ public struct SessionKernelCache: KernelCache {
     public init(_ session: FuseSession) { self.session = session }
     public func invalidateNode(_ node: NodeID) { session.invalidateNode(node) }
     public func invalidateAttributes(_ node: NodeID) { session.invalidateNode(node, offset: -1) }
+    public func storePages(_ node: NodeID, fd: Int32, offset: Int64, length: Int) {
+        session.storePages(node, fd: fd, offset: offset, length: length)
+    }
     public func invalidateEntry(parent: NodeID, name: String) { session.invalidateEntry(parent: parent, name: name) }
     public func notifyDelete(parent: NodeID, child: NodeID, name: String) { session.notifyDelete(parent: parent, child: child, name: name) }
     public func requestCounts() -> [(kind: String, count: UInt64)] { session.requests.snapshot().map { ($0.op.name, $0.count) } }

@@ -48,6 +48,21 @@ final class Node {
     /// A remote version replaced the content in place: the kernel may still hold pages of the old
     /// bytes (its invalidation is sent later, off the lock), so the next open drops them.
     var pagesStale = false
+    /// Where the first kernel page begins that a write covered only in part since the last
+    /// `ContainerFS.storePages` (nil: none). Writes go through, and the kernel keeps a page it
+    /// was given whole only: such a page's next read would ask the daemon.
+    var partialFrom: Int64?
+    /// `ContainerFS.storePages` is filling the kernel's pages of this file: no writer opens and
+    /// no truncation starts until it is done (the kernel would keep the older bytes).
+    var storing = false
+    /// A remote version or an eviction changed the content while `storing`: the pages stored
+    /// are dropped again once it is done.
+    var storeOverrun = false
+    /// No pages are owed to the kernel; a store under way is taken back when it ends.
+    func dropPageStore() {
+        partialFrom = nil
+        if storing { storeOverrun = true }
+    }
     /// Changes of this content made under the lock whose notice the sync engine has not had yet
     /// (`ContainerFS.notify(_:pending:)`): while positive, no remote state replaces or deletes
     /// the content, since the engine would not know it holds a local change.

@@ -123,6 +123,14 @@ public final class FuseSession: @unchecked Sendable {
     public func invalidateNode(_ node: NodeID, offset: Int64 = 0, length: Int64 = 0) -> Int32 {
         withSession { fuse_lowlevel_notify_inval_inode($0, node.rawValue, off_t(offset), off_t(length)) }
     }
+    /// Fills the kernel's pages of `node` over `offset..<offset+length` with those bytes of `fd`
+    /// (the file's content): pages a write covered only in part are then whole in the kernel, and
+    /// a read of them asks nothing. Waits for those pages' locks: never while a request that
+    /// holds them waits for the caller.
+    @discardableResult
+    public func storePages(_ node: NodeID, fd: Int32, offset: Int64, length: Int) -> Int32 {
+        withSession { cfuse_notify_store_fd($0, node.rawValue, fd, off_t(offset), length) }
+    }
     /// Drops the cached name `name` in folder `parent` (remote create, rename, delete).
     @discardableResult
     public func invalidateEntry(parent: NodeID, name: String) -> Int32 {
