@@ -33,7 +33,10 @@ extension SyncEngine: ChangeObserver {
             let out = record.noticed(what, at: now, rules: rules)
             s.items[id] = record
             if out.queue { s.push.queue.append(id) }
-            return (out.queue, out.whole)
+            // Paused, or the token refused: the push loop would wake to find nothing it may
+            // send (`nextToPush`); the resume wakes it. (A burst of changes while paused woke
+            // it once per change: a thread switch per request.)
+            return (out.queue && !s.paused && s.link.tokenRefused == nil, out.whole)
         }
         // Kept on disk at once (SimulationTests: a kill -9 before the push).
         if let whole { try? saveBase(id, whole) }
