@@ -13,7 +13,7 @@ import urllib.request
 
 import pytest
 from selenium import webdriver
-from selenium.common.exceptions import StaleElementReferenceException
+from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException
 from selenium.webdriver.chrome.service import Service
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -30,13 +30,14 @@ def free_port():
 
 def wait_for(what, check, timeout=15.0, every=0.05):
     """Polls `check` until it returns something truthy; fails the test with `what` after `timeout`.
-    A page element gone stale during a check counts as not yet."""
+    A page element gone stale or missing while the page is being replaced (a form's answer, a live refresh)
+    counts as not yet: the check is read again, and still fails the test with `what` if it never holds."""
     deadline = time.monotonic() + timeout
     while True:
         try:
             value = check()
-        except StaleElementReferenceException:
-            value = None  # the page was replaced while it was read (a form's answer, a live refresh): read it again
+        except (StaleElementReferenceException, NoSuchElementException):
+            value = None  # the page was replaced while it was read: read it again
         if value:
             return value
         if time.monotonic() > deadline:

@@ -8,6 +8,7 @@ import tempfile
 import time
 
 import pytest
+from selenium.common.exceptions import NoSuchElementException
 from selenium.webdriver.common.by import By
 
 from conftest import BIN, CONTAINER, Mount, wait_for
@@ -236,6 +237,14 @@ def test_restore_and_purge_from_recently_deleted(world, browser):
     assert not os.path.exists(os.path.join(mount.path, "junk.txt"))
 
 
+def device_row(browser, name):
+    """The row of the devices table for `name`; NoSuchElementException while the page has none (wait_for reads again)."""
+    for r in browser.find_elements(By.CSS_SELECTOR, "#devices tbody tr"):
+        if r.find_element(By.CSS_SELECTOR, "td.name").text == name:
+            return r
+    raise NoSuchElementException(f"no row for the device {name} on the devices page")
+
+
 def test_revoke_a_device_its_mount_shows_unauthorized_and_keeps_its_edits(world, browser):
     server, token, mount = world
     write(os.path.join(mount.path, "synced.txt"), b"synced before\n")
@@ -243,10 +252,8 @@ def test_revoke_a_device_its_mount_shows_unauthorized_and_keeps_its_edits(world,
     sign_in(browser, server, token)
     browser.find_element(By.LINK_TEXT, "Devices").click()
     wait_for("the devices page", lambda: browser.find_elements(By.ID, "devices"))
-    laptop = [r for r in browser.find_elements(By.CSS_SELECTOR, "#devices tbody tr") if r.find_element(By.CSS_SELECTOR, "td.name").text == "laptop"][0]
-    laptop.find_element(By.CSS_SELECTOR, "button").click()
-    wait_for("laptop revoked on the page", lambda: "revoked" in [r for r in browser.find_elements(By.CSS_SELECTOR, "#devices tbody tr")
-                                                                if r.find_element(By.CSS_SELECTOR, "td.name").text == "laptop"][0].text)
+    wait_for("laptop's revoke button", lambda: device_row(browser, "laptop").find_element(By.CSS_SELECTOR, "button")).click()
+    wait_for("laptop revoked on the page", lambda: "revoked" in device_row(browser, "laptop").text)
     # An edit made after the revocation stays on the mount, queued; nothing is lost.
     write(os.path.join(mount.path, "after.txt"), b"written after the revocation\n")
     wait_for("the mount saying unauthorized", lambda: (status_line(mount, "connection") or "").startswith("unauthorized"), timeout=30)
