@@ -56,6 +56,20 @@ public enum Mutation: String, CaseIterable, Sendable {
     /// The move that puts a remote item beside a local-only item here is an ordinary rename: it
     /// undoes a rename of the item made meanwhile elsewhere (`CommitRequest.placeIfUnmoved`).
     case besideMoveOverridesRename = "beside-move-overrides-rename"
+    /// A push whose state is its base's sends nothing although an earlier commit of the item
+    /// may have applied without its answer (`UploadState.unanswered`): an attribute set and then
+    /// removed here while that commit's answer was lost stays set everywhere.
+    case nothingToSendAfterLostAnswer = "nothing-to-send-after-lost-answer"
+    /// A commit whose base is older than versions only its own device made since (their answers
+    /// were lost) is merged against that base as if another device had made them
+    /// (`CommitEngine.apply`): what it undid of its own lost commit is not seen as its change, an
+    /// edit conflicts with its own earlier one, and a delete is ignored.
+    case ownVersionsMergedAsOthers = "own-versions-merged-as-others"
+    /// The engine's index of which item the server has at each name keeps one item per name:
+    /// the last one heard of there takes it, and when that one leaves, the name counts as free
+    /// although another item is still there (`ItemTable.holder(of:)`); a new item is committed at
+    /// the name before that one's move away, and the server puts it beside it.
+    case placeHeldByTheLastCome = "place-held-by-the-last-come"
     /// A commit is sent without its base version.
     case commitWithoutBase = "commit-without-base"
     /// A commit's answer is shown over a rename made here since (settle without relocating).

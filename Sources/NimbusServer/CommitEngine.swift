@@ -62,7 +62,19 @@ struct CommitEngine<T: StoreTransaction> {
             throw APIError(.kindMismatch, "item \(req.item) is a \(current.state.kind.rawValue), not a \(incoming.kind.rawValue); an item's kind never changes — create a new item instead")
         }
         let baseIsCurrent = req.baseVersion == current.version
-        let base: ItemState? = baseIsCurrent ? current.state : try ancestor(req)
+        var base: ItemState? = baseIsCurrent ? current.state : try ancestor(req)
+        // A stale base followed by states of this device's own: commits whose answers were lost
+        // (a dropped connection, a crash before it recorded them). What it sends now descends
+        // from the last of them, which it sent as it was, so that state is the ancestor: an
+        // attribute it removed since is removed (a field its draft lacks counts as emptied), an
+        // edit is no conflict with its own earlier one, a delete is no delete of an edit it never
+        // saw; what other devices changed after that state stays theirs. (History that no longer
+        // has the base's state, or a deleted item, keep the rules below.)
+        if !baseIsCurrent, base != nil, let since = req.baseVersion, !current.state.deleted, !Mutation.ownVersionsMergedAsOthers.isOn,
+           let own = try tx.currentStatesMade(of: req.item, after: since).prefix(while: { $0.by == device.id }).last,
+           let sent = try tx.stateCurrent(at: own.seq, of: req.item) {
+            base = sent
+        }
 
         switch ConflictRules.decide(base: base, current: current.state, incoming: incoming, baseIsCurrent: baseIsCurrent,
                                     placeIfUnmoved: req.placeIfUnmoved == true && !Mutation.besideMoveOverridesRename.isOn, mergeExtra: Self.mergeExtra) {

@@ -520,6 +520,16 @@ struct PostgresTransaction: StoreTransaction {
         return floor == 0 ? try Codec.decodeState(state) : nil
     }
 
+    func currentStatesMade(of id: ItemID, after version: Int64) throws -> [(seq: Int64, by: DeviceID?)] {
+        try rows("""
+            SELECT v.seq, j.device_id FROM versions v LEFT JOIN journal j ON j.container_id = v.container_id AND j.seq = v.seq
+            WHERE v.container_id = \(cid) AND v.item_id = \(id.description) AND v.was_current AND v.seq > \(version) ORDER BY v.seq
+            """).map { row in
+            let (seq, device) = try row.decode((Int64, String?).self)
+            return (seq, device.flatMap(DeviceID.init))
+        }
+    }
+
     func isNameTaken(parent: ItemID, name: String, excluding id: ItemID) throws -> Bool {
         if let c = known.nameCheck, c.parent == parent, c.name == name, known.nameCheckFor == id { return c.taken }
         return !(try rows("""

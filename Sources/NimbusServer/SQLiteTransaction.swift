@@ -45,6 +45,13 @@ struct SQLiteTransaction: StoreTransaction {
         return try Codec.decodeState(row["state"] as String)
     }
 
+    func currentStatesMade(of id: ItemID, after version: Int64) throws -> [(seq: Int64, by: DeviceID?)] {
+        try Row.fetchAll(cached("""
+            SELECT v.seq, j.device_id FROM versions v LEFT JOIN journal j ON j.container_id = v.container_id AND j.seq = v.seq
+            WHERE v.container_id = ? AND v.item_id = ? AND v.was_current = 1 AND v.seq > ? ORDER BY v.seq
+            """), arguments: [container.id, id.description, version]).map { ($0[0] as Int64, ($0[1] as String?).flatMap(DeviceID.init)) }
+    }
+
     func isNameTaken(parent: ItemID, name: String, excluding id: ItemID) throws -> Bool {
         try Bool.fetchOne(cached("""
             SELECT 1 FROM items WHERE container_id = ? AND parent_id = ? AND name = ? AND deleted = 0 AND id != ?

@@ -35,6 +35,9 @@ protocol StoreTransaction {
     /// The item's first state (the oldest row that was ever current); nil when history no longer
     /// has it (any current row was pruned: the oldest ones go first).
     func firstState(of id: ItemID) throws -> ItemState?
+    /// The states of the item made current after `version`, oldest first, each with the device
+    /// whose commit or resolve made it (the journal's entry of the same seq; nil without one).
+    func currentStatesMade(of id: ItemID, after version: Int64) throws -> [(seq: Int64, by: DeviceID?)]
     func isNameTaken(parent: ItemID, name: String, excluding id: ItemID) throws -> Bool
     func liveChildren(of id: ItemID) throws -> [StoredItem]
     /// Allocates the next journal sequence number of the container.

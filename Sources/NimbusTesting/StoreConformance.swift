@@ -21,6 +21,7 @@ public enum StoreConformance: String, CaseIterable, Sendable {
     case renameAndEditBothApply
     case baselessCommitKeepsTheCommittersLaterRename
     case attributesMergeNameByName
+    case lostAnswersAreTheCommittersOwnBase
     case resolveAndRestore
     case missingChunksRejected
     case accountsAreIsolated
@@ -65,6 +66,7 @@ public enum StoreConformance: String, CaseIterable, Sendable {
         case .renameAndEditBothApply: try await Self.renameAndEdit(f)
         case .baselessCommitKeepsTheCommittersLaterRename: try await Self.baselessCommit(f)
         case .attributesMergeNameByName: try await Self.attributesMerge(f)
+        case .lostAnswersAreTheCommittersOwnBase: try await Self.lostAnswers(f)
         case .resolveAndRestore: try await Self.resolveAndRestore(f)
         case .missingChunksRejected: try await Self.missingChunks(f)
         case .accountsAreIsolated: try await Self.accountsAreIsolated(f)
@@ -397,19 +399,57 @@ public enum StoreConformance: String, CaseIterable, Sendable {
     /// `extra` merges field by field and user attribute by attribute against the committer's base:
     /// two devices that set different attributes keep both; an attribute and a content edit both
     /// apply; an edit that brings a deleted item back keeps the attributes it did not touch.
+    /// `d` with these user attributes in its `extra` (and another field when `other`).
+    private static func with(_ d: ItemDraft, _ xattrs: [String: String], other: Bool = false) -> ItemDraft {
+        var d = d
+        var fields: [String: JSONValue] = ["xattrs": .object(xattrs.mapValues { .string(Data($0.utf8).base64EncodedString()) })]
+        if other { fields["note"] = .string("kept") }
+        d.extra = .object(fields)
+        return d
+    }
+
+    /// The user attributes of an answer's item.
+    private static func names(_ r: CommitResponse) -> [String: String] {
+        guard case .object(let o)? = r.item.extra, case .object(let x)? = o["xattrs"] else { return [:] }
+        return x.compactMapValues { if case .string(let b) = $0 { Data(base64Encoded: b).map { String(decoding: $0, as: UTF8.self) } } else { nil } }
+    }
+
+    /// A commit whose base is older than states its own device made since (their answers were
+    /// lost) is decided on the last of them: what it undid since is undone (an attribute set and
+    /// removed again), an edit is no conflict with its own, a delete is a delete; what another
+    /// device changed after those states stays. Another device on the same old base is still
+    /// decided against that base.
+    static func lostAnswers(_ f: StoreFixture) async throws {
+        let c0 = try await f.chunk("la0"), c1 = try await f.chunk("la1"), c2 = try await f.chunk("la2"), c3 = try await f.chunk("la3")
+        let (file, v1) = try await f.create(.file, "l.txt", chunks: [c0], by: f.a)
+        // A sets user.a (the answer is lost), then removes it and sends on v1 again.
+        try await f.commit(file, base: v1, with(f.draft(.file, "l.txt", chunks: [c0]), ["user.a": "1"]), by: f.a)
+        var r = try await f.commit(file, base: v1, f.draft(.file, "l.txt", chunks: [c0]), by: f.a)
+        try check(r.outcome == .applied && names(r).isEmpty, "the attribute A removed stays removed, got \(r.outcome) \(names(r))")
+        // A edits (the answer is lost) and edits again on the same base: its own, no conflict.
+        let v2 = r.item.version
+        try await f.commit(file, base: v2, f.draft(.file, "l.txt", chunks: [c1], t: 2_000), by: f.a)
+        r = try await f.commit(file, base: v2, f.draft(.file, "l.txt", chunks: [c2], t: 3_000), by: f.a)
+        try check(r.outcome == .applied && r.item.chunks == [c2] && r.item.conflicts == 0, "A's later edit, no conflict, got \(r.outcome) \(r.item)")
+        // A sets user.t (lost); B, which saw it, edits the content; A removes user.t on its old base:
+        // B's edit stays, user.t goes.
+        let v3 = r.item.version
+        let sent = try await f.commit(file, base: v3, with(f.draft(.file, "l.txt", chunks: [c2], t: 3_000), ["user.t": "1"]), by: f.a)
+        r = try await f.commit(file, base: sent.item.version, with(f.draft(.file, "l.txt", chunks: [c3], t: 4_000), ["user.t": "1"]), by: f.b)
+        r = try await f.commit(file, base: v3, f.draft(.file, "l.txt", chunks: [c2], t: 3_000), by: f.a)
+        try check(r.item.chunks == [c3] && names(r).isEmpty && r.item.conflicts == 0, "B's edit kept, user.t removed, got \(r.outcome) \(r.item) \(names(r))")
+        // B, on v3 (older than A's states), edits: decided against v3, a conflict with A's state.
+        r = try await f.commit(file, base: v3, f.draft(.file, "l.txt", chunks: [c1], t: 1_500), by: f.b)
+        try check(r.outcome == .conflict, "another device's old base is merged against it, got \(r.outcome)")
+        // A edits (lost), then deletes on its old base: deleted.
+        let v4 = r.item.version
+        try await f.commit(file, base: v4, f.draft(.file, "l.txt", chunks: [c0], t: 5_000), by: f.a)
+        r = try await f.commit(file, base: v4, f.draft(.file, "l.txt", chunks: [c0], t: 5_000, deleted: true), by: f.a)
+        try check(r.item.deleted, "A's delete after its own edit deletes, got \(r.outcome) \(r.item)")
+    }
+
     static func attributesMerge(_ f: StoreFixture) async throws {
         let c0 = try await f.chunk("am0"), c1 = try await f.chunk("am1")
-        func with(_ d: ItemDraft, _ xattrs: [String: String], other: Bool = false) -> ItemDraft {
-            var d = d
-            var fields: [String: JSONValue] = ["xattrs": .object(xattrs.mapValues { .string(Data($0.utf8).base64EncodedString()) })]
-            if other { fields["note"] = .string("kept") }
-            d.extra = .object(fields)
-            return d
-        }
-        func names(_ r: CommitResponse) -> [String: String] {
-            guard case .object(let o)? = r.item.extra, case .object(let x)? = o["xattrs"] else { return [:] }
-            return x.compactMapValues { if case .string(let b) = $0 { Data(base64Encoded: b).map { String(decoding: $0, as: UTF8.self) } } else { nil } }
-        }
         let (file, v1) = try await f.create(.file, "x.txt", chunks: [c0])
         var r = try await f.commit(file, base: v1, with(f.draft(.file, "x.txt", chunks: [c0]), ["user.a": "1"], other: true), by: f.a)
         let v2 = r.item.version

@@ -31,6 +31,11 @@ public struct ItemTable: Sendable {
     /// Which item the server has at each place (folder and name), as this device last heard
     /// (`Place(item)`): `CommitPlan.nameFirst` asks which item holds a name there.
     private var atPlace: [Place: ItemID] = [:]
+    /// The places more than one item is at as this device last heard (an older state of one that
+    /// left, not heard of yet, and a newer state of another that came): all of them. The one
+    /// whose state there is newest holds the name; when it leaves, the others still do.
+    /// (`atPlace` holds one of them.)
+    private var crowded: [Place: Set<ItemID>] = [:]
     public struct Place: Hashable, Sendable {
         public var parent: ItemID
         public var name: ItemName
@@ -42,16 +47,24 @@ public struct ItemTable: Sendable {
         /// (the base) or held back here (a state held for its push can be the one that answered
         /// a commit whose answer was lost).
         init?(_ item: Item?) {
+            guard let r = Self.newest(item), !r.deleted else { return nil }
+            self.init(parent: r.parent, name: r.name)
+        }
+
+        /// The item's newest server state known here, shown or held back.
+        static func newest(_ item: Item?) -> ServerItem? {
             guard let item else { return nil }
             let h = item.remote
-            guard let r = [item.base?.record, h.forLock, h.forWriter, h.skipped].compactMap({ $0 }).max(by: { $0.version < $1.version }),
-                  !r.deleted else { return nil }
-            self.init(parent: r.parent, name: r.name)
+            return [item.base?.record, h.forLock, h.forWriter, h.skipped].compactMap({ $0 }).max(by: { $0.version < $1.version })
         }
     }
 
     /// The item the server had at `place` when this device last heard.
-    public func holder(of place: Place) -> ItemID? { atPlace[place] }
+    public func holder(of place: Place) -> ItemID? {
+        guard let many = crowded[place] else { return atPlace[place] }
+        func version(_ id: ItemID) -> Int64 { Place.newest(all[id])?.version ?? -1 }
+        return many.max { (version($0), $0) < (version($1), $1) }
+    }
 
     /// Generations handed out so far (`CacheUse.generation`): never reused, so a download that
     /// started on a record that has since been removed and created again does not count either.
@@ -79,7 +92,7 @@ public struct ItemTable: Sendable {
             let now = Place(item)
             if now != was {
                 unplace(was, id)
-                if let now { atPlace[now] = id }
+                if let now { place(now, id) }
             }
             if old == nil {
                 generations &+= 1
@@ -97,8 +110,30 @@ public struct ItemTable: Sendable {
         set { self[id] = newValue }
     }
 
+    private mutating func place(_ place: Place, _ id: ItemID) {
+        if crowded[place] != nil {
+            crowded[place]!.insert(id)
+        } else if let other = atPlace[place], other != id, !Mutation.placeHeldByTheLastCome.isOn {
+            crowded[place] = [other, id]
+        } else {
+            atPlace[place] = id
+        }
+    }
+
     private mutating func unplace(_ place: Place?, _ id: ItemID) {
-        if let place, atPlace[place] == id { atPlace[place] = nil }
+        guard let place else { return }
+        guard var many = crowded[place] else {
+            if atPlace[place] == id { atPlace[place] = nil }
+            return
+        }
+        many.remove(id)
+        if many.count > 1 {
+            crowded[place] = many
+            if atPlace[place] == id { atPlace[place] = many.first }
+        } else {
+            crowded[place] = nil
+            atPlace[place] = many.first
+        }
     }
 
     private mutating func count(_ base: Base?, _ sign: Int) {

@@ -178,10 +178,12 @@ public enum CommitPlan {
 
     /// Nothing to send: the draft is the base's state (a save that changed only the
     /// modification time commits nothing, so it makes no false conflicts), unless that time was
-    /// set on purpose (`touch -d`, `cp -p`, `rsync -t`: an attributes change), or the base is a
-    /// delete (a create after it must go).
-    public static func nothingToSend(base: ServerItem?, draft: ItemDraft, timeSetOnPurpose: Bool) -> Bool {
-        guard let base, !base.deleted else { return false }
+    /// set on purpose (`touch -d`, `cp -p`, `rsync -t`: an attributes change), the base is a
+    /// delete (a create after it must go), or an earlier commit of the item may have applied
+    /// without its answer (`UploadState.unanswered`): the server may hold what that commit
+    /// carried, which the state here, equal to the base, undoes.
+    public static func nothingToSend(base: ServerItem?, draft: ItemDraft, timeSetOnPurpose: Bool, unanswered: Bool = false) -> Bool {
+        guard let base, !base.deleted, !unanswered else { return false }
         if timeSetOnPurpose, base.modified != draft.modified { return false }
         return ItemDraft(base) == draft.withModified(base.modified)
     }

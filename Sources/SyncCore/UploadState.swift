@@ -92,6 +92,13 @@ public struct UploadState<Instant: InstantProtocol>: Sendable, Equatable where I
     /// collection after their last version was pruned). The next push asks which chunks it lacks
     /// even when the content is the base's, instead of taking the base's word for it.
     public private(set) var chunksMissing = false
+    /// A commit of it may have applied on the server without its answer reaching here (a
+    /// transport failure or server trouble after it went, or a stop with it queued): its next
+    /// push is sent even when its state is its base's (`CommitPlan.nothingToSend`), so a change
+    /// here that undid what that commit carried (an attribute set, then removed) is not taken for
+    /// no change while the server keeps what the commit carried. The server decides that commit
+    /// against the versions this device made since its base (docs/protocol.md "Commit").
+    public private(set) var unanswered = false
 
     public init() {}
 
@@ -145,8 +152,11 @@ public struct UploadState<Instant: InstantProtocol>: Sendable, Equatable where I
         case putBack
         /// The place here is newer than what the next commit's answer says: keep it (`relocate`).
         case movedBackSinceCommit
-        /// A commit's answer is being settled (`relocate` is used up).
+        /// A commit's answer is being settled (`relocate` is used up; the item is answered).
         case settling
+        /// Queued on disk at a start: a commit of it may have gone before the stop, its answer
+        /// never recorded (`unanswered`).
+        case queuedAtStart
         /// A download of it failed with `message`, or it is whole here now (`nil`).
         case download(failed: String?)
     }
@@ -237,6 +247,7 @@ public struct UploadState<Instant: InstantProtocol>: Sendable, Equatable where I
         case .failed(let f, let message, let missing):
             error = message
             if missing { chunksMissing = true }
+            if case .transient = f, !Mutation.nothingToSendAfterLostAnswer.isOn { unanswered = true }
             let delay = failed(f, at: now)
             switch f {
             case .unauthorized: return [.waitForToken, .queueFirst]
@@ -251,9 +262,12 @@ public struct UploadState<Instant: InstantProtocol>: Sendable, Equatable where I
         case .settling:
             let keep = relocate
             relocate = false
+            unanswered = false
             return keep && !Mutation.settleWithoutRelocate.isOn ? [.keepPlace] : []
         case .download(let failed):
             error = failed
+        case .queuedAtStart:
+            if !Mutation.nothingToSendAfterLostAnswer.isOn { unanswered = true }
         }
         return []
     }
@@ -355,6 +369,6 @@ public struct UploadState<Instant: InstantProtocol>: Sendable, Equatable where I
     /// Nothing worth remembering: the item's record forgets its upload phase.
     public func isIdle(at now: Instant, rules: UploadPacing<Instant>.Rules) -> Bool {
         wait == nil && writer == .idle && error == nil && !deviceLocal && pushedAhead == 0 && !relocate
-            && !chunksMissing && pacing.isIdle(at: now, rules: rules)
+            && !chunksMissing && !unanswered && pacing.isIdle(at: now, rules: rules)
     }
 }

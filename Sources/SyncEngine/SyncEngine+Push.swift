@@ -680,7 +680,8 @@ extension SyncEngine: ChangeObserver {
         // change) is sent.
         let timeSet = try c.base.map { $0.record.modified != c.draft.modified } == true
             && store.hasSyncOp(id, kind: .attributes)
-        if CommitPlan.nothingToSend(base: c.base?.record, draft: c.draft, timeSetOnPurpose: timeSet) {
+        let unanswered = state.withLock { $0.items[id]?.upload.unanswered ?? false }
+        if CommitPlan.nothingToSend(base: c.base?.record, draft: c.draft, timeSetOnPurpose: timeSet, unanswered: unanswered) {
             trace("push \(id): nothing to send")
             try store.removeSyncOps(id, upTo: upTo)  // nothing the server does not have
             try applyHeldForWriter(id)

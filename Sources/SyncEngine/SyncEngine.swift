@@ -301,8 +301,11 @@ public final class SyncEngine: Sendable {
     /// its file whole here, even if the notice's own note of that never reached the disk.
     func recoverQueue() throws -> [ItemID] {
         let ops = try store.syncOps()
+        let now = options.clock.now, rules = pacingRules
         let whole: [ItemID: Base] = state.withLock { s in
             var out: [ItemID: Base] = [:]
+            // A commit of it may have gone before the stop, its answer never recorded.
+            for id in Set(ops.map(\.item)) { s.items[id, default: SyncItem()].upload.on(.queuedAtStart, at: now, rules: rules) }
             for op in ops where op.kind == .content && !Mutation.forgetWholeAfterCrash.isOn {
                 if let b = s.base(op.item)?.wholeAfterLocalContent() { s.setBase(op.item, b); out[op.item] = b }
             }

@@ -178,8 +178,12 @@ import Testing
     /// 207, a commit with no `extra` that dropped the attributes others had set (`ExtraMerge`);
     /// 394, an edit that brought a deleted item back without them; 346, 736, the move beside a
     /// FIFO undoing a rename made elsewhere (`CommitRequest.placeIfUnmoved`); 997, a rename's
-    /// place mark delivered before its notice (`ContainerFS.notifyMoves`).
-    @Test(arguments: [UInt64(5), 9, 207, 346, 394, 736, 997])
+    /// place mark delivered before its notice (`ContainerFS.notifyMoves`); 1192, an attribute
+    /// set, its commit's answer lost, then removed: the next push found the state its base's and
+    /// sent nothing (`UploadState.unanswered`), and the server's merge against the old base
+    /// kept it (`CommitEngine` decides on the device's own last state); 1356, the same with
+    /// another device's edit committed between the two.
+    @Test(arguments: [UInt64(5), 9, 207, 346, 394, 736, 997, 1192, 1356])
     func localSeedsThatFoundBugs(_ seed: UInt64) async throws {
         let r = await SimWorld.run(Self.plan(seed, apart: false, localOnly: true))
         #expect(r.failure == nil, "simulation seed \(seed) (FIFOs and attributes): \(r.failure ?? "")")
@@ -194,8 +198,10 @@ import Testing
     /// was lost (the server's state held for the push says where the item is). And seeds that
     /// stalled early versions of the rule: 459, two items swapping names (a cycle: one goes);
     /// 302, an item another device put at the name (a state skipped here), waited for as if its
-    /// notice were on its way.
-    @Test(arguments: [UInt64(68), 75, 77, 151, 219, 604, 459, 302])
+    /// notice were on its way; 489, a name two items were at as the device last heard (an older
+    /// state of one, a newer of the other), counted free when the first left
+    /// (`ItemTable.holder(of:)`).
+    @Test(arguments: [UInt64(68), 75, 77, 151, 219, 604, 459, 302, 489])
     func nameSeedsThatFoundBugs(_ seed: UInt64) async throws {
         let r = await SimWorld.run(Self.plan(seed, apart: false))
         #expect(r.failure == nil, "simulation seed \(seed): \(r.failure ?? "")")

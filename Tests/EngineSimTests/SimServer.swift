@@ -185,6 +185,12 @@ final class SimServer: @unchecked Sendable {
             return (server.t.versions[id] ?? [:]).filter(\.value.wasCurrent).min(by: { $0.key < $1.key })?.value.state
         }
 
+        func currentStatesMade(of id: ItemID, after version: Int64) throws -> [(seq: Int64, by: DeviceID?)] {
+            (server.t.versions[id] ?? [:]).filter { $0.key > version && $0.value.wasCurrent }.keys.sorted().map { seq in
+                (seq, server.t.journal.first { $0.seq == seq }?.device)
+            }
+        }
+
         func isNameTaken(parent: ItemID, name: String, excluding id: ItemID) throws -> Bool {
             server.t.items.values.contains { $0.id != id && !$0.state.deleted && $0.state.location.parent == parent && $0.state.location.name.value == name }
         }

@@ -29,6 +29,31 @@ import Testing
         #expect(t.count == 0)
     }
 
+    /// Two items can be at one name as this device last heard: one whose leaving it has not
+    /// heard of yet (an older state), one that came since (a newer state). The newer holds the
+    /// name; when either leaves, the other still does (`CommitPlan.nameFirst` asks the index).
+    @Test func aNameHeldByTwoItemsIsStillHeldWhenOneLeaves() {
+        var t = ItemTable()
+        let (old, new) = (ItemID(UUID()), ItemID(UUID()))
+        let place = ItemTable.Place(parent: .root, name: ItemName(trusted: "d.txt"))
+        t[old, default: ItemTable.Item()].base = .placeholder(Self.record(old, version: 44, name: "d.txt"))
+        #expect(t.holder(of: place) == old)
+        t[new, default: ItemTable.Item()].base = .placeholder(Self.record(new, version: 50, name: "d.txt"))
+        #expect(t.holder(of: place) == new, "the newer state holds the name")
+        // The older one's newest state is elsewhere now: the newer one still holds the name.
+        t[old]?.remote.skip(Self.record(old, version: 52, name: "c.txt"))
+        #expect(t.holder(of: place) == new)
+        #expect(t.holder(of: ItemTable.Place(parent: .root, name: ItemName(trusted: "c.txt"))) == old)
+        // Back at the name with a state newer than the other's, then deleted: the other holds it.
+        t[old]?.remote.skippedShown()
+        t[old]?.base = .placeholder(Self.record(old, version: 60, name: "d.txt"))
+        #expect(t.holder(of: place) == old)
+        t[old]?.base = nil
+        #expect(t[old] == nil && t.holder(of: place) == new)
+        t[new]?.base = .placeholder(Self.record(new, version: 61, name: "e.txt"))
+        #expect(t.holder(of: place) == nil)
+    }
+
     @Test func theQuotaLineCountsTheItemsWaitingAndShowsTheLatestFigures() {
         var t = ItemTable()
         let (a, b, c) = (ItemID(UUID()), ItemID(UUID()), ItemID(UUID()))

@@ -238,6 +238,29 @@ import Testing
         #expect(s.on(.quiet(generation: 6, queued: false), at: .s(50), rules: rules).isEmpty, "no writer, no snapshot")
     }
 
+    /// A commit that failed without an answer may have applied (server trouble, a lost
+    /// connection), as may one queued at a start: until an answer is settled, the item is
+    /// `unanswered` and its next push is sent even when its state is its base's. A refusal or a
+    /// refused token is an answer: nothing applied.
+    @Test func aCommitWithoutAnAnswerMayHaveAppliedUntilOneIsSettled() {
+        var s = S()
+        s.on(.failed(.refused, message: "invalid_name", missingChunks: false), at: .s(0), rules: rules)
+        s.on(.failed(.unauthorized, message: "401", missingChunks: false), at: .s(0), rules: rules)
+        #expect(!s.unanswered)
+        s.on(.failed(.transient, message: "500: the answer was lost", missingChunks: false), at: .s(1), rules: rules)
+        #expect(s.unanswered)
+        s.on(.pushEnded(closed: true), at: .s(3), rules: rules)
+        #expect(s.unanswered && !s.isIdle(at: .s(100), rules: rules), "kept until an answer, the record with it")
+        s.on(.settling, at: .s(4), rules: rules)
+        #expect(!s.unanswered && s.isIdle(at: .s(100), rules: rules))
+        s.on(.queuedAtStart, at: .s(5), rules: rules)
+        #expect(s.unanswered)
+        let base = LocalRulesTests.item()
+        #expect(CommitPlan.nothingToSend(base: base, draft: ItemDraft(base), timeSetOnPurpose: false, unanswered: false))
+        #expect(!CommitPlan.nothingToSend(base: base, draft: ItemDraft(base), timeSetOnPurpose: false, unanswered: true),
+                "the server may hold what the unanswered commit sent")
+    }
+
     /// A push that ends closes the writer phase only when no program writes the file; a wait
     /// for the item's next look (paced) outlives it, a back-off does not.
     @Test func aPushThatEndsClearsTheFailureButNotAWait() {
