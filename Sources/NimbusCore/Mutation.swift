@@ -70,6 +70,10 @@ public enum Mutation: String, CaseIterable, Sendable {
     /// although another item is still there (`ItemTable.holder(of:)`); a new item is committed at
     /// the name before that one's move away, and the server puts it beside it.
     case placeHeldByTheLastCome = "place-held-by-the-last-come"
+    /// An item pushed first to free a name goes before a folder it moved into that the server
+    /// does not have yet (`CommitPlan.pushOrder`): the server refuses its move
+    /// (`parent_not_found`) and the item taking its name, sent behind it, is put beside it.
+    case holderBeforeItsFolder = "holder-before-its-folder"
     /// A commit is sent without its base version.
     case commitWithoutBase = "commit-without-base"
     /// A commit's answer is shown over a rename made here since (settle without relocating).

@@ -84,22 +84,30 @@ public enum CommitPlan {
 
     /// Follows `nameFirst` from `start`: the item the server has at its name goes first when it
     /// left it here, and the one at that item's new name before it, and so on; a cycle (a swap)
-    /// or a chain longer than `limit` ends with the last one found. Pure.
+    /// or a chain longer than `limit` ends with the last one found. An item found that way which
+    /// went into a folder the server does not have yet (`folderFirst`) is preceded by that
+    /// folder, or the server refuses its move (`parent_not_found`) and the item taking its name,
+    /// sent behind it, is put beside it. Pure.
     public static func pushOrder<Instant>(start: ItemID, taken: ItemID, limit: Int = 16,
+                                          folderFirst: (ItemID) -> ItemID? = { _ in nil },
                                           nameFirst: (ItemID, Set<ItemID>) -> NameFirst<Instant>?) -> PushOrder<Instant> {
         var item = start
         var seen: Set<ItemID> = [taken]
+        func push(_ item: ItemID) -> PushOrder<Instant> {
+            guard item != start, !Mutation.holderBeforeItsFolder.isOn, let folder = folderFirst(item) else { return .push(item) }
+            return .push(folder)
+        }
         for _ in 0..<limit {
             switch nameFirst(item, seen) {
-            case nil: return .push(item)
+            case nil: return push(item)
             case .nextRequest?: return .nextRequest(item: item)
             case .waitUntil(let until)?: return .wait(until: until)
             case .pushFirst(let holder)?:
-                guard seen.insert(holder).inserted else { return .push(item) }
+                guard seen.insert(holder).inserted else { return push(item) }
                 item = holder
             }
         }
-        return .push(item)
+        return push(item)
     }
 
     /// How long an item waits for the push of the item at its name whose content is being
@@ -212,14 +220,15 @@ public enum CommitPlan {
 /// one in queue order, as if sent one after the other. The server applies them in that order;
 /// nothing else of this device reaches it in between.
 public struct CommitBatch: Sendable, Equatable {
-    /// What the gathered commits do before the next item's push.
+    /// What the gathered commits do before the next item's push. A delete joins them like a
+    /// commit: the server takes a request's commits in the order sent, each on its own, so it
+    /// reaches the server after the commits queued before it (a folder's delete would otherwise
+    /// take a child committed after it, and a create sent after its folder's delete would bring
+    /// the folder back) as it would alone.
     public enum Next: Sendable, Equatable {
         /// It joins them.
         case join
-        /// They go first: a delete must reach the server after the commits queued before it
-        /// (a folder's delete would otherwise take a child committed after it, and a create sent
-        /// after its folder's delete brings the folder back), and content that goes up before
-        /// its commit would hold them back.
+        /// They go first: content that goes up before its commit would hold them back.
         case sendFirst
     }
 
@@ -243,10 +252,10 @@ public struct CommitBatch: Sendable, Equatable {
         !Mutation.nameTakenBeforeItIsLeft.isOn && places.contains(place)
     }
 
-    /// The next push: a delete, or a commit whose content is read here (`needsContent`) and, over
-    /// what travels inside a commit, uploaded before it.
-    public static func next(isDelete: Bool, needsContent: Bool, size: Int64) -> Next {
-        isDelete || (needsContent && size > ProtocolLimits.inlineFileBytes) ? .sendFirst : .join
+    /// The next push: a commit whose content is read here (`needsContent`) and, over what travels
+    /// inside a commit, uploaded before it, goes after the gathered ones.
+    public static func next(needsContent: Bool, size: Int64) -> Next {
+        needsContent && size > ProtocolLimits.inlineFileBytes ? .sendFirst : .join
     }
 
     /// A commit of about `chunks` chunk references and `inlineBytes` bytes inside it, putting its

@@ -81,14 +81,21 @@ extension SyncEngine: ChangeObserver {
     /// A commit ready to go: the request, and what settling its answer needs.
     struct ReadyCommit {
         var id: ItemID
-        var work: CommitWork
+        var work: Work
         var request: CommitRequest
         var upTo: Int64
+
+        enum Work {
+            case commit(CommitWork)
+            /// A delete of the server's `record` (this device's base, `base`).
+            case delete(base: Base?, record: ServerItem)
+        }
     }
 
-    /// Pushes `first` and, while the items next in the queue are commits ready to go, theirs in
-    /// the same request (SyncCore `CommitBatch`: a delete, or content to upload first, sends the
-    /// gathered ones first). False when the engine is stopping.
+    /// Pushes `first` and, while the items next in the queue are commits or deletes ready to
+    /// go, theirs in the same request, in queue order (SyncCore `CommitBatch`: content to upload
+    /// first sends the gathered ones first; so does a delete that must ask the server first).
+    /// False when the engine is stopping.
     func push(from first: ItemID) async -> Bool {
         var gathered: [ReadyCommit] = []
         var batch = CommitBatch()
@@ -102,10 +109,19 @@ extension SyncEngine: ChangeObserver {
                     // events keep their order: a content upload apart may end before the request).
                     guard await ended(id) else { return await stopping(gathered.map(\.id)) }
                 case .delete(let base, let cursor):
-                    // A delete goes alone, after the commits queued before it
-                    // (`CommitBatch.next`).
-                    guard await send(gathered) else { return await stopping([id]) }
-                    return await pushDelete(id, base: base, cursor: cursor, upTo: upTo)
+                    guard case .base(let record, let version) = CommitPlan.deleteBase(base) else {
+                        // Already gone, or its create's answer was lost (the server is asked
+                        // first): alone, after the commits gathered before it.
+                        guard await send(gathered) else { return await stopping([id]) }
+                        return await pushDelete(id, base: base, cursor: cursor, upTo: upTo)
+                    }
+                    // Joins the request after the commits gathered before it: the server takes a
+                    // request's commits in the order sent, each on its own (`CommitBatch.next`).
+                    var d = ItemDraft(record)
+                    d.deleted = true
+                    gathered.append(ReadyCommit(id: id, work: .delete(base: base, record: record),
+                                                request: CommitRequest(item: id, baseVersion: version, state: d, seenCursor: cursor), upTo: upTo))
+                    batch.add(chunks: 0, inlineBytes: 0)
                 case .commit(let c):
                     if batch.holds(.init(parent: c.draft.parent, name: c.draft.name)) {
                         trace("push \(id): a commit gathered puts its item at the same name; decided again after their answers")
@@ -115,7 +131,7 @@ extension SyncEngine: ChangeObserver {
                         }
                         return await send(gathered)
                     }
-                    if !gathered.isEmpty, CommitBatch.next(isDelete: false, needsContent: c.needsContent, size: c.size) == .sendFirst {
+                    if !gathered.isEmpty, CommitBatch.next(needsContent: c.needsContent, size: c.size) == .sendFirst {
                         guard await send(gathered) else { return await stopping([id]) }
                         gathered = []
                         batch = CommitBatch()
@@ -168,8 +184,14 @@ extension SyncEngine: ChangeObserver {
         for (i, c) in gathered.enumerated() {
             let rest = gathered.dropFirst(i + 1).map(\.id)
             do {
-                let r = try answers[i].get()
-                try await loop.turn(.commitAnswered(c.id)) { try commitAnswered(c.id, c.work, r, upTo: c.upTo) }
+                switch c.work {
+                case .commit(let work):
+                    let r = try answers[i].get()
+                    try await loop.turn(.commitAnswered(c.id)) { try commitAnswered(c.id, work, r, upTo: c.upTo) }
+                case .delete(let base, let record):
+                    try await deleteAnswered(c.id, answers[i], record: record, sent: c.request, base: base)
+                    try store.removeSyncOps(c.id, upTo: c.upTo)
+                }
             } catch {
                 guard await failed(c.id, error) else { return await stopping(rest) }
                 continue
@@ -252,7 +274,10 @@ extension SyncEngine: ChangeObserver {
         // The item the server has at its name goes first when it left it here (SyncCore
         // `CommitPlan.pushOrder`, `nameFirst`).
         let item: ItemID
-        switch CommitPlan.pushOrder(start: first ?? id, taken: id, nameFirst: { nameToFreeFirst(for: $0, cycle: $1) }) {
+        var folderAhead: ItemID?
+        switch CommitPlan.pushOrder(start: first ?? id, taken: id,
+                                    folderFirst: { folderAhead = folderToCreateFirst(for: $0); return folderAhead },
+                                    nameFirst: { nameToFreeFirst(for: $0, cycle: $1) }) {
         case .push(let i):
             item = i
         case .nextRequest(let i):
@@ -271,11 +296,15 @@ extension SyncEngine: ChangeObserver {
             askAgain(id, at: until, keepingPlace: true)
             return nextToPush(gathering: gathering)
         }
-        if item != id, item != first { trace("push \(id): its name here is still \(item)'s on the server (or that of one before it); that push goes first") }
+        if item == folderAhead, item != first {
+            trace("push \(id): the item at its name on the server (or one before it) moved here into the folder \(item), which the server does not have yet; that folder goes first")
+        } else if item != id, item != first {
+            trace("push \(id): its name here is still \(item)'s on the server (or that of one before it); that push goes first")
+        }
         guard item != id else { return id }
         let rules = pacingRules
         state.withLock { s in
-            if item == first { s.items[item, default: SyncItem()].upload.on(.pushedAhead, at: now, rules: rules) }
+            if item == first || item == folderAhead { s.items[item, default: SyncItem()].upload.on(.pushedAhead, at: now, rules: rules) }
             s.push.queue.sendFirst(item, before: id)
         }
         return item
@@ -504,7 +533,7 @@ extension SyncEngine: ChangeObserver {
             }
         }
         guard let request = try await loop.turn(.contentSent(id), { try commitRequest(id, c, upTo: upTo) }) else { return nil }
-        return ReadyCommit(id: id, work: c, request: request, upTo: upTo)
+        return ReadyCommit(id: id, work: .commit(c), request: request, upTo: upTo)
     }
 
     /// The chunks uploaded apart for this commit, when they are of the file as it is now (in a
@@ -757,9 +786,19 @@ extension SyncEngine: ChangeObserver {
         }
         var d = ItemDraft(record)
         d.deleted = true
+        let request = CommitRequest(item: id, baseVersion: baseVersion, state: d, seenCursor: cursor)
+        let answer: Result<CommitResponse, any Error>
+        do { answer = .success(try await client.commit(container, request)) } catch { answer = .failure(error) }
+        try await deleteAnswered(id, answer, record: record, sent: request, base: base)
+    }
+
+    /// Settles the server's answer to the delete `sent` of `record` (this device's base `base`),
+    /// sent alone or in a request of several.
+    private func deleteAnswered(_ id: ItemID, _ answer: Result<CommitResponse, any Error>, record: ServerItem, sent: CommitRequest, base: Base?) async throws {
+        let d = sent.state, baseVersion = sent.baseVersion ?? -1
         let r: CommitResponse
         do {
-            r = try await client.commit(container, CommitRequest(item: id, baseVersion: baseVersion, state: d, seenCursor: cursor))
+            r = try answer.get()
         } catch let e as RemoteError {
             guard let actions = DeleteAnswer.gone(code: e.code) else { throw e }
             try await loop.turn(.commitAnswered(id)) {

@@ -200,8 +200,9 @@ import Testing
     /// 302, an item another device put at the name (a state skipped here), waited for as if its
     /// notice were on its way; 489, a name two items were at as the device last heard (an older
     /// state of one, a newer of the other), counted free when the first left
-    /// (`ItemTable.holder(of:)`).
-    @Test(arguments: [UInt64(68), 75, 77, 151, 219, 604, 459, 302, 489])
+    /// (`ItemTable.holder(of:)`); 704, the item at the name pushed first had moved into a folder
+    /// the server did not have yet, sent after it in the same request (`CommitPlan.pushOrder`).
+    @Test(arguments: [UInt64(68), 75, 77, 151, 219, 604, 459, 302, 489, 704])
     func nameSeedsThatFoundBugs(_ seed: UInt64) async throws {
         let r = await SimWorld.run(Self.plan(seed, apart: false))
         #expect(r.failure == nil, "simulation seed \(seed): \(r.failure ?? "")")

@@ -183,5 +183,14 @@ extension LocalRulesTests {
         // A holder that answers without the cycle check still ends.
         let looping = CommitPlan.pushOrder(start: a, taken: a) { id, _ -> CommitPlan.NameFirst<Clock>? in .pushFirst(id == a ? b : a) }
         #expect(looping == .push(b))
+        // The item found moved into a folder the server does not have yet: that folder first
+        // (not for the item taken itself, whose folders the engine sends first already).
+        let f = ItemID(UUID())
+        let folders = [b: f, a: c]
+        func ordered(_ holders: [ItemID: CommitPlan.NameFirst<Clock>]) -> CommitPlan.PushOrder<Clock> {
+            CommitPlan.pushOrder(start: a, taken: a, folderFirst: { folders[$0] }) { id, _ in holders[id] }
+        }
+        #expect(ordered([a: .pushFirst(b)]) == .push(f))
+        #expect(ordered([:]) == .push(a))
     }
 }

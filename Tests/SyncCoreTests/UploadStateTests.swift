@@ -88,10 +88,9 @@ import Testing
 @Suite struct CommitBatchTests {
     @Test func aDeleteOrAnUploadSendsTheGatheredFirst() {
         let small = Int64(ProtocolLimits.inlineFileBytes)
-        #expect(CommitBatch.next(isDelete: false, needsContent: false, size: 1 << 30) == .join, "a rename of a big file")
-        #expect(CommitBatch.next(isDelete: false, needsContent: true, size: small) == .join, "its bytes inside the commit")
-        #expect(CommitBatch.next(isDelete: true, needsContent: false, size: 0) == .sendFirst)
-        #expect(CommitBatch.next(isDelete: false, needsContent: true, size: small + 1) == .sendFirst)
+        #expect(CommitBatch.next(needsContent: false, size: 1 << 30) == .join, "a rename or a delete of a big file")
+        #expect(CommitBatch.next(needsContent: true, size: small) == .join, "its bytes inside the commit")
+        #expect(CommitBatch.next(needsContent: true, size: small + 1) == .sendFirst)
     }
 
     @Test func fullByCountOrByWeight() {
