@@ -396,9 +396,6 @@ public enum StoreConformance: String, CaseIterable, Sendable {
         try check(r.item.parent == folder && r.item.name.value == "kept.txt", "the old copy moved it back: \(r.item.parent) \(r.item.name.value)")
     }
 
-    /// `extra` merges field by field and user attribute by attribute against the committer's base:
-    /// two devices that set different attributes keep both; an attribute and a content edit both
-    /// apply; an edit that brings a deleted item back keeps the attributes it did not touch.
     /// `d` with these user attributes in its `extra` (and another field when `other`).
     private static func with(_ d: ItemDraft, _ xattrs: [String: String], other: Bool = false) -> ItemDraft {
         var d = d
@@ -448,6 +445,9 @@ public enum StoreConformance: String, CaseIterable, Sendable {
         try check(r.item.deleted, "A's delete after its own edit deletes, got \(r.outcome) \(r.item)")
     }
 
+    /// `extra` merges field by field and user attribute by attribute against the committer's base:
+    /// two devices that set different attributes keep both; an attribute and a content edit both
+    /// apply; an edit that brings a deleted item back keeps the attributes it did not touch.
     static func attributesMerge(_ f: StoreFixture) async throws {
         let c0 = try await f.chunk("am0"), c1 = try await f.chunk("am1")
         let (file, v1) = try await f.create(.file, "x.txt", chunks: [c0])

@@ -117,10 +117,8 @@ extension SyncEngine: ChangeObserver {
                     }
                     // Joins the request after the commits gathered before it: the server takes a
                     // request's commits in the order sent, each on its own (`CommitBatch.next`).
-                    var d = ItemDraft(record)
-                    d.deleted = true
                     gathered.append(ReadyCommit(id: id, work: .delete(base: base, record: record),
-                                                request: CommitRequest(item: id, baseVersion: version, state: d, seenCursor: cursor), upTo: upTo))
+                                                request: Self.deleteRequest(id, of: record, on: version, seen: cursor), upTo: upTo))
                     batch.add(chunks: 0, inlineBytes: 0)
                 case .commit(let c):
                     if batch.holds(.init(parent: c.draft.parent, name: c.draft.name)) {
@@ -784,12 +782,17 @@ extension SyncEngine: ChangeObserver {
             }
             (record, baseVersion) = created
         }
-        var d = ItemDraft(record)
-        d.deleted = true
-        let request = CommitRequest(item: id, baseVersion: baseVersion, state: d, seenCursor: cursor)
+        let request = Self.deleteRequest(id, of: record, on: baseVersion, seen: cursor)
         let answer: Result<CommitResponse, any Error>
         do { answer = .success(try await client.commit(container, request)) } catch { answer = .failure(error) }
         try await deleteAnswered(id, answer, record: record, sent: request, base: base)
+    }
+
+    /// The commit that deletes `record` (the server's state at `version`).
+    static func deleteRequest(_ id: ItemID, of record: ServerItem, on version: Int64, seen cursor: Int64) -> CommitRequest {
+        var d = ItemDraft(record)
+        d.deleted = true
+        return CommitRequest(item: id, baseVersion: version, state: d, seenCursor: cursor)
     }
 
     /// Settles the server's answer to the delete `sent` of `record` (this device's base `base`),
