@@ -59,24 +59,57 @@ final class SimServer: @unchecked Sendable {
         }
         let r = try run(device) { try $0.commit(req) }
         if d.deleted, !r.item.state.deleted { deleteIgnored.insert(req.item) }
+        leaves.append(Leave(device: device.id, item: req.item, place: d.deleted && !r.item.state.deleted ? nil : ItemLocation(parent: d.parent, name: d.name),
+                            deleted: d.deleted))
         if !d.deleted, r.item.state.location.name != d.name { serverNamed.insert(req.item) } else { serverNamed.remove(req.item) }
         // The server gave the item another name because an item of the same device held it: the
         // device's own item was leaving the name (moved away or deleted there) and its push did
         // not go first. Not a restore's doing (the server put that item back on its own), nor
         // kept there by another device's edit since, or by one below it (a delete the server
-        // ignored), nor at a name the server chose for it.
+        // ignored), nor at a name the server chose for it. Whether it was leaving shows later
+        // (`ownNameTaken`): a device that lost its record of the item in a crash, or whose
+        // delete of it the server ignores, never frees the name, and beside it is right.
         let got = r.item.state.location
         if let o = occupant, got.parent == d.parent, got.name != d.name, SimChecks.isTakenNameOf(got.name.value, d.name.value, depth: 1),
            !deleteIgnored.contains(o.id), !serverNamed.contains(o.id), let placed = placedBy(o), placed.device == device.id, placed.kind != .restore,
            t.journal.last(where: { $0.item.id == o.id && $0.seq < r.item.version })?.device == device.id {
-            ownNameTaken.append("\(deviceNames[device.id] ?? "?"): \(req.item) committed at \(d.parent)/\(d.name.value) was put at "
-                + "\(r.item.state.location.name.value) beside \(o.id), which the same device put there (\(placed.kind) v\(placed.seq))")
+            putBeside.append(PutBeside(
+                device: device.id, occupant: o.id, place: o.state.location, after: leaves.count,
+                text: "\(deviceNames[device.id] ?? "?"): \(req.item) committed at \(d.parent)/\(d.name.value) was put at "
+                    + "\(r.item.state.location.name.value) beside \(o.id), which the same device put there (\(placed.kind) v\(placed.seq))"))
         }
         return r
     }
 
-    /// Commits the server put beside the committing device's own item (`commit`).
-    private(set) var ownNameTaken: [String] = []
+    private struct PutBeside {
+        let device: DeviceID
+        let occupant: ItemID
+        let place: ItemLocation
+        /// The commits asked before it (`leaves`).
+        let after: Int
+        let text: String
+    }
+    private var putBeside: [PutBeside] = []
+    /// Every commit asked, in order: where the device asked its item to be (nil: a delete the
+    /// server ignored — the item stays).
+    private struct Leave {
+        let device: DeviceID
+        let item: ItemID
+        let place: ItemLocation?
+        let deleted: Bool
+    }
+    private var leaves: [Leave] = []
+
+    /// Commits the server put beside the committing device's own item (`commit`) that the same
+    /// device then asked to move away or delete (whatever the answer, but a delete the server
+    /// ignored): it was leaving the name, and its push went second.
+    var ownNameTaken: [String] {
+        putBeside.filter { b in
+            leaves[b.after...].contains {
+                $0.device == b.device && $0.item == b.occupant && $0.place != nil && ($0.deleted || $0.place != b.place)
+            }
+        }.map(\.text)
+    }
     /// Items whose delete the server ignored (edited elsewhere, or a folder holding such items).
     private var deleteIgnored: Set<ItemID> = []
     /// Items at a name the server chose (theirs was taken, or another device's rename won), not
