@@ -387,16 +387,18 @@ extension ContainerFS {
         return .done
     }
 
-    /// The state's user attributes become the item's (lock held), unless they changed here since
-    /// the commit this state answers (`sentXattrs`) or a change of them is on its way to the
-    /// engine: those are pushed next, on this version, and the server merges them name by name.
-    /// Attributes past the budget (set before it held) never sync and stay as they are.
+    /// The state's user attributes become the item's (lock held), name by name, except those
+    /// changed here since the commit this state answers (`sentXattrs`) or whose change is on its
+    /// way to the engine: those are pushed next, on this version, and the server merges them name
+    /// by name (`XattrRules.shown`). Attributes past the budget (set before it held) never sync
+    /// and stay as they are.
     private func showXattrs(_ s: RemoteState, on n: Node) {
-        guard let remote = s.xattrs, XattrRules.showRemote(remote, here: n.xattrs, isSymlink: n.rec.kind == .symlink,
-                                                          changeOnItsWay: n.xattrNotices > 0, sent: s.sentXattrs) else { return }
-        for name in n.xattrs.keys where remote[name] == nil { store.enqueue(.removeXattr(s.id, name: name)) }
-        for (name, value) in remote where n.xattrs[name] != value { store.enqueue(.setXattr(s.id, name: name, value: value)) }
-        n.xattrs = remote
+        guard let remote = s.xattrs,
+              let shown = XattrRules.shown(remote, here: n.xattrs, isSymlink: n.rec.kind == .symlink,
+                                           onItsWay: Set(n.xattrNotices.keys), sent: s.sentXattrs) else { return }
+        for name in n.xattrs.keys where shown[name] == nil { store.enqueue(.removeXattr(s.id, name: name)) }
+        for (name, value) in shown where n.xattrs[name] != value { store.enqueue(.setXattr(s.id, name: name, value: value)) }
+        n.xattrs = shown
     }
 
     /// `s` with the item's local place and mode where they changed here since the commit that

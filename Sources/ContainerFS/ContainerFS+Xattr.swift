@@ -85,22 +85,24 @@ extension ContainerFS {
                 for id in n.itemIDs { store.enqueue(.setXattr(id, name: name, value: value)) }
                 persist(n)
             }
-            n.xattrNotices += 1
+            n.xattrNotices[name, default: 0] += 1
             return (n.rec.id, n)
         }
-        notifyXattrs(id, n)
+        notifyXattrs(id, n, name: name)
     }
 
     /// An attribute change's notice: a remote state shown before it reaches the engine keeps the
-    /// local attributes (`XattrRules.showRemote`).
-    private func notifyXattrs(_ id: ItemID, _ n: Node) {
+    /// attribute as it is here (`XattrRules.shown`).
+    private func notifyXattrs(_ id: ItemID, _ n: Node, name: String) {
         let all = forEveryName(.attributesChanged(id))
         for c in all { queue(c) }
         let node = UncheckedNode(n)
         let tell: @Sendable () -> Void = { [self] in
             events.append(.attributes, origin: .local, path: path(of: id))
             for c in all { observer?.localChange(c) }
-            lock.withLock { node.n.xattrNotices -= 1 }
+            lock.withLock {
+                if let left = node.n.xattrNotices[name], left > 1 { node.n.xattrNotices[name] = left - 1 } else { node.n.xattrNotices[name] = nil }
+            }
         }
         guard let deliver = options.deliverNotice else { return tell() }
         deliver(tell)
@@ -154,10 +156,10 @@ extension ContainerFS {
                 for id in n.itemIDs { store.enqueue(.removeXattr(id, name: name)) }
                 persist(n)
             }
-            n.xattrNotices += 1
+            n.xattrNotices[name, default: 0] += 1
             return (n.rec.id, n)
         }
-        notifyXattrs(id, n)
+        notifyXattrs(id, n, name: name)
     }
 }
 

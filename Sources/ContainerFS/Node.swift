@@ -76,9 +76,10 @@ final class Node {
     /// not one a program chose: that move is pushed to apply only if no one moved it meanwhile.
     /// A rename here ends it. (In memory: after a restart the move is pushed as any.)
     var placedBeside = false
-    /// `setxattr`/`removexattr` calls whose notice the sync engine has not had yet: while
-    /// positive, a remote state keeps the local attributes (they are pushed next).
-    var xattrNotices = 0
+    /// `setxattr`/`removexattr` calls whose notice the sync engine has not had yet, by name: a
+    /// remote state keeps those names as they are here (they are pushed next) and brings the
+    /// others (`XattrRules.shown`).
+    var xattrNotices: [String: Int] = [:]
     var placeNoticed: UInt64 = 0
     /// A change of this content waits for its notice (`noticesPending`).
     var unnoticed: Bool { noticesPending > 0 && !Mutation.pullOverlooksUnnoticedChange.isOn }

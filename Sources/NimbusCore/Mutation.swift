@@ -46,8 +46,12 @@ public enum Mutation: String, CaseIterable, Sendable {
     /// set different attributes of one item keep only the last one's (`ExtraMerge`).
     case extraReplacedWhole = "extra-replaced-whole"
     /// A remote state replaces the item's user attributes although they changed here and the
-    /// engine has not heard of it yet (`XattrRules.showRemote`): the local `setxattr` is lost.
+    /// engine has not heard of it yet (`XattrRules.shown`): the local `setxattr` is lost.
     case pullOverwritesUnnoticedXattrs = "pull-overwrites-unnoticed-xattrs"
+    /// A remote state whose attributes meet a change of them made here shows none of them
+    /// (`XattrRules.shown`), while the item's base moves to it: the next commit sends the
+    /// attributes set elsewhere as removed (or set back) and the server drops them.
+    case xattrsKeptWholeBesideChange = "xattrs-kept-whole-beside-change"
     /// A commit's answer whose attributes the server merged with others set elsewhere is only
     /// recorded, not shown (`SyncItem.planSettle`): this device never shows those others.
     case settleDropsMergedXattrs = "settle-drops-merged-xattrs"

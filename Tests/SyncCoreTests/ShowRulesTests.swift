@@ -3,7 +3,7 @@ import SyncCore
 import Testing
 
 /// The tree's rules for server states it shows where this device holds what the server does not
-/// know (ShowRules, XattrRules.showRemote): every row, and what each mutation breaks.
+/// know (ShowRules, XattrRules.shown): every row, and what each mutation breaks.
 @Suite struct ShowRulesTests {
     @Test func aNameHeldForGoodByAnItemHereIsTakenBesideIt() {
         #expect(ShowRules.takenName(occupantLocalOnly: true, occupantIgnored: false) == .besideIt)
@@ -37,13 +37,35 @@ import Testing
 
     @Test func remoteAttributesNeverReplaceOnesChangedHere() {
         let here: [String: [UInt8]] = ["user.a": [1]], remote: [String: [UInt8]] = ["user.a": [2]]
-        #expect(XattrRules.showRemote(remote, here: here, isSymlink: false, changeOnItsWay: false, sent: nil))
-        #expect(!XattrRules.showRemote(here, here: here, isSymlink: false, changeOnItsWay: false, sent: nil), "the same")
-        #expect(!XattrRules.showRemote(remote, here: here, isSymlink: true, changeOnItsWay: false, sent: nil))
-        #expect(!XattrRules.showRemote(remote, here: here, isSymlink: false, changeOnItsWay: true, sent: nil), "a setxattr on its way")
-        #expect(!XattrRules.showRemote(remote, here: here, isSymlink: false, changeOnItsWay: false, sent: [:]), "changed since the commit")
-        #expect(XattrRules.showRemote(remote, here: here, isSymlink: false, changeOnItsWay: false, sent: here), "as the commit sent them")
+        #expect(XattrRules.shown(remote, here: here, isSymlink: false, onItsWay: [], sent: nil) == remote)
+        #expect(XattrRules.shown(here, here: here, isSymlink: false, onItsWay: [], sent: nil) == nil, "the same")
+        #expect(XattrRules.shown(remote, here: here, isSymlink: true, onItsWay: [], sent: nil) == nil)
+        #expect(XattrRules.shown(remote, here: here, isSymlink: false, onItsWay: ["user.a"], sent: nil) == nil, "a setxattr on its way")
+        #expect(XattrRules.shown(remote, here: here, isSymlink: false, onItsWay: [], sent: [:]) == nil, "changed since the commit")
+        #expect(XattrRules.shown(remote, here: here, isSymlink: false, onItsWay: [], sent: here) == remote, "as the commit sent them")
         let over: [String: [UInt8]] = ["user.big": [UInt8](repeating: 0, count: UserXattrs.budget + 1)]
-        #expect(!XattrRules.showRemote(remote, here: over, isSymlink: false, changeOnItsWay: false, sent: nil), "past the budget: stays here")
+        #expect(XattrRules.shown(remote, here: over, isSymlink: false, onItsWay: [], sent: nil) == nil, "past the budget: stays here")
+    }
+
+    /// A change here holds back only its own name: every other name takes the server's value, for
+    /// the item's base moves to that state and the next commit drafts against it.
+    @Test func attributesSetElsewhereAreShownBesideOnesChangedHere() {
+        // Here: user.mine set (its notice on its way); the server: user.theirs set elsewhere.
+        let here: [String: [UInt8]] = ["user.mine": [1], "user.old": [7]]
+        let remote: [String: [UInt8]] = ["user.theirs": [2], "user.old": [8]]
+        #expect(XattrRules.shown(remote, here: here, isSymlink: false, onItsWay: ["user.mine"], sent: nil)
+                == ["user.mine": [1], "user.theirs": [2], "user.old": [8]])
+        // A removal here on its way stays a removal.
+        #expect(XattrRules.shown(["user.gone": [3], "user.theirs": [2]], here: [:], isSymlink: false, onItsWay: ["user.gone"], sent: nil)
+                == ["user.theirs": [2]])
+        // Changed since the commit this state answers: sent user.mine=1, now 5 here; the answer
+        // brings user.theirs merged in by the server.
+        #expect(XattrRules.shown(["user.mine": [1], "user.theirs": [2]], here: ["user.mine": [5]], isSymlink: false, onItsWay: [],
+                                 sent: ["user.mine": [1]]) == ["user.mine": [5], "user.theirs": [2]])
+        // Only the name changed here differs: nothing to show.
+        #expect(XattrRules.shown(["user.mine": [2]], here: ["user.mine": [1]], isSymlink: false, onItsWay: ["user.mine"], sent: nil) == nil)
+        // The merge would pass the budget: stays as it is.
+        let big = [UInt8](repeating: 0, count: UserXattrs.budget / 2)
+        #expect(XattrRules.shown(["user.theirs": big], here: ["user.mine": big], isSymlink: false, onItsWay: ["user.mine"], sent: nil) == nil)
     }
 }
