@@ -34,6 +34,20 @@ public protocol ChunkStore: Sendable {
     /// collector calls it, and only for a chunk no account owns and no upload claims
     /// (`ChunkCollector`): chunks are shared by content between accounts.
     func delete(_ hash: ContentHash) async throws
+    /// Stores each of `chunks` (all in memory: the small files of a commit batch) as `put` would,
+    /// each answered on its own (nil: stored).
+    func putAll(_ chunks: [(hash: ContentHash, bytes: ByteBuffer, ifStored: IfStored)]) async -> [(any Error)?]
+}
+
+extension ChunkStore {
+    /// One `put` after the other.
+    public func putAll(_ chunks: [(hash: ContentHash, bytes: ByteBuffer, ifStored: IfStored)]) async -> [(any Error)?] {
+        var out: [(any Error)?] = []
+        for c in chunks {
+            do { try await put(c.hash, bytes: c.bytes, ifStored: c.ifStored); out.append(nil) } catch { out.append(error) }
+        }
+        return out
+    }
 }
 
 /// What `ChunkStore.put` does with a chunk that is already stored.
@@ -106,6 +120,41 @@ public struct DirectoryChunkStore: ChunkStore {
         }
     }
 
+    /// In one hop to the thread pool: each chunk's bytes checked against its name, written to a
+    /// temp file, fsynced and renamed into place; then each fan-out folder fsynced once. A chunk
+    /// is whole or absent after a crash at any point, as with `put`.
+    public func putAll(_ chunks: [(hash: ContentHash, bytes: ByteBuffer, ifStored: IfStored)]) async -> [(any Error)?] {
+        var out: [(any Error)?] = chunks.map { c in
+            let actual = ChunkHashing.sha256(c.bytes)
+            return actual == c.hash ? nil : ChunkTally.uploadError(.mismatch(actual: actual), hash: c.hash, expected: Int64(c.bytes.readableBytes))
+        }
+        let checked = out
+        do {
+            return try await pool.runIfActive { [root] in
+                var out = checked
+                var folders = Set<String>()
+                for (i, c) in chunks.enumerated() where out[i] == nil {
+                    let final = path(c.hash)
+                    if c.ifStored == .skip, access(final, F_OK) == 0 { continue }
+                    var file: TempChunkFile?
+                    do {
+                        let f = try TempChunkFile(root: root)
+                        file = f
+                        try f.write(c.bytes)
+                        folders.insert(try f.commit(as: final, syncFolder: false))
+                    } catch {
+                        file?.discard()
+                        out[i] = error
+                    }
+                }
+                for folder in folders { Self.syncFolder(folder) }
+                return out
+            }
+        } catch {
+            return chunks.map { _ in error }
+        }
+    }
+
     public func size(of hash: ContentHash) async throws -> Int64? {
         let p = path(hash)
         return try await pool.runIfActive {
@@ -152,6 +201,15 @@ public struct DirectoryChunkStore: ChunkStore {
         }
         return APIError(.unavailable, "the server could not \(what) a chunk file (errno \(e)); retry later")
     }
+
+    /// fsync of a folder, so the names renamed into it last.
+    static func syncFolder(_ dir: String) {
+        let dfd = Glibc.open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        if dfd >= 0 {
+            fsync(dfd)
+            close(dfd)
+        }
+    }
 }
 
 /// A put's temp file in `ROOT/tmp`, written in order and then renamed into place or removed.
@@ -180,19 +238,19 @@ final class TempChunkFile: @unchecked Sendable {
         }
     }
 
-    /// fsync, rename to `final` (making its fan-out folder) and fsync the folder.
-    func commit(as final: String) throws {
+    /// fsync, rename to `final` (making its fan-out folder) and fsync the folder (unless
+    /// `syncFolder` is false: the caller does, before it counts the chunk as stored). Returns the
+    /// folder.
+    @discardableResult
+    func commit(as final: String, syncFolder: Bool = true) throws -> String {
         guard fsync(fd) == 0 else { throw DirectoryChunkStore.ioError("fsync", path) }
         close(fd)
         fd = -1
         let dir = String(final.dropLast(62))
         if mkdir(dir, 0o700) != 0 && errno != EEXIST { throw DirectoryChunkStore.ioError("create folder", dir) }
         guard rename(path, final) == 0 else { throw DirectoryChunkStore.ioError("rename", final) }
-        let dfd = Glibc.open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
-        if dfd >= 0 {
-            fsync(dfd)
-            close(dfd)
-        }
+        if syncFolder { DirectoryChunkStore.syncFolder(dir) }
+        return dir
     }
 
     /// Removes the file (after a failure). Harmless after `commit`: the name is gone by then.

@@ -40,6 +40,55 @@ public enum ChunkUploads {
                              chunks: chunks, clock: clock, makeRoom: makeRoom)
     }
 
+    /// The small files of a commit batch (all in memory), each stored as `store` would, with
+    /// the same order for the collector: every upload recorded in one transaction, the bytes
+    /// written (`ChunkStore.putAll`), the ownership recorded in one more. Each answered on its
+    /// own (nil: stored). Those over the quota go last, one at a time, making room first.
+    public static func storeAll(_ items: [(hash: ContentHash, bytes: ByteBuffer)], account: Int64, store: any ServerStore,
+                                chunks: any ChunkStore, clock: @Sendable () -> Int64, makeRoom: MakeRoom? = nil) async -> [(any Error)?] {
+        // Bytes that are not their chunk's are refused before any is admitted: an upload in
+        // flight holds room under the quota, and this one would never be stored.
+        var out: [(any Error)?] = items.map { c in
+            let actual = ChunkHashing.sha256(c.bytes)
+            return actual == c.hash ? nil : ChunkTally.uploadError(.mismatch(actual: actual), hash: c.hash, expected: Int64(c.bytes.readableBytes))
+        }
+        let checked = items.indices.filter { out[$0] == nil }
+        var overQuota: [Int] = []
+        var begun: [(index: Int, upload: ChunkUpload)] = []
+        let answers = await store.beginChunkUploads(account: account, chunks: checked.map { (items[$0].hash, Int64(items[$0].bytes.readableBytes)) },
+                                                    now: clock())
+        for (i, answer) in zip(checked, answers) {
+            switch answer {
+            case .success(let upload): begun.append((i, upload))
+            case .failure(let e as APIError) where e.code == .quotaExceeded && makeRoom != nil: overQuota.append(i)
+            case .failure(let e): out[i] = e
+            }
+        }
+        let put = await chunks.putAll(begun.map { (items[$0.index].hash, items[$0.index].bytes, $0.upload.owned ? .skip : .store) })
+        var written: [(index: Int, upload: ChunkUpload)] = []
+        for (b, error) in zip(begun, put) {
+            if let error {
+                out[b.index] = error
+                try? await store.abandonChunkUpload(b.upload)
+            } else {
+                written.append(b)
+            }
+        }
+        let finished = await store.finishChunkUploads(written.map { ($0.upload, Int64(items[$0.index].bytes.readableBytes)) }, now: clock())
+        for (w, error) in zip(written, finished) where error != nil {
+            out[w.index] = error
+            try? await store.abandonChunkUpload(w.upload)
+        }
+        for i in overQuota {
+            do {
+                try await Self.store(items[i].bytes, as: items[i].hash, account: account, store: store, chunks: chunks, clock: clock, makeRoom: makeRoom)
+            } catch {
+                out[i] = error
+            }
+        }
+        return out
+    }
+
     /// Frees at least `bytes` of `account`'s usage if it can (purging its oldest Recently Deleted
     /// entries); whether anything was freed.
     public typealias MakeRoom = @Sendable (_ account: Int64, _ bytes: Int64) async throws -> Bool

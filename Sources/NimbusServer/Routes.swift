@@ -204,10 +204,7 @@ struct Routes: Sendable {
             // alone (a device sends a folder's create before its children's). The small files'
             // bytes are stored first (a commit whose bytes are refused is answered that error),
             // then the commits go together (one transaction where the engine groups them).
-            var stored: [(any Error)?] = []
-            for commit in batch.commits {
-                do { try await self.storeInline(commit, account: d.accountID, ctx); stored.append(nil) } catch { stored.append(error) }
-            }
+            let stored = await self.storeInline(batch.commits, account: d.accountID, ctx)
             let ready = zip(batch.commits, stored).compactMap { $1 == nil ? $0 : nil }
             var answers = await self.store.commitAll(ready, in: c, by: d, now: self.clock()).makeIterator()
             var results: [CommitBatchResponse.Result] = []
@@ -420,6 +417,23 @@ struct Routes: Sendable {
                                          chunks: chunks, clock: clock, makeRoom: makeRoom(ctx.logger))
             metrics.bytesIn.increment(by: Int64(chunk.bytes.count))
         }
+    }
+
+    /// The small files' bytes of a batch's commits, stored together (`ChunkUploads.storeAll`):
+    /// for each commit, nil or why its bytes were refused.
+    private func storeInline(_ commits: [CommitRequest], account: Int64, _ ctx: NimbusContext) async -> [(any Error)?] {
+        var out: [(any Error)?] = commits.map { c in InlineChunk.checkCommit(c).map { APIError(.badRequest, $0) } }
+        var carried: [(commit: Int, hash: ContentHash, bytes: ByteBuffer)] = []
+        for (i, c) in commits.enumerated() where out[i] == nil {
+            for chunk in c.inline ?? [] { carried.append((i, chunk.hash, ByteBuffer(bytes: chunk.bytes))) }
+        }
+        guard !carried.isEmpty else { return out }
+        let stored = await ChunkUploads.storeAll(carried.map { ($0.hash, $0.bytes) }, account: account, store: store, chunks: chunks,
+                                                 clock: clock, makeRoom: makeRoom(ctx.logger))
+        for (c, error) in zip(carried, stored) {
+            if let error { out[c.commit] = error } else { metrics.bytesIn.increment(by: Int64(c.bytes.readableBytes)) }
+        }
+        return out
     }
 
     func committed(_ c: ContainerRecord, _ r: CommitResponse) {

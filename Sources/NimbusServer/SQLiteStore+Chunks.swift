@@ -64,32 +64,65 @@ extension SQLiteStore {
     }
 
     public func beginChunkUpload(account: Int64, hash: ContentHash, size: Int64, now: Int64) async throws -> ChunkUpload {
-        try await immediate { db in
-            try Self.refuseIfDeleting(db, hash)
-            let owned = try Bool.fetchOne(db.cachedStatement(sql: "SELECT 1 FROM account_chunks WHERE account_id = ? AND hash = ?"),
-                                          arguments: [account, hash.hex]) ?? false
-            // Quota: decided in this IMMEDIATE transaction, which also records the upload, so
-            // uploads of one account are admitted one at a time (Quotas.swift).
-            if !owned, let quota = try Int64?.fetchOne(db.cachedStatement(sql: "SELECT quota FROM accounts WHERE id = ?"), arguments: [account]) {
-                let underWay = try Bool.fetchOne(db, sql: "SELECT 1 FROM chunk_uploads WHERE account_id = ? AND hash = ? AND size IS NOT NULL",
-                                                 arguments: [account, hash.hex]) ?? false
-                if !underWay { try Quotas.admit(usage: try Self.usage(db, account: account), quota: quota, size: size) }
+        try await immediate { db in try Self.beginUpload(db, account: account, hash: hash, size: size, now: now) }
+    }
+
+    /// All in one IMMEDIATE transaction: each chunk admitted (quota) after the ones before it are
+    /// recorded, as one at a time would be. A refusal (`busy`, `quota_exceeded`: decided before
+    /// anything of it is written) leaves the others; a database error fails them all.
+    public func beginChunkUploads(account: Int64, chunks: [(hash: ContentHash, size: Int64)], now: Int64) async -> [Result<ChunkUpload, any Error>] {
+        do {
+            return try await immediate { db in
+                try chunks.map { c in
+                    do { return .success(try Self.beginUpload(db, account: account, hash: c.hash, size: c.size, now: now)) } catch let e as APIError { return .failure(e) }
+                }
             }
-            guard let id = try Int64.fetchOne(db.cachedStatement(sql: "INSERT INTO chunk_uploads(hash, started, account_id, size) VALUES (?, ?, ?, ?) RETURNING id"),
-                                              arguments: [hash.hex, now, account, size]) else {
-                throw APIError(.internal, "recording an upload returned no id")
-            }
-            return ChunkUpload(id: id, account: account, hash: hash, owned: owned)
+        } catch {
+            return chunks.map { _ in .failure(error) }
         }
     }
 
-    public func finishChunkUpload(_ upload: ChunkUpload, size: Int64, now: Int64) async throws {
-        try await immediate { db in
-            guard try Int64.fetchOne(db.cachedStatement(sql: "DELETE FROM chunk_uploads WHERE id = ? RETURNING id"), arguments: [upload.id]) != nil else {
-                throw APIError.chunkBeingFreed(upload.hash)
+    /// All in one IMMEDIATE transaction, each answered on its own (`busy`: reclaimed meanwhile);
+    /// a database error fails them all.
+    public func finishChunkUploads(_ uploads: [(upload: ChunkUpload, size: Int64)], now: Int64) async -> [(any Error)?] {
+        do {
+            return try await immediate { db in
+                try uploads.map { u in
+                    do { try Self.finishUpload(db, u.upload, size: u.size, now: now); return nil } catch let e as APIError { return e }
+                }
             }
-            try Self.own(db, account: upload.account, hash: upload.hash, size: size, now: now)
+        } catch {
+            return uploads.map { _ in error }
         }
+    }
+
+    static func beginUpload(_ db: Database, account: Int64, hash: ContentHash, size: Int64, now: Int64) throws -> ChunkUpload {
+        try Self.refuseIfDeleting(db, hash)
+        let owned = try Bool.fetchOne(db.cachedStatement(sql: "SELECT 1 FROM account_chunks WHERE account_id = ? AND hash = ?"),
+                                      arguments: [account, hash.hex]) ?? false
+        // Quota: decided in this IMMEDIATE transaction, which also records the upload, so
+        // uploads of one account are admitted one at a time (Quotas.swift).
+        if !owned, let quota = try Int64?.fetchOne(db.cachedStatement(sql: "SELECT quota FROM accounts WHERE id = ?"), arguments: [account]) {
+            let underWay = try Bool.fetchOne(db.cachedStatement(sql: "SELECT 1 FROM chunk_uploads WHERE account_id = ? AND hash = ? AND size IS NOT NULL"),
+                                             arguments: [account, hash.hex]) ?? false
+            if !underWay { try Quotas.admit(usage: try Self.usage(db, account: account), quota: quota, size: size) }
+        }
+        guard let id = try Int64.fetchOne(db.cachedStatement(sql: "INSERT INTO chunk_uploads(hash, started, account_id, size) VALUES (?, ?, ?, ?) RETURNING id"),
+                                          arguments: [hash.hex, now, account, size]) else {
+            throw APIError(.internal, "recording an upload returned no id")
+        }
+        return ChunkUpload(id: id, account: account, hash: hash, owned: owned)
+    }
+
+    public func finishChunkUpload(_ upload: ChunkUpload, size: Int64, now: Int64) async throws {
+        try await immediate { db in try Self.finishUpload(db, upload, size: size, now: now) }
+    }
+
+    static func finishUpload(_ db: Database, _ upload: ChunkUpload, size: Int64, now: Int64) throws {
+        guard try Int64.fetchOne(db.cachedStatement(sql: "DELETE FROM chunk_uploads WHERE id = ? RETURNING id"), arguments: [upload.id]) != nil else {
+            throw APIError.chunkBeingFreed(upload.hash)
+        }
+        try Self.own(db, account: upload.account, hash: upload.hash, size: size, now: now)
     }
 
     public func abandonChunkUpload(_ upload: ChunkUpload) async throws {

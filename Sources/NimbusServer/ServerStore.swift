@@ -112,6 +112,12 @@ public protocol ServerStore: Sendable {
     func finishChunkUpload(_ upload: ChunkUpload, size: Int64, now: Int64) async throws
     /// Forgets an upload that failed.
     func abandonChunkUpload(_ upload: ChunkUpload) async throws
+    /// `beginChunkUpload` for each of `chunks` in order, each answered on its own (one refused
+    /// leaves the others), in as few transactions as the store can.
+    func beginChunkUploads(account: Int64, chunks: [(hash: ContentHash, size: Int64)], now: Int64) async -> [Result<ChunkUpload, any Error>]
+    /// `finishChunkUpload` for each of `uploads` in order, each answered on its own (nil: done),
+    /// in as few transactions as the store can.
+    func finishChunkUploads(_ uploads: [(upload: ChunkUpload, size: Int64)], now: Int64) async -> [(any Error)?]
     /// Sets the quota of `account` in bytes (nil: none) and returns its usage as now.
     /// `bad_request` when there is no such account. Lowering it below the usage refuses further
     /// uploads of new chunks only (Quotas.swift).
@@ -275,6 +281,24 @@ public struct DatabaseRoundTrips: Sendable {
 
 extension ServerStore {
     public var databaseRoundTrips: DatabaseRoundTrips? { nil }
+
+    /// One after the other, each its own transaction.
+    public func beginChunkUploads(account: Int64, chunks: [(hash: ContentHash, size: Int64)], now: Int64) async -> [Result<ChunkUpload, any Error>] {
+        var out: [Result<ChunkUpload, any Error>] = []
+        for c in chunks {
+            do { out.append(.success(try await beginChunkUpload(account: account, hash: c.hash, size: c.size, now: now))) } catch { out.append(.failure(error)) }
+        }
+        return out
+    }
+
+    /// One after the other, each its own transaction.
+    public func finishChunkUploads(_ uploads: [(upload: ChunkUpload, size: Int64)], now: Int64) async -> [(any Error)?] {
+        var out: [(any Error)?] = []
+        for u in uploads {
+            do { try await finishChunkUpload(u.upload, size: u.size, now: now); out.append(nil) } catch { out.append(error) }
+        }
+        return out
+    }
 
     /// One after the other, each its own transaction (an engine without group commit).
     public func commitAll(_ requests: [CommitRequest], in container: ContainerRecord, by device: DeviceRecord, now: Int64) async -> [Result<CommitResponse, any Error>] {

@@ -15,6 +15,7 @@ public enum QuotaConformance: String, CaseIterable, Sendable {
     case overQuotaOnlyDeletesGoThrough
     case metadataCountsAndBoundsCommits
     case freedChunksStopCounting
+    case aBatchIsAdmittedChunkByChunk
 
     public var retention: HistoryRetention {
         self == .freedChunksStopCounting ? HistoryRetention(keepVersions: 0, keepDays: 0)! : .default
@@ -30,8 +31,41 @@ public enum QuotaConformance: String, CaseIterable, Sendable {
         case .overQuotaOnlyDeletesGoThrough: try await Self.overQuotaOnlyDeletesGoThrough(q)
         case .metadataCountsAndBoundsCommits: try await Self.metadataCountsAndBoundsCommits(q)
         case .freedChunksStopCounting: try await Self.freedChunksStopCounting(q)
+        case .aBatchIsAdmittedChunkByChunk: try await Self.aBatchIsAdmittedChunkByChunk(q)
         }
         try await q.g.checkConsistent("after \(rawValue)")
+    }
+
+    /// The small files of a commit batch (`ChunkUploads.storeAll`, fewer transactions) are
+    /// admitted in order as one upload after the other would be: those that fit are stored and
+    /// owned, the first that would cross the quota is refused with nothing of it stored, a later
+    /// smaller one that still fits gets in, one the account owns is free, and bytes that are
+    /// not their chunk's are refused alone.
+    static func aBatchIsAdmittedChunkByChunk(_ q: QuotaFixture) async throws {
+        let owned = try await q.upload("owned", 100)
+        try await q.setQuota(400)
+        let wrong = q.bytes("wrong", 50)
+        let wrongHash = ChunkHashing.sha256(q.bytes("meant", 50))
+        let items: [(hash: ContentHash, bytes: ByteBuffer)] = [
+            (q.ref("a", 150).hash, q.bytes("a", 150)),
+            (q.ref("b", 200).hash, q.bytes("b", 200)),  // 100 + 150 + 200 > 400
+            (wrongHash, wrong),
+            (owned.hash, q.bytes("owned", 100)),
+            (q.ref("c", 120).hash, q.bytes("c", 120)),  // 100 + 150 + 120 ≤ 400
+        ]
+        let store = q.g.f.store, chunks = q.g.chunks
+        let out = await ChunkUploads.storeAll(items, account: q.g.f.a.accountID, store: store, chunks: chunks, clock: { 0 })
+        func code(_ i: Int) -> APIErrorCode? { (out[i] as? APIError)?.code }
+        try check(out[0] == nil && out[3] == nil && out[4] == nil, "the chunks that fit, and the owned one, are stored: \(out)")
+        try check(code(1) == .quotaExceeded, "the chunk that crosses the quota is refused, got \(String(describing: out[1]))")
+        try check(code(2) == .hashMismatch, "bytes that are not their chunk's are refused, got \(String(describing: out[2]))")
+        let ownedNow = try await store.ownedChunks(account: q.g.f.a.accountID, hashes: items.map(\.hash))
+        try check(Set(ownedNow.keys) == [items[0].hash, owned.hash, items[4].hash], "owned after the batch: \(ownedNow)")
+        for i in [1, 2] { try check(try await chunks.size(of: items[i].hash) == nil, "the refused chunk \(i) is not stored") }
+        for i in [0, 3, 4] {
+            try check(try await chunks.read(items[i].hash, range: nil) == items[i].bytes, "chunk \(i) reads back as stored")
+        }
+        try await q.expectUsage(370, chunks: 3)
     }
 
     /// Up to the quota exactly is allowed; the chunk that would cross it is refused with the
