@@ -102,7 +102,7 @@ extension SQLiteStore {
                                       arguments: [account, hash.hex]) ?? false
         // Quota: decided in this IMMEDIATE transaction, which also records the upload, so
         // uploads of one account are admitted one at a time (Quotas.swift).
-        if !owned, let quota = try Int64?.fetchOne(db.cachedStatement(sql: "SELECT quota FROM accounts WHERE id = ?"), arguments: [account]) {
+        if !owned, let quota = try Int64.fetchOne(db.cachedStatement(sql: "SELECT quota FROM accounts WHERE id = ?"), arguments: [account]) {
             let underWay = try Bool.fetchOne(db.cachedStatement(sql: "SELECT 1 FROM chunk_uploads WHERE account_id = ? AND hash = ? AND size IS NOT NULL"),
                                              arguments: [account, hash.hex]) ?? false
             if !underWay { try Quotas.admit(usage: try Self.usage(db, account: account), quota: quota, size: size) }
