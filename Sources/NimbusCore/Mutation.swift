@@ -52,6 +52,10 @@ public enum Mutation: String, CaseIterable, Sendable {
     /// (`XattrRules.shown`), while the item's base moves to it: the next commit sends the
     /// attributes set elsewhere as removed (or set back) and the server drops them.
     case xattrsKeptWholeBesideChange = "xattrs-kept-whole-beside-change"
+    /// A create whose answer was lost holds no name in the index of which item the server has
+    /// where (`ItemTable.Place`): the item is deleted or moved here, a new one takes its name and
+    /// is pushed first, and the server puts the new one beside it.
+    case unansweredCreateHoldsNoName = "unanswered-create-holds-no-name"
     /// A commit's answer whose attributes the server merged with others set elsewhere is only
     /// recorded, not shown (`SyncItem.planSettle`): this device never shows those others.
     case settleDropsMergedXattrs = "settle-drops-merged-xattrs"

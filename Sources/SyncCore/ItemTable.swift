@@ -46,8 +46,15 @@ public struct ItemTable: Sendable {
         /// Where the server has the item, as this device last heard: its newest state, shown
         /// (the base) or held back here (a state held for its push can be the one that answered
         /// a commit whose answer was lost).
+        /// An item of which no state was heard, whose create went without its answer, may be
+        /// where that commit asked (`UploadState.sentPlace`).
         init?(_ item: Item?) {
-            guard let r = Self.newest(item), !r.deleted else { return nil }
+            guard let r = Self.newest(item) else {
+                guard let item, item.upload.unanswered, let sent = item.upload.sentPlace, !Mutation.unansweredCreateHoldsNoName.isOn else { return nil }
+                self = sent
+                return
+            }
+            guard !r.deleted else { return nil }
             self.init(parent: r.parent, name: r.name)
         }
 

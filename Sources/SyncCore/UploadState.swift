@@ -99,6 +99,11 @@ public struct UploadState<Instant: InstantProtocol>: Sendable, Equatable where I
     /// no change while the server keeps what the commit carried. The server decides that commit
     /// against the versions this device made since its base (docs/protocol.md "Commit").
     public private(set) var unanswered = false
+    /// Where the last commit sent asked the item to be (nil: a delete). While `unanswered`, the
+    /// server may have the item there although no state of it was heard here: a create whose
+    /// answer was lost holds its name (`ItemTable.Place`), so a new item at that name waits for
+    /// this one's push, as for any item of this device leaving a name.
+    public var sentPlace: ItemTable.Place?
 
     public init() {}
 
@@ -263,6 +268,7 @@ public struct UploadState<Instant: InstantProtocol>: Sendable, Equatable where I
             let keep = relocate
             relocate = false
             unanswered = false
+            sentPlace = nil
             return keep && !Mutation.settleWithoutRelocate.isOn ? [.keepPlace] : []
         case .download(let failed):
             error = failed

@@ -160,6 +160,12 @@ extension SyncEngine: ChangeObserver {
     /// when the engine is stopping.
     func send(_ gathered: [ReadyCommit]) async -> Bool {
         guard !gathered.isEmpty else { return true }
+        state.withLock { s in
+            for c in gathered {
+                let d = c.request.state
+                s.items[c.id]?.upload.sentPlace = d.deleted ? nil : ItemTable.Place(parent: d.parent, name: d.name)
+            }
+        }
         var answers: [Result<CommitResponse, any Error>] = []
         var whole: (any Error)?
         if gathered.count == 1, let c = gathered.first {

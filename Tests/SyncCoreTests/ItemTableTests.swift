@@ -54,6 +54,30 @@ import Testing
         #expect(t.holder(of: place) == nil)
     }
 
+    /// A create whose answer was lost may have applied: until an answer is settled, the item
+    /// holds the name its commit asked for, though no state of it was heard here
+    /// (`UploadState.sentPlace`), so a new item taking that name here waits for its push.
+    @Test func aCreateWithoutItsAnswerHoldsTheNameItAskedFor() {
+        var t = ItemTable()
+        let id = ItemID(UUID())
+        let place = ItemTable.Place(parent: .root, name: ItemName(trusted: "e.txt"))
+        let rules = UploadPacing<ContinuousClock.Instant>.Rules(quietPeriod: .seconds(1)), now = ContinuousClock.now
+        t[id, default: ItemTable.Item()].upload.on(.changed(content: true), at: now, rules: rules)
+        t[id]?.upload.sentPlace = place
+        #expect(t.holder(of: place) == nil, "sent, not failed yet: no answer is missing")
+        t[id]?.upload.on(.failed(.transient, message: "the connection was lost", missingChunks: false), at: now, rules: rules)
+        #expect(t.holder(of: place) == id, "the answer was lost: the server may have it there")
+        // Sent again under another name (renamed here), that answer lost too.
+        let renamed = ItemTable.Place(parent: .root, name: ItemName(trusted: "f.txt"))
+        t[id]?.upload.sentPlace = renamed
+        #expect(t.holder(of: place) == nil && t.holder(of: renamed) == id)
+        // Its answer settled: the base says where it is.
+        t[id]?.upload.on(.settling, at: now, rules: rules)
+        #expect(t.holder(of: renamed) == nil)
+        t[id]?.base = .placeholder(Self.record(id, version: 7, name: "f.txt"))
+        #expect(t.holder(of: renamed) == id)
+    }
+
     @Test func theQuotaLineCountsTheItemsWaitingAndShowsTheLatestFigures() {
         var t = ItemTable()
         let (a, b, c) = (ItemID(UUID()), ItemID(UUID()), ItemID(UUID()))
