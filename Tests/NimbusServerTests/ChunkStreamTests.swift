@@ -123,6 +123,25 @@ enum ChunkStreamConformance {
         // Absent chunks.
         #expect(try await store.open(otherHash, range: nil) == nil)
         #expect(try await store.open(otherHash, range: 0..<10) == nil)
+
+        // Several at once (the small files of a commit batch): each answered on its own, in
+        // order; wrong bytes store nothing and leave the others; one already stored, and one
+        // twice in the batch, are fine.
+        let smalls = (0..<5).map { bytes(1_000 + $0 * 4_097, seed: UInt8(10 + $0)) }
+        let smallHashes = smalls.map(ChunkHashing.sha256)
+        var wrongSmall = smalls[2]
+        wrongSmall.setInteger(UInt8(0xFF) ^ smalls[2].getInteger(at: 0, as: UInt8.self)!, at: 0)
+        let batch: [(hash: ContentHash, bytes: ByteBuffer, ifStored: IfStored)] = [
+            (smallHashes[0], smalls[0], .store), (smallHashes[1], smalls[1], .skip), (smallHashes[2], wrongSmall, .store),
+            (hash, data, .skip), (smallHashes[3], smalls[3], .store), (smallHashes[3], smalls[3], .store), (smallHashes[4], smalls[4], .skip),
+        ]
+        let answers = await store.putAll(batch)
+        #expect(answers.count == batch.count)
+        for (i, answer) in answers.enumerated() where i != 2 { #expect(answer == nil, "batch entry \(i): \(String(describing: answer))") }
+        #expect(code(answers[2]) == .hashMismatch, "\(String(describing: answers[2]))")
+        #expect(try await store.size(of: smallHashes[2]) == nil)
+        for i in [0, 1, 3, 4] { #expect(try await store.read(smallHashes[i], range: nil) == smalls[i], "batch chunk \(i)") }
+        #expect(try await store.read(hash, range: 1230..<1240) == damaged.getSlice(at: 1230, length: 10), "a stored chunk skipped is left as it is")
     }
 }
 
