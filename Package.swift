@@ -6,6 +6,10 @@ import PackageDescription
 
 let strict: [SwiftSetting] = [
     .enableUpcomingFeature("ExistentialAny"),
+    // Release builds specialize the generic sync rules (SyncCore, generic over the clock's
+    // instant) into the engine that calls them, instead of running them through runtime
+    // metadata: about 10 % of the daemon's CPU per synced file.
+    .unsafeFlags(["-cross-module-optimization"], .when(configuration: .release)),
 ]
 
 let package = Package(
