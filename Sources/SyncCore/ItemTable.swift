@@ -61,8 +61,15 @@ public struct ItemTable: Sendable {
         /// The item's newest server state known here, shown or held back.
         static func newest(_ item: Item?) -> ServerItem? {
             guard let item else { return nil }
+            // The first of the highest version, in this order (read at every change of a
+            // record: no arrays built).
+            func later(_ a: ServerItem?, _ b: ServerItem?) -> ServerItem? {
+                guard let b else { return a }
+                guard let a else { return b }
+                return b.version > a.version ? b : a
+            }
             let h = item.remote
-            return [item.base?.record, h.forLock, h.forWriter, h.skipped].compactMap({ $0 }).max(by: { $0.version < $1.version })
+            return later(later(later(item.base?.record, h.forLock), h.forWriter), h.skipped)
         }
     }
 
@@ -106,9 +113,13 @@ public struct ItemTable: Sendable {
                 item.cache.generation = generations
             }
             all[id] = item
-            if item.busy { busy.insert(id) } else { busy.remove(id) }
-            if item.busy && item.remote.skipped != nil { skipped.insert(id) } else { skipped.remove(id) }
-            if item.busy && item.upload.failure != nil { failed.insert(id) } else { failed.remove(id) }
+            // The sets follow the stored record: touched only when its membership changes.
+            let wasBusy = old?.busy == true
+            let wasSkipped = wasBusy && old?.remote.skipped != nil, wasFailed = wasBusy && old?.upload.failure != nil
+            let isSkipped = item.busy && item.remote.skipped != nil, isFailed = item.busy && item.upload.failure != nil
+            if item.busy != wasBusy { if item.busy { busy.insert(id) } else { busy.remove(id) } }
+            if isSkipped != wasSkipped { if isSkipped { skipped.insert(id) } else { skipped.remove(id) } }
+            if isFailed != wasFailed { if isFailed { failed.insert(id) } else { failed.remove(id) } }
         }
     }
 
