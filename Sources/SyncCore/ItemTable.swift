@@ -21,6 +21,10 @@ public struct ItemTable: Sendable {
     /// so a burst of thousands of queued items is not looked through each time.
     public private(set) var skipped: Set<ItemID> = []
     public private(set) var failed: Set<ItemID> = []
+    /// The busy records holding a server state not shown here (`RemoteHolds`, not empty): read
+    /// at every delete's push (`heldVersions`), so a burst of deletes does not look through every
+    /// busy record each.
+    private var held: Set<ItemID> = []
     /// Shown items whose content is not all here, and live items with unresolved conflict
     /// versions (`.nimbus/status` reads these counts at every `cat`).
     public private(set) var placeholders = 0
@@ -98,6 +102,7 @@ public struct ItemTable: Sendable {
                     busy.remove(id)
                     skipped.remove(id)
                     failed.remove(id)
+                    held.remove(id)
                 }
                 return
             }
@@ -117,9 +122,11 @@ public struct ItemTable: Sendable {
             let wasBusy = old?.busy == true
             let wasSkipped = wasBusy && old?.remote.skipped != nil, wasFailed = wasBusy && old?.upload.failure != nil
             let isSkipped = item.busy && item.remote.skipped != nil, isFailed = item.busy && item.upload.failure != nil
+            let wasHeld = wasBusy && old?.remote.isEmpty == false, isHeld = item.busy && !item.remote.isEmpty
             if item.busy != wasBusy { if item.busy { busy.insert(id) } else { busy.remove(id) } }
             if isSkipped != wasSkipped { if isSkipped { skipped.insert(id) } else { skipped.remove(id) } }
             if isFailed != wasFailed { if isFailed { failed.insert(id) } else { failed.remove(id) } }
+            if isHeld != wasHeld { if isHeld { held.insert(id) } else { held.remove(id) } }
         }
     }
 
@@ -186,6 +193,13 @@ public struct ItemTable: Sendable {
     /// The server states skipped here, oldest first (ties in id order).
     public var skippedStates: [ServerItem] {
         skipped.sorted().compactMap { all[$0]?.remote.skipped }.sorted { $0.version < $1.version }
+    }
+
+    /// The versions of the server states received and not shown here, held by busy records
+    /// (`RemoteHolds.heldVersions`), in no particular order (`SeenCursor.forDelete` takes them
+    /// in any).
+    public var heldVersions: [Int64] {
+        return held.flatMap { all[$0]?.remote.heldVersions ?? [] }
     }
 
     /// Whether a busy record satisfies `test` (no order needed, so none is made).

@@ -616,8 +616,7 @@ extension SyncEngine: ChangeObserver {
             // Nor states held back here (for a push, a writer or a lock): another device's
             // write this device never showed would go with the folder (`SeenCursor`).
             let seen = state.withLock { s in
-                let held = s.items.busyItems.lazy.flatMap(\.item.remote.heldVersions)
-                return SeenCursor.forDelete(cursor: cursor, notShown: held + (s.pull.minSkipped.map { [$0] } ?? []))
+                SeenCursor.forDelete(cursor: cursor, notShown: s.items.heldVersions + (s.pull.minSkipped.map { [$0] } ?? []))
             }
             return .delete(base: base, cursor: seen)
         case .keepLocal:
@@ -1010,7 +1009,7 @@ extension SyncEngine: ChangeObserver {
             written: ws?.written ?? 0, unnoticedChange: ws?.unnoticed == true,
             belowStillToPush: local == nil && base?.record.kind == .folder && state.withLock { s in
                 let q = s.push.queue
-                let pending = s.items.busyItems.compactMap { e in q.holdsFolderDelete(e.id) ? e.id : nil }
+                let pending = Array(s.items.busy.filter { q.holdsFolderDelete($0) })
                 return CommitPlan.deleteWaitsForBelow(id, pending: pending) { s.base($0)?.record.parent }
             },
             ignored: ignored, now: options.clock.now)

@@ -32,6 +32,30 @@ import Testing
     /// Two items can be at one name as this device last heard: one whose leaving it has not
     /// heard of yet (an older state), one that came since (a newer state). The newer holds the
     /// name; when either leaves, the other still does (`CommitPlan.nameFirst` asks the index).
+    /// A delete's seen cursor stays below every state received and not shown: the table keeps
+    /// which records hold one, as they gain and lose holds and are removed.
+    @Test func heldVersionsFollowTheRecordsHolds() {
+        var t = ItemTable()
+        let a = ItemID(UUID()), b = ItemID(UUID()), c = ItemID(UUID())
+        t[a, default: ItemTable.Item()].base = Base.placeholder(Self.record(a, version: 3))
+        t[c, default: ItemTable.Item()].base = Base.placeholder(Self.record(c, version: 4))
+        #expect(t.heldVersions.isEmpty)
+        t[a]?.remote.holdForWriter(Self.record(a, version: 7))
+        t[b, default: ItemTable.Item()].remote.skip(Self.record(b, version: 5))
+        #expect(t.heldVersions.sorted() == [5, 7])
+        _ = t[a]?.remote.holdForLock(Self.record(a, version: 9))
+        #expect(t.heldVersions.sorted() == [5, 7, 9])
+        _ = t[a]?.remote.takeForWriter()
+        #expect(t.heldVersions.sorted() == [5, 9])
+        t[a]?.remote.lockClaimed()  // no hold left: a is no longer looked at
+        #expect(t.heldVersions == [5])
+        t[b]?.remote.skippedShown()  // b had nothing else: its record goes with its hold
+        #expect(t.heldVersions.isEmpty && t[b] == nil)
+        t[c]?.remote.skip(Self.record(c, version: 6))
+        t[c] = nil  // removed with its hold
+        #expect(t.heldVersions.isEmpty)
+    }
+
     @Test func aNameHeldByTwoItemsIsStillHeldWhenOneLeaves() {
         var t = ItemTable()
         let (old, new) = (ItemID(UUID()), ItemID(UUID()))
