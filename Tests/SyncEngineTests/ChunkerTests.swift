@@ -64,6 +64,34 @@ func noise(_ count: Int, seed: UInt64) -> [UInt8] {
         #expect(try c.chunks(fd: fd) == c.chunks(of: data))
     }
 
+    /// A file that holds more than its size said when it was chunked (one still growing; here a
+    /// /proc file, which says it is empty) chunks as its bytes do; so do small files, and the
+    /// first `length` bytes of one.
+    @Test func aFileLongerThanItsSizeSaidChunksAsItsBytes() throws {
+        let small = Chunker(minSize: 16, avgSize: 64, maxSize: 256)
+        let fd = open("/proc/self/environ", O_RDONLY)
+        try #require(fd >= 0)
+        defer { close(fd) }
+        var st = stat()
+        #expect(fstat(fd, &st) == 0 && st.st_size == 0)
+        let bytes = try [UInt8](Data(contentsOf: URL(fileURLWithPath: "/proc/self/environ")))
+        #expect(bytes.count > 0)
+        #expect(try small.chunks(fd: fd) == small.chunks(of: bytes))
+        #expect(try c.chunks(fd: fd) == c.chunks(of: bytes))
+        for size in [0, 1, 4095, 4096, 300_000] {
+            let data = noise(size, seed: UInt64(size) + 7)
+            let path = NSTemporaryDirectory() + "/nimbus-chunk-\(UUID().uuidString)"
+            FileManager.default.createFile(atPath: path, contents: Data(data))
+            defer { unlink(path) }
+            let f = open(path, O_RDONLY)
+            try #require(f >= 0)
+            defer { close(f) }
+            #expect(try c.chunks(fd: f) == c.chunks(of: data), "\(size) bytes")
+            #expect(try small.chunks(fd: f) == small.chunks(of: data), "\(size) bytes, small chunks")
+            #expect(try c.chunks(fd: f, length: Int64(size / 2)) == c.chunks(of: Array(data.prefix(size / 2))), "\(size) bytes, half")
+        }
+    }
+
     /// A sparse file chunks as its bytes do (holes are zeros), without reading its holes: data,
     /// a hole of several chunks, data that is zeros, data again, and a hole up to the end. A file
     /// of 64 GiB that is one hole gives 16,384 chunks of one zero chunk's hash.
