@@ -13,7 +13,7 @@ import urllib.request
 
 import pytest
 from selenium import webdriver
-from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException
+from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException, WebDriverException
 from selenium.webdriver.chrome.service import Service
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -31,13 +31,19 @@ def free_port():
 def wait_for(what, check, timeout=15.0, every=0.05):
     """Polls `check` until it returns something truthy; fails the test with `what` after `timeout`.
     A page element gone stale or missing while the page is being replaced (a form's answer, a live refresh)
-    counts as not yet: the check is read again, and still fails the test with `what` if it never holds."""
+    counts as not yet: the check is read again, and still fails the test with `what` if it never holds.
+    (Chrome reports an element detached while its text is read as a generic error naming a node that
+    "does not belong to the document": the same thing.)"""
     deadline = time.monotonic() + timeout
     while True:
         try:
             value = check()
         except (StaleElementReferenceException, NoSuchElementException):
             value = None  # the page was replaced while it was read: read it again
+        except WebDriverException as e:
+            if "does not belong to the document" not in str(e):
+                raise
+            value = None
         if value:
             return value
         if time.monotonic() > deadline:
