@@ -120,8 +120,9 @@ public struct DirectoryChunkStore: ChunkStore {
         }
     }
 
-    /// In one hop to the thread pool: each chunk's bytes checked against its name, written to a
-    /// temp file, fsynced and renamed into place; then each fan-out folder fsynced once. A chunk
+    /// In one hop to the thread pool: each chunk's bytes checked against its name and written to
+    /// a temp file, its writeback started; then each file fsynced and renamed into place, and each
+    /// fan-out folder fsynced once. A chunk
     /// is whole or absent after a crash at any point, as with `put`.
     public func putAll(_ chunks: [(hash: ContentHash, bytes: ByteBuffer, ifStored: IfStored)]) async -> [(any Error)?] {
         let out: [(any Error)?] = chunks.map { c in

@@ -181,10 +181,6 @@ public struct ItemTable: Sendable {
         return body(&all[id]!.cache)
     }
 
-    /// The busy records, in id order (a set's order differs from run to run: what is decided
-    /// from this list must not).
-    public var busyItems: [(id: ItemID, item: Item)] { busy.sorted().compactMap { id in all[id].map { (id, $0) } } }
-
     /// The ids of the busy records that satisfy `test`, in id order (only those are sorted).
     public func busyIDs(where test: (Item) -> Bool) -> [ItemID] {
         busy.filter { all[$0].map(test) ?? false }.sorted()
@@ -198,9 +194,7 @@ public struct ItemTable: Sendable {
     /// The versions of the server states received and not shown here, held by busy records
     /// (`RemoteHolds.heldVersions`), in no particular order (`SeenCursor.forDelete` takes them
     /// in any).
-    public var heldVersions: [Int64] {
-        return held.flatMap { all[$0]?.remote.heldVersions ?? [] }
-    }
+    public var heldVersions: [Int64] { held.flatMap { all[$0]?.remote.heldVersions ?? [] } }
 
     /// Whether a busy record satisfies `test` (no order needed, so none is made).
     public func anyBusy(_ test: (Item) -> Bool) -> Bool { busy.contains { all[$0].map(test) ?? false } }
