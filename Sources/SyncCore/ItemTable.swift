@@ -25,6 +25,22 @@ public struct ItemTable: Sendable {
     /// at every delete's push (`heldVersions`), so a burst of deletes does not look through every
     /// busy record each.
     private var held: Set<ItemID> = []
+    /// The busy records of files a program has open for writing (`UploadState.writing`), and
+    /// those waiting for an instant in the queue (`UploadState.notBefore`): the tick looks at
+    /// these each second, not at every busy record.
+    private var writing: Set<ItemID> = []
+    private var paced: Set<ItemID> = []
+    /// Which busy records only time will make idle (`settle`): those whose upload and remote
+    /// phases hold nothing but the pacing's memory, by the instant they become idle (a min-heap
+    /// of `(instant, id)`; an entry whose instant is no longer the record's, in `settleDue`, is
+    /// stale and skipped), and those idle at any instant. Kept for the rules of the last
+    /// `settle` (nil before it: the first one looks at every busy record).
+    private var settleRules: UploadPacing<Instant>.Rules?
+    private var settleHeap: [(at: Instant, id: ItemID)] = []
+    private var settleDue: [ItemID: Instant] = [:]
+    private var settleAny: Set<ItemID> = []
+    /// Bytes of content held here: present chunks of shown files (kept as records change).
+    public private(set) var contentBytes: Int64 = 0
     /// Shown items whose content is not all here, and live items with unresolved conflict
     /// versions (`.nimbus/status` reads these counts at every `cat`).
     public private(set) var placeholders = 0
@@ -92,8 +108,9 @@ public struct ItemTable: Sendable {
         get { all[id] }
         set {
             let old = all[id]
+            let oldUpload = old?.upload
             count(old?.base, -1)
-            if old?.upload.deviceLocal == true { localOnly -= 1 }
+            if oldUpload?.deviceLocal == true { localOnly -= 1 }
             let was = Place(old)
             guard var item = newValue, item.base != nil || item.busy else {
                 unplace(was, id)
@@ -103,11 +120,15 @@ public struct ItemTable: Sendable {
                     skipped.remove(id)
                     failed.remove(id)
                     held.remove(id)
+                    writing.remove(id)
+                    paced.remove(id)
+                    unscheduleSettle(id)
                 }
                 return
             }
+            let upload = item.upload
             count(item.base, 1)
-            if item.upload.deviceLocal { localOnly += 1 }
+            if upload.deviceLocal { localOnly += 1 }
             let now = Place(item)
             if now != was {
                 unplace(was, id)
@@ -120,13 +141,68 @@ public struct ItemTable: Sendable {
             all[id] = item
             // The sets follow the stored record: touched only when its membership changes.
             let wasBusy = old?.busy == true
-            let wasSkipped = wasBusy && old?.remote.skipped != nil, wasFailed = wasBusy && old?.upload.failure != nil
-            let isSkipped = item.busy && item.remote.skipped != nil, isFailed = item.busy && item.upload.failure != nil
+            let wasSkipped = wasBusy && old?.remote.skipped != nil, wasFailed = wasBusy && oldUpload?.failure != nil
+            let isSkipped = item.busy && item.remote.skipped != nil, isFailed = item.busy && upload.failure != nil
             let wasHeld = wasBusy && old?.remote.isEmpty == false, isHeld = item.busy && !item.remote.isEmpty
+            let wasWriting = wasBusy && oldUpload?.writing == true, isWriting = item.busy && upload.writing
+            let wasPaced = wasBusy && oldUpload?.notBefore != nil, isPaced = item.busy && upload.notBefore != nil
             if item.busy != wasBusy { if item.busy { busy.insert(id) } else { busy.remove(id) } }
             if isSkipped != wasSkipped { if isSkipped { skipped.insert(id) } else { skipped.remove(id) } }
             if isFailed != wasFailed { if isFailed { failed.insert(id) } else { failed.remove(id) } }
             if isHeld != wasHeld { if isHeld { held.insert(id) } else { held.remove(id) } }
+            if isWriting != wasWriting { if isWriting { writing.insert(id) } else { writing.remove(id) } }
+            if isPaced != wasPaced { if isPaced { paced.insert(id) } else { paced.remove(id) } }
+            if item.busy || wasBusy { scheduleSettle(id, item, upload) }
+        }
+    }
+
+    /// Files open for writing (`UploadState.writing`), in id order.
+    public var writingIDs: [ItemID] { writing.sorted() }
+    /// Records waiting for an instant in the queue (`UploadState.notBefore`), in id order.
+    public var pacedIDs: [ItemID] { paced.sorted() }
+
+    /// Puts a record where `settle` will find it when only time stands between it and idle.
+    private mutating func scheduleSettle(_ id: ItemID, _ item: Item, _ upload: UploadState<Instant>) {
+        guard let rules = settleRules else { return }
+        guard item.busy, item.remote.isEmpty, upload.idleButForPacing else { return unscheduleSettle(id) }
+        guard let at = upload.pacing.idleFrom(rules: rules) else {
+            settleDue[id] = nil
+            settleAny.insert(id)
+            return
+        }
+        settleAny.remove(id)
+        guard settleDue[id] != at else { return }
+        settleDue[id] = at
+        settleHeap.append((at, id))
+        var i = settleHeap.count - 1
+        while i > 0 {
+            let parent = (i - 1) / 2
+            guard settleHeap[i].at < settleHeap[parent].at else { break }
+            settleHeap.swapAt(i, parent)
+            i = parent
+        }
+    }
+
+    private mutating func unscheduleSettle(_ id: ItemID) {
+        settleDue[id] = nil
+        settleAny.remove(id)
+    }
+
+    /// Takes the earliest entry of the settle heap.
+    private mutating func popSettle() -> (at: Instant, id: ItemID) {
+        let top = settleHeap[0]
+        let last = settleHeap.removeLast()
+        guard !settleHeap.isEmpty else { return top }
+        settleHeap[0] = last
+        var i = 0
+        while true {
+            let l = 2 * i + 1, r = l + 1
+            var m = i
+            if l < settleHeap.count && settleHeap[l].at < settleHeap[m].at { m = l }
+            if r < settleHeap.count && settleHeap[r].at < settleHeap[m].at { m = r }
+            guard m != i else { return top }
+            settleHeap.swapAt(i, m)
+            i = m
         }
     }
 
@@ -165,6 +241,7 @@ public struct ItemTable: Sendable {
         guard let base else { return }
         if !base.complete { placeholders += sign }
         if base.record.conflicts > 0 && !base.record.deleted { conflicted += sign }
+        if base.record.kind == .file { contentBytes += Int64(sign) * base.presentBytes }
     }
 
     /// The item's cache file was reset or swapped: downloads started before count for nothing.
@@ -179,11 +256,6 @@ public struct ItemTable: Sendable {
     public mutating func withCache<R>(_ id: ItemID, _ body: (inout CacheUse) -> R) -> R? {
         guard all[id] != nil else { return nil }
         return body(&all[id]!.cache)
-    }
-
-    /// The ids of the busy records that satisfy `test`, in id order (only those are sorted).
-    public func busyIDs(where test: (Item) -> Bool) -> [ItemID] {
-        busy.filter { all[$0].map(test) ?? false }.sorted()
     }
 
     /// The server states skipped here, oldest first (ties in id order).
@@ -206,12 +278,26 @@ public struct ItemTable: Sendable {
 
     public var count: Int { all.count }
 
-    /// Forgets the upload and remote phases that have become idle.
+    /// Forgets the upload and remote phases that have become idle. Looks at the records only
+    /// time was holding (`scheduleSettle`), not at every busy one: a record busy for anything
+    /// else becomes idle through a change, which schedules it.
     public mutating func settle(at now: Instant, rules: UploadPacing<Instant>.Rules) {
-        for id in busy {
+        if settleRules != rules {
+            settleRules = rules
+            settleHeap = []
+            settleDue = [:]
+            settleAny = []
+            for id in busy { if let item = all[id] { scheduleSettle(id, item, item.upload) } }
+        }
+        var due = Array(settleAny)
+        while let first = settleHeap.first, first.at <= now {
+            let e = popSettle()
+            if settleDue[e.id] == e.at { due.append(e.id) }
+        }
+        for id in due {
             guard var item = all[id], item.busy else { continue }
             item.settle(at: now, rules: rules)
-            if !item.busy { self[id] = item }
+            if !item.busy { self[id] = item } else { unscheduleSettle(id); scheduleSettle(id, item, item.upload) }
         }
     }
 
@@ -241,10 +327,5 @@ public struct ItemTable: Sendable {
             (c.readEnd, c.readRun) = (-1, 0)
         }
         return (b.presentBytes, placeholder)
-    }
-
-    /// Bytes of content held here (present chunks of shown files).
-    public var contentBytes: Int64 {
-        bases.reduce(Int64(0)) { $0 + ($1.value.record.kind == .file ? $1.value.presentBytes : 0) }
     }
 }

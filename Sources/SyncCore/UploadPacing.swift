@@ -103,8 +103,15 @@ public struct UploadPacing<Instant: InstantProtocol>: Sendable, Equatable where 
     /// Nothing left to pace: quiet for the whole bucket window, so a new change uploads at once
     /// and a new run starts. The engine forgets such records.
     public func isIdle(at now: Instant, rules: Rules) -> Bool {
-        guard let last = lastChange ?? lastUpload else { return true }
-        let window = rules.quietPeriod * rules.burst
-        return now >= last.advanced(by: window) && (bucket.map { now >= $0 } ?? true)
+        guard let idle = idleFrom(rules: rules) else { return true }
+        return now >= idle
+    }
+
+    /// The first instant `isIdle` holds at while nothing changes; nil when it holds at any.
+    public func idleFrom(rules: Rules) -> Instant? {
+        guard let last = lastChange ?? lastUpload else { return nil }
+        let end = last.advanced(by: rules.quietPeriod * rules.burst)
+        guard let bucket else { return end }
+        return max(end, bucket)
     }
 }

@@ -374,7 +374,13 @@ public struct UploadState<Instant: InstantProtocol>: Sendable, Equatable where I
 
     /// Nothing worth remembering: the item's record forgets its upload phase.
     public func isIdle(at now: Instant, rules: UploadPacing<Instant>.Rules) -> Bool {
+        idleButForPacing && pacing.isIdle(at: now, rules: rules)
+    }
+
+    /// Nothing under way but the pacing's memory of the last uploads: only time stands between
+    /// this state and `isIdle` (`pacing.idleFrom`).
+    public var idleButForPacing: Bool {
         wait == nil && writer == .idle && error == nil && !deviceLocal && pushedAhead == 0 && !relocate
-            && !chunksMissing && !unanswered && pacing.isIdle(at: now, rules: rules)
+            && !chunksMissing && !unanswered
     }
 }

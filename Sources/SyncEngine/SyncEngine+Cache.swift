@@ -230,7 +230,7 @@ extension SyncEngine: SyncControl {
         let rules = pacingRules
         let writing: [ItemID] = state.withLock { s in
             s.items.settle(at: now, rules: rules)
-            return s.items.busyIDs { $0.upload.writing }
+            return s.items.writingIDs
         }
         var queued = false
         for id in writing {

@@ -1020,7 +1020,7 @@ extension SyncEngine: ChangeObserver {
     func releasePaced() {
         let now = options.clock.now
         let rules = pacingRules
-        let waiting: [ItemID] = state.withLock { s in s.items.busyIDs { $0.upload.notBefore != nil } }
+        let waiting: [ItemID] = state.withLock { s in s.items.pacedIDs }
         guard !waiting.isEmpty else { return }
         let fs = tree
         var due = false
