@@ -188,12 +188,16 @@ extension ContainerFS: ControlSource {
     /// The text of `.nimbus/status`: one `key: value` per line, stable keys for scripts.
     public func statusText() -> String {
         let (items, files, folders, bytes, open) = lock.withLock { () -> (Int, Int, Int, Int64, Int) in
-            var files = 0, folders = 0
-            var bytes: Int64 = 0
+            let c = t.nodes.counts
+            #if DEBUG
+            // Debug builds (the tests) check the kept counts against a look at every node.
+            var walked = TreeCounts.Share()
             for n in t.nodes.values where n.linked {
-                if n.isDir { folders += 1 } else if n.rec.kind == .file && !n.rec.isSpecial { files += 1; bytes += n.rec.size }
+                if n.isDir { walked.folders += 1 } else if n.rec.kind == .file && !n.rec.isSpecial { walked.files += 1; walked.bytes += n.rec.size }
             }
-            return (t.nodes.count, files, folders, bytes, t.openFiles)
+            assert(walked == TreeCounts.Share(files: c.files, folders: c.folders, bytes: c.bytes), "status counts \(c.files)/\(c.folders)/\(c.bytes), nodes \(walked)")
+            #endif
+            return (t.nodes.count, c.files, c.folders, c.bytes, t.openFiles)
         }
         var sync: [String: String] = [:]
         var extra: [(String, String)] = []

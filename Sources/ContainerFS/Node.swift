@@ -6,7 +6,7 @@ import NimbusCore
 
 /// The in-memory state of one item. Guarded by `ContainerFS.lock` (every field).
 final class Node {
-    var rec: ItemRecord
+    var rec: ItemRecord { didSet { recount() } }
     /// Kernel lookup count: +1 per entry reply (lookup, create, mkdir, readdirplus…), −n per forget.
     var lookups: UInt64 = 0
     /// When (monotonic ns) a listing of this folder with attributes (readdirplus) last began:
@@ -33,7 +33,10 @@ final class Node {
     var subdirs = 0
     var xattrs: [String: [UInt8]] = [:]
     /// False once unlinked/removed/replaced; the node stays until forgotten and closed.
-    var linked = true
+    var linked = true { didSet { recount() } }
+    /// The tree's counts while the node is in `Tables.nodes`, and what it adds to them.
+    private var counts: TreeCounts?
+    private var counted = TreeCounts.Share()
     /// Size/times changed by writes but not yet queued for the database (queued on flush/fsync/release).
     var metaDirty = false
     /// The generation of the last write, truncate or identity transfer (`ContainerFS.bumpWriteGen`,
@@ -96,6 +99,38 @@ final class Node {
     var droppedNames: Set<ItemID> = []
 
     init(_ rec: ItemRecord) { self.rec = rec }
+
+    /// What this node adds to `.nimbus/status`'s counts: a linked folder, or a linked file (not
+    /// a FIFO, socket or device) and its bytes.
+    var share: TreeCounts.Share {
+        guard linked else { return TreeCounts.Share() }
+        if isDir { return TreeCounts.Share(folders: 1) }
+        if rec.kind == .file && !rec.isSpecial { return TreeCounts.Share(files: 1, bytes: rec.size) }
+        return TreeCounts.Share()
+    }
+
+    private func recount() {
+        guard let counts else { return }
+        let now = share
+        guard now != counted else { return }
+        counts.add(counted, -1)
+        counts.add(now, 1)
+        counted = now
+    }
+
+    /// The node went into the tree's table (`NodeMap`): it counts there.
+    fileprivate func join(_ c: TreeCounts) {
+        counts = c
+        counted = share
+        c.add(counted, 1)
+    }
+
+    /// The node left the tree's table.
+    fileprivate func leave() {
+        counts?.add(counted, -1)
+        counts = nil
+        counted = TreeCounts.Share()
+    }
 
     var isDir: Bool { rec.kind == .folder }
     var node: NodeID { rec.node }
@@ -199,9 +234,50 @@ struct Children: Sequence {
     }
 }
 
+/// What `.nimbus/status` counts of the tree — linked folders, files and their bytes — kept as
+/// nodes change (`Node.share`), so a read of it does not look at every node under the lock.
+final class TreeCounts {
+    private(set) var files = 0
+    private(set) var folders = 0
+    private(set) var bytes: Int64 = 0
+
+    struct Share: Equatable {
+        var files = 0
+        var folders = 0
+        var bytes: Int64 = 0
+    }
+
+    func add(_ s: Share, _ sign: Int) {
+        files += sign * s.files
+        folders += sign * s.folders
+        bytes += Int64(sign) * s.bytes
+    }
+}
+
+/// The nodes by id, with the counts of those linked (`TreeCounts`): a node counts while it is in
+/// the table.
+struct NodeMap {
+    private var map: [NodeID: Node] = [:]
+    let counts = TreeCounts()
+
+    subscript(id: NodeID) -> Node? {
+        get { map[id] }
+        set {
+            let old = map[id]
+            guard old !== newValue else { return }
+            old?.leave()
+            newValue?.join(counts)
+            map[id] = newValue
+        }
+    }
+
+    var values: Dictionary<NodeID, Node>.Values { map.values }
+    var count: Int { map.count }
+}
+
 /// The tables behind the lock.
 final class Tables {
-    var nodes: [NodeID: Node] = [:]
+    var nodes = NodeMap()
     /// Item id → node id of every node in `nodes` (the sync engine addresses items by id).
     var byID: [ItemID: NodeID] = [:]
     /// The last write generation given out (`ContainerFS.bumpWriteGen`).

@@ -112,6 +112,13 @@ import Testing
         // remount from what was saved shows the same tree.
         let before = Self.tree(fs)
         try fs.lock.withLock { () throws(Errno) in
+            // `.nimbus/status`'s counts, kept as nodes changed, are what a look at every node finds.
+            var walked = TreeCounts.Share()
+            for n in fs.t.nodes.values where n.linked {
+                if n.isDir { walked.folders += 1 } else if n.rec.kind == .file && !n.rec.isSpecial { walked.files += 1; walked.bytes += n.rec.size }
+            }
+            let c = fs.t.nodes.counts
+            #expect(TreeCounts.Share(files: c.files, folders: c.folders, bytes: c.bytes) == walked, "the status counts (seed \(seed))")
             for n in fs.t.nodes.values where n.linked && n.node != NodeID.root {
                 let p = try fs.node(n.parentNode)
                 #expect(p.children[n.rec.name] == n.node, "\(n.rec.name) is in its folder")
