@@ -9,7 +9,7 @@ import time
 import urllib.error
 import urllib.request
 
-from selenium.common.exceptions import NoAlertPresentException, StaleElementReferenceException
+from selenium.common.exceptions import NoAlertPresentException, StaleElementReferenceException, WebDriverException
 from selenium.webdriver.common.by import By
 
 from conftest import CONTAINER, free_port, wait_for
@@ -41,6 +41,19 @@ def names_on_page(driver):
         except StaleElementReferenceException:
             time.sleep(0.05)
     raise AssertionError("the folder page kept changing for 5 s")
+
+
+def replaced(element):
+    """Whether the page that held `element` was replaced (the element is gone with it)."""
+    try:
+        element.is_enabled()
+        return False
+    except StaleElementReferenceException:
+        return True
+    except WebDriverException as e:
+        if "does not belong to the document" in str(e):
+            return True
+        raise
 
 
 def open_container(driver):
@@ -268,8 +281,13 @@ def test_new_folder_rename_and_delete_are_seen_on_the_mount(world, browser):
                 break
             except StaleElementReferenceException:
                 time.sleep(0.05)
+    listing = browser.find_element(By.ID, "items")
     row_of(browser, "final.txt").find_element(By.CSS_SELECTOR, "button.delete").click()
-    wait_for("the folder page after the delete", lambda: browser.find_elements(By.ID, "items"))
+    # The form's answer is a new page: wait until it replaced this one and is whole (the
+    # listing of this page is still there right after the click).
+    wait_for("the folder page after the delete", lambda: replaced(listing)
+             and browser.execute_script("return document.readyState") == "complete"
+             and browser.find_elements(By.ID, "items"))
     assert "final.txt" in names_on_page(browser), "a delete on an older version than the edit is ignored"
     time.sleep(0.5)
     with open(final) as f:
