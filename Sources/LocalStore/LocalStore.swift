@@ -458,7 +458,7 @@ public final class LocalStore: @unchecked Sendable {
     /// One commit attempt of `batch` (with writeOrder held). On a full disk the reserve goes
     /// and the batch is tried once more at once.
     private func commit(_ batch: [Queued], full: Bool) -> StoreFailure? {
-        let superseded = Self.supersededUpserts(batch)
+        let moot = Self.mootWrites(batch)
         /// `isolated`: each of the engine's writes in a savepoint of its own, and one the
         /// database refuses as it is (a broken invariant, never the disk) dropped, loudly, so it
         /// cannot refuse every retry and hold back the whole queue. Only after a plain attempt
@@ -473,7 +473,7 @@ public final class LocalStore: @unchecked Sendable {
                 if full { try db.cachedStatement(sql: "PRAGMA synchronous = FULL").execute() }
                 defer { if full { try? db.cachedStatement(sql: "PRAGMA synchronous = NORMAL").execute() } }
                 try db.inTransaction(.immediate) {
-                    for (i, q) in batch.enumerated() where !superseded[i] {
+                    for (i, q) in batch.enumerated() where !moot[i] {
                         switch q {
                         case .change(let change): try Self.apply(change, db)
                         case .direct(let body) where isolated:
@@ -511,23 +511,42 @@ public final class LocalStore: @unchecked Sendable {
         LogLine.write("nimbus store", "local state write failed: \(f.message); kept queued and retried", level: .warning)
     }
 
-    /// Which upserts of `batch` a later upsert of the same item in the same transaction makes
-    /// moot: an upsert writes the whole row, so only the last of a run is seen at commit (an
-    /// untar's create, writes and three setattrs of a file are one row write). A run ends at a
-    /// delete of the item (its cascade must meet the rows written before it) and at an engine
-    /// write (it may read rows). Foreign keys are deferred, so the order of the rest holds.
-    static func supersededUpserts(_ batch: [Queued]) -> [Bool] {
-        var superseded = [Bool](repeating: false, count: batch.count)
+    /// Which writes of `batch` the rest of the same transaction makes moot:
+    /// - an upsert followed by another of the same item: an upsert writes the whole row, so only
+    ///   the last of a run is seen at commit (an untar's create, writes and three setattrs of a
+    ///   file are one row write). A run ends at a delete of the item (its cascade must meet the
+    ///   rows written before it) and at an engine write (it may read rows). Foreign keys are
+    ///   deferred, so the order of the rest holds.
+    /// - an upload-queue entry that repeats one earlier in it (same item, same kind: a new file's
+    ///   first write and its close are both `content`): the queue is read for which items to
+    ///   push, in the order of their first entry, and which had their content changed; the
+    ///   earlier entry says all of that and commits with it. A run ends at an engine write (it
+    ///   may remove the item's entries: `removeSyncOps`).
+    static func mootWrites(_ batch: [Queued]) -> [Bool] {
+        var moot = [Bool](repeating: false, count: batch.count)
         var writtenLater = Set<ItemID>()
         for i in batch.indices.reversed() {
             switch batch[i] {
-            case .change(.upsert(let r)): if !writtenLater.insert(r.id).inserted { superseded[i] = true }
+            case .change(.upsert(let r)): if !writtenLater.insert(r.id).inserted { moot[i] = true }
             case .change(.delete(let id)): writtenLater.remove(id)
             case .direct: writtenLater.removeAll(keepingCapacity: true)
             case .change: break
             }
         }
-        return superseded
+        var queued = Set<QueueEntry>()
+        for i in batch.indices {
+            switch batch[i] {
+            case .change(.syncOp(let id, let kind)): if !queued.insert(QueueEntry(item: id, kind: kind)).inserted { moot[i] = true }
+            case .direct: queued.removeAll(keepingCapacity: true)
+            case .change: break
+            }
+        }
+        return moot
+    }
+
+    private struct QueueEntry: Hashable {
+        var item: ItemID
+        var kind: SyncOpKind
     }
 
     static func apply(_ change: StoreChange, _ db: Database) throws {

@@ -136,7 +136,7 @@ func tempDir(_ label: String) -> URL {
             .change(.upsert(file(c, 42, "c1"))), .change(.delete(c)), .change(.upsert(file(c, 42, "c2"))),
             .change(.upsert(file(b, 41, "b2"))), .direct(body), .change(.upsert(file(b, 41, "b3"))),
         ]
-        #expect(LocalStore.supersededUpserts(batch) == [true, false, true, true, false, false, false, false, false, false, false, false])
+        #expect(LocalStore.mootWrites(batch) == [true, false, true, true, false, false, false, false, false, false, false, false])
 
         // The same kinds of runs through a store, committed as one transaction: what is read
         // back is what every write in order would leave.
@@ -178,5 +178,39 @@ func tempDir(_ label: String) -> URL {
         #expect(snap.xattrs[a]?["user.x"] == [1])
         #expect(snap.xattrs[c] == nil, "the delete between the upserts took c's xattr")
         #expect(try s.read { db in try Int.fetchOne(db, sql: "SELECT count(*) FROM sync_op WHERE item = ?", arguments: [a.description]) } == 1)
+    }
+
+    /// An upload-queue entry that repeats one earlier in the same transaction (same item, same
+    /// kind) is not written: the queue read back names the same items, in the order of their
+    /// first entries, with the same kinds. An engine write in between (it may remove entries)
+    /// keeps the later one.
+    @Test func aTransactionQueuesEachItemsKindOnce() throws {
+        let a = ItemID(UUID()), b = ItemID(UUID())
+        let body: @Sendable (Database) throws -> Void = { _ in }
+        let batch: [LocalStore.Queued] = [
+            .change(.syncOp(a, kind: .created)), .change(.syncOp(a, kind: .content)), .change(.syncOp(b, kind: .content)),
+            .change(.syncOp(a, kind: .content)), .change(.syncOp(a, kind: .attributes)), .change(.syncOp(b, kind: .content)),
+            .direct(body), .change(.syncOp(a, kind: .content)), .change(.syncOp(a, kind: .content)),
+        ]
+        #expect(LocalStore.mootWrites(batch) == [false, false, false, true, false, true, false, false, true])
+
+        let dir = tempDir("queue-once")
+        defer { try? FileManager.default.removeItem(at: dir) }
+        let s = try LocalStore(directory: dir, writer: .caller)
+        defer { s.close() }
+        for (id, kind) in [(a, SyncOpKind.created), (a, .content), (b, .content), (a, .content), (b, .moved), (b, .content), (a, .content)] {
+            s.enqueue(.syncOp(id, kind: kind))
+        }
+        try s.write { db in
+            // The engine committed a's push: its entries so far go.
+            try db.execute(sql: "DELETE FROM sync_op WHERE item = ?", arguments: [a.description])
+        }
+        s.enqueue(.syncOp(a, kind: .content))
+        s.enqueue(.syncOp(b, kind: .content))
+        s.writePending()
+        #expect(s.lastError == nil)
+        let queue = try s.syncOps().map { "\($0.item == a ? "a" : "b") \($0.kind?.rawValue ?? "?")" }
+        // (b's second content entry is kept: after an engine write every entry counts as new.)
+        #expect(queue == ["b content", "b moved", "a content", "b content"], "one entry per item and kind, in the order of the first")
     }
 }

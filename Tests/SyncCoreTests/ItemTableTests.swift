@@ -182,7 +182,12 @@ import Testing
     /// once on the way) leaves every record as settling it alone would.
     @Test func theTicksIndexesFollowTheRecords() {
         var t = ItemTable()
-        var rng = SplitMix(seed: 0x5EED)
+        // A fixed linear congruential sequence (high bits): the run repeats exactly.
+        var seed: UInt64 = 0x5EED
+        func next() -> UInt64 {
+            seed = seed &* 6_364_136_223_846_793_005 &+ 1_442_695_040_888_963_407
+            return seed >> 33
+        }
         let ids = (0..<12).map { _ in ItemID(UUID()) }
         var rules = UploadPacing<ContinuousClock.Instant>.Rules(quietPeriod: .seconds(1))
         var now = ContinuousClock.now
@@ -193,29 +198,29 @@ import Testing
             return r
         }
         for step in 0..<4000 {
-            let id = ids[Int(rng.next() % UInt64(ids.count))]
+            let id = ids[Int(next() % UInt64(ids.count))]
             let version = Int64(step + 1)
-            switch rng.next() % 14 {
+            switch next() % 14 {
             case 12:
                 // Idle but for a note that time does not clear: settled at the next tick.
                 t[id, default: ItemTable.Item()].upload.sentPlace = ItemTable.Place(parent: ids[0], name: ItemName(trusted: "n"))
             case 0: t[id, default: ItemTable.Item()].upload.on(.changed(content: true), at: now, rules: rules)
             case 1: t[id, default: ItemTable.Item()].upload.on(.wrote, at: now, rules: rules)
             case 2: t[id]?.upload.on(.writersGone, at: now, rules: rules)
-            case 3: t[id, default: ItemTable.Item()].upload.on(.paced(until: now + .seconds(Int(rng.next() % 4))), at: now, rules: rules)
+            case 3: t[id, default: ItemTable.Item()].upload.on(.paced(until: now + .seconds(Int(next() % 4))), at: now, rules: rules)
             case 4: t[id]?.upload.on(.committing(snapshot: false), at: now, rules: rules)
             case 5: t[id]?.upload.on(.pushEnded(closed: true), at: now, rules: rules)
             case 6: t[id]?.upload.on(.uploaded(sent: 10, written: 0), at: now, rules: rules)
             case 7:
                 let r = withChunks(id, version: version)
                 let present: [[Bool]?] = [nil, [false, false], [true, false], [false, true]]
-                t[id, default: ItemTable.Item()].base = Base(record: r, present: present[Int(rng.next() % 4)])
+                t[id, default: ItemTable.Item()].base = Base(record: r, present: present[Int(next() % 4)])
             case 8: t[id]?.base = nil
             case 9: t[id, default: ItemTable.Item()].remote.skip(Self.record(id, version: version))
             case 10: t[id]?.remote = RemoteHolds()
-            case 11: t[id, default: ItemTable.Item()].upload.on(rng.next() % 2 == 0 ? .lockHeld : .lockReleased, at: now, rules: rules)
+            case 11: t[id, default: ItemTable.Item()].upload.on(next() % 2 == 0 ? .lockHeld : .lockReleased, at: now, rules: rules)
             default:
-                now = now + .milliseconds(Int(rng.next() % 3000))
+                now = now + .milliseconds(Int(next() % 3000))
                 if step == 2000 { rules = UploadPacing.Rules(quietPeriod: .seconds(2), burst: 2) }
                 var expected: [ItemID: (busy: Bool, kept: Bool)] = [:]
                 for (id, item) in t.all {
@@ -239,19 +244,6 @@ import Testing
             #expect(t.contentBytes == bytes, "step \(step): content bytes")
         }
         #expect(settles > 200 && settledByTime > 50, "the run settled records by time: \(settles) settles, \(settledByTime) records")
-    }
-
-    /// A small deterministic generator (the runs above repeat exactly).
-    struct SplitMix {
-        var state: UInt64
-        init(seed: UInt64) { state = seed }
-        mutating func next() -> UInt64 {
-            state &+= 0x9E37_79B9_7F4A_7C15
-            var z = state
-            z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-            z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-            return z ^ (z >> 31)
-        }
     }
 
     @Test func settlingDropsIdleRecordsWithoutABase() {
