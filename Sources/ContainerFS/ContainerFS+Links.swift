@@ -86,7 +86,7 @@ extension ContainerFS {
         n.rec.ctime = now
         dropName(n, id)
         store.enqueue(.delete(id))
-        if n.rec.kind == .file, let trashed = store.cache.trash(id) { store.enqueue(.removeFile(trashed)) }
+        if n.rec.kind == .file { retire(id) }
         persist(n)
         persist(p)
     }

@@ -372,6 +372,7 @@ extension ContainerFS {
         rec.ctime = now
         rec.dirty = false
         // (No cache file: a placeholder gets one when its content is first needed.)
+        reclaimRetired(s.id)
         let n = Node(rec)
         n.parentNode = p.node
         n.placedBeside = besideHere

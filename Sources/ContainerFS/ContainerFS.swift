@@ -38,6 +38,9 @@ public final class ContainerFS: @unchecked Sendable {
         /// later jobs, so the window between a change and its notice, which concurrent FUSE
         /// threads and engine tasks have, is open there too.
         public var deliverNotice: (@Sendable (_ notice: @escaping @Sendable () -> Void) -> Void)?
+        /// Tests only: the move of removed files' cache files to the trash (`retire`) is handed
+        /// here instead of running right after the tree's lock is released.
+        public var holdRetiredFiles: (@Sendable (_ move: @escaping @Sendable () -> Void) -> Void)?
         /// Which programs may download content by reading placeholders (DownloadPolicy.swift);
         /// nil: every program may.
         public var downloadPolicy: DownloadPolicy?
@@ -59,6 +62,8 @@ public final class ContainerFS: @unchecked Sendable {
     let syncControl: (any SyncControl)?
     let lock = FSLock()
     let t = Tables()
+    /// Removed items' cache files whose move to the trash is owed (`retire`).
+    let retiring = RankedMutex<RetiringFiles>(.cacheRetire, RetiringFiles())
     /// What every node and handle id names.
     let ids = IDTable()
     /// Bumped whenever a `.nimbusignore` is made, written, renamed, removed or shown, or a folder
@@ -320,8 +325,57 @@ public final class ContainerFS: @unchecked Sendable {
         // A node replaced under its readers shares its id with the live one: leave its cache file.
         // The cache file goes once the deletion is committed: a crash before that brings the
         // item back from the database with its bytes, not empty (EngineSimTests).
-        if n.rec.kind == .file && t.byID[n.rec.id] == nil, let trashed = store.cache.trash(n.rec.id) {
-            store.enqueue(.removeFile(trashed))
+        if n.rec.kind == .file && t.byID[n.rec.id] == nil { retire(n.rec.id) }
+    }
+
+    /// The cache file of removed item `id` goes to the trash (lock held), from where the store
+    /// removes it once the deletion is committed (`StoreChange.removeFile`). The move is a rename
+    /// on disk, tens of microseconds every request would wait for under the lock (an `rm -r`
+    /// forgets each file it removed), so it runs right after the lock's release
+    /// (`FSLock.afterUnlock`). Until then the file stays at its place, which is what a crash
+    /// before the deletion's commit needs (the item comes back with its bytes); an item shown
+    /// again under the same id finishes the move first (`reclaimRetired`).
+    func retire(_ id: ItemID) {
+        let first = retiring.withLock { r in r.waiting.insert(id).inserted && r.waiting.count == 1 }
+        guard first else { return }  // a move owed already takes every waiting file
+        if let hold = options.holdRetiredFiles {
+            hold { [self] in moveRetiredFiles() }
+        } else {
+            lock.afterUnlock { [self] in moveRetiredFiles() }
+        }
+    }
+
+    /// Moves every waiting retired cache file to the trash (no lock held).
+    func moveRetiredFiles() {
+        while let id = retiring.withLock({ r -> ItemID? in
+            guard let id = r.waiting.popFirst() else { return nil }
+            r.moving.insert(id)
+            return id
+        }) {
+            moveRetired(id)
+        }
+    }
+
+    private func moveRetired(_ id: ItemID) {
+        let trashed = store.cache.trash(id)
+        retiring.withLock { _ = $0.moving.remove(id) }
+        if let trashed { store.enqueue(.removeFile(trashed)) }
+    }
+
+    /// Item `id` gets a node again (lock held): a move of its old cache file that is owed is done
+    /// first (here, or by the thread already at it), so the new node's file is never the one moved.
+    func reclaimRetired(_ id: ItemID) {
+        if Mutation.newNodeTakesRetiredFile.isOn { return }
+        while true {
+            let mine: Bool? = retiring.withLock { r in
+                if r.waiting.remove(id) != nil { r.moving.insert(id); return true }
+                return r.moving.contains(id) ? false : nil
+            }
+            switch mine {
+            case nil: return
+            case true?: return moveRetired(id)
+            case false?: sched_yield()  // another thread is renaming it: microseconds
+            }
         }
     }
 

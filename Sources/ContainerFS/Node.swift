@@ -317,19 +317,44 @@ struct DirSnapshot {
     var entries: [(name: String, node: NodeID)]
 }
 
+/// Removed items' cache files whose move to the trash is owed (`ContainerFS.retire`): waiting
+/// for a thread to take them, or being renamed by one.
+struct RetiringFiles {
+    var waiting: Set<ItemID> = []
+    var moving: Set<ItemID> = []
+}
+
 /// A pthread mutex, first in `LockRank`'s order (checked in debug builds). Nothing is
 /// ever replied to the kernel, and no kernel notification is sent, while `lock` is held.
+/// Disk work that a change owes but that need not happen under the lock (`afterUnlock`) runs
+/// on the same thread right after it releases the lock, so other requests do not wait for it.
 final class FSLock: @unchecked Sendable {
-    // @unchecked: the mutex is the synchronization.
+    // @unchecked: the mutex is the synchronization (`after` is touched with it held).
     private var m = pthread_mutex_t()
+    private var after: [() -> Void] = []
     init() { pthread_mutex_init(&m, nil) }
     @inline(__always) func withLock<T, E: Error>(_ body: () throws(E) -> T) throws(E) -> T {
         LockRank.tree.entering()
         pthread_mutex_lock(&m)
         defer {
-            pthread_mutex_unlock(&m)
-            LockRank.tree.leaving()
+            if after.isEmpty {
+                pthread_mutex_unlock(&m)
+                LockRank.tree.leaving()
+            } else {
+                unlockThenRunAfter()
+            }
         }
         return try body()
+    }
+
+    /// `work` runs on this thread once it has released the lock (lock held).
+    func afterUnlock(_ work: @escaping () -> Void) { after.append(work) }
+
+    @inline(never) private func unlockThenRunAfter() {
+        let work = after
+        after = []
+        pthread_mutex_unlock(&m)
+        LockRank.tree.leaving()
+        for w in work { w() }
     }
 }

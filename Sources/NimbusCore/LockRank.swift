@@ -9,6 +9,7 @@ import Synchronization
 /// | rank | lock | what it guards |
 /// | --- | --- | --- |
 /// | 10 `tree` | ContainerFS `lock` | the tree, nodes, handles |
+/// | 15 `cacheRetire` | ContainerFS `retiring` | removed items' cache files on their way to the trash |
 /// | 20 `baseDisk` | SyncEngine `baseDiskLock` | writing bases to disk in the order memory had them |
 /// | 30 `relistDisk` | SyncEngine `relistDiskLock` | the `sync.relist` mark on disk |
 /// | 40 `storeWriteOrder` | LocalStore `writeOrder` | a commit and its publication, direct writes |
@@ -20,6 +21,7 @@ import Synchronization
 /// read path takes (LocalStore checks it in debug builds).
 public enum LockRank: Int, Sendable, Comparable, CustomStringConvertible {
     case tree = 10
+    case cacheRetire = 15
     case baseDisk = 20
     case relistDisk = 30
     case storeWriteOrder = 40
@@ -32,6 +34,7 @@ public enum LockRank: Int, Sendable, Comparable, CustomStringConvertible {
     public var description: String {
         switch self {
         case .tree: "ContainerFS lock"
+        case .cacheRetire: "ContainerFS retiring"
         case .baseDisk: "SyncEngine baseDiskLock"
         case .relistDisk: "SyncEngine relistDiskLock"
         case .storeWriteOrder: "LocalStore writeOrder"

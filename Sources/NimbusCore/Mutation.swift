@@ -126,6 +126,10 @@ public enum Mutation: String, CaseIterable, Sendable {
     /// An editor's save takes the document's identity while the store cannot commit (a full
     /// disk): its content files are exchanged on disk, its rows only in the queue.
     case transferIdentityWhileUnsaved = "transfer-identity-while-unsaved"
+    /// An item shown again under its id (a restore, a delete undone by another device's edit)
+    /// before its old cache file was moved to the trash does not finish that move first: the
+    /// move owed takes the new node's file.
+    case newNodeTakesRetiredFile = "new-node-takes-retired-file"
 
     /// An open with `O_TRUNC` queues no upload entry: the content change rests on the close,
     /// which reports nothing when a remote state was shown meanwhile.

@@ -146,6 +146,61 @@ import Testing
 }
 
 extension ContainerFSTests {
+    /// A removed file's cache file goes to the trash right after the request that reaped its node
+    /// released the tree's lock, and leaves the disk once the deletion is committed.
+    @Test func aRemovedFilesCacheFileGoesOnceTheLockIsReleased() throws {
+        let f = try Fixture()
+        let (e, h) = try f.fs.create(parent: root, name: "a", mode: 0o644, flags: O_RDWR, caller: me)
+        _ = try Array("bytes".utf8).withUnsafeBytes { try f.fs.write(node: e.node, handle: h.handle, offset: 0, data: $0) }
+        f.fs.release(node: e.node, handle: h.handle)
+        let id = try #require(ItemID(String(decoding: try f.fs.getxattr(node: e.node, name: "user.nimbus.itemid"), as: UTF8.self)))
+        let place = f.store.cache.path(for: id)
+        try f.fs.unlink(parent: root, name: "a")
+        #expect(access(place, F_OK) == 0, "the kernel still knows the node: nothing moves yet")
+        f.fs.forget(node: e.node, count: 1)
+        #expect(access(place, F_OK) != 0, "the forget that reaped the node moved its file")
+        f.store.sync()
+        #expect(((try? FileManager.default.contentsOfDirectory(atPath: f.store.cache.trashDirectory)) ?? []).isEmpty)
+    }
+
+    /// An item shown again under its id (a restore, a delete undone by an edit elsewhere) while
+    /// the move of its old cache file to the trash is still owed: the move is done first, so the
+    /// bytes the new node gets stay, and the old file still leaves the disk.
+    @Test func anItemShownAgainBeforeItsOldFileMovedKeepsItsNewFile() throws {
+        let held = Mutex<[@Sendable () -> Void]>([])
+        var options = ContainerFS.Options()
+        options.holdRetiredFiles = { move in held.withLock { $0.append(move) } }
+        let f = try Fixture(options: options)
+        let (e, h) = try f.fs.create(parent: root, name: "a", mode: 0o644, flags: O_RDWR, caller: me)
+        _ = try Array("old bytes".utf8).withUnsafeBytes { try f.fs.write(node: e.node, handle: h.handle, offset: 0, data: $0) }
+        f.fs.release(node: e.node, handle: h.handle)
+        let id = try #require(ItemID(String(decoding: try f.fs.getxattr(node: e.node, name: "user.nimbus.itemid"), as: UTF8.self)))
+        try f.fs.unlink(parent: root, name: "a")
+        f.fs.forget(node: e.node, count: 1)
+        let place = f.store.cache.path(for: id)
+        #expect(access(place, F_OK) == 0, "the move is held")
+        var s = Self.state(id, in: .root, "a")
+        s.size = 3
+        _ = f.fs.applyRemote([s])
+        // Its content arrives (a download writes the cache file).
+        let fd = f.store.cache.open(id, create: true, truncate: true, size: 3)
+        #expect(fd >= 0)
+        _ = pwrite(fd, "new", 3, 0)
+        close(fd)
+        for work in held.withLock({ w in defer { w = [] }; return w }) { work() }
+        f.store.sync()
+        var buf = [UInt8](repeating: 0, count: 16)
+        let g = open(place, O_RDONLY)
+        let n = g >= 0 ? read(g, &buf, buf.count) : -1
+        if g >= 0 { close(g) }
+        #expect(String(decoding: buf.prefix(max(n, 0)), as: UTF8.self) == "new", "the new node's file was moved away")
+        #expect(((try? FileManager.default.contentsOfDirectory(atPath: f.store.cache.trashDirectory)) ?? []).isEmpty)
+        let back = try f.fs.lookup(parent: root, name: "a")
+        #expect(back.attr.st_size == 3)
+    }
+}
+
+extension ContainerFSTests {
     static func state(_ id: ItemID, in parent: ItemID, _ name: String, _ kind: ItemKind = .file) -> RemoteState {
         RemoteState(id: id, parent: parent, name: name, kind: kind, perm: kind == .folder ? 0o755 : 0o644, size: 0, mtime: 0,
                     target: nil, deleted: false, resetContent: false)
