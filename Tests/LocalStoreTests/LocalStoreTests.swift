@@ -214,3 +214,42 @@ func tempDir(_ label: String) -> URL {
         #expect(queue == ["b content", "b moved", "a content", "b content"], "one entry per item and kind, in the order of the first")
     }
 }
+
+/// The cache's 256 fan-out folders exist from the start, and an `fsync` in the mount syncs the
+/// folders that got a new name since the last one (`syncDirectories`; the first one after a
+/// start syncs them all), not all 256 each time.
+@Suite struct ContentCacheFolderTests {
+    func id(_ first: UInt8) -> ItemID {
+        var u = UUID().uuid
+        u.0 = first
+        return ItemID(UUID(uuid: u))
+    }
+
+    @Test func newNamesMarkTheirFoldersUntilTheNextSync() throws {
+        let dir = tempDir("cache-folders")
+        defer { try? FileManager.default.removeItem(at: dir) }
+        let cache = try ContentCache(directory: dir.appendingPathComponent("cache"))
+        let folders = try FileManager.default.contentsOfDirectory(atPath: cache.directory.path).filter { $0.count == 2 }
+        #expect(folders.count == 256 && folders.contains("ab") && folders.contains("0f"))
+        #expect(cache.unsynced.take() == Array(0..<256), "an earlier run's names: the first sync takes every folder")
+        let a = id(0xab), b = id(0x0f), c = id(0xff)
+        let fd = cache.open(a, create: true, fresh: true)
+        #expect(fd >= 0)
+        close(fd)
+        #expect(cache.unsynced.take() == [0xab])
+        let again = cache.open(a, create: true)  // there already: no new name
+        close(again)
+        #expect(cache.unsynced.take().isEmpty)
+        #expect(cache.link(a, as: b) == 0)
+        let made = cache.open(c, create: true, size: 10)
+        close(made)
+        #expect(cache.unsynced.take() == [0x0f, 0xff])
+        #expect(cache.exchange(a, c))
+        #expect(cache.unsynced.take() == [0xab, 0xff])
+        let trashed = try #require(cache.trash(c))
+        #expect(cache.unsynced.take().isEmpty)
+        #expect(cache.restore(trashed, as: c))
+        cache.syncDirectories()
+        #expect(cache.unsynced.take().isEmpty, "syncDirectories took the marks")
+    }
+}
