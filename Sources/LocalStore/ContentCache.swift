@@ -23,7 +23,12 @@ public struct ContentCache: Sendable {
         // state paying one. (`open` and `link` still make a missing one.)
         for i in 0..<256 { mkdir(folder(i), 0o700) }
         // Names made by an earlier run may not be durable yet: the first sync takes every folder.
-        for i in 0..<256 { unsynced.mark(i) }
+        for i in 0...256 { unsynced.mark(i) }
+    }
+
+    /// A folder in the cache folder (fan-out or trash), when missing.
+    private func makeFolder(_ path: String) {
+        if mkdir(path, 0o700) == 0 { unsynced.mark(FolderMarks.cacheFolder) }
     }
 
     /// Fan-out folder `i` (the first byte of the ids it holds, as the two hex digits that begin
@@ -67,7 +72,7 @@ public struct ContentCache: Sendable {
         }
         fd = Glibc.open(p, flags | O_CREAT | O_EXCL, 0o600)
         if fd < 0 && errno == ENOENT {
-            mkdir((p as NSString).deletingLastPathComponent, 0o700)
+            makeFolder((p as NSString).deletingLastPathComponent)
             fd = Glibc.open(p, flags | O_CREAT | O_EXCL, 0o600)
         }
         if fd < 0 && errno == EEXIST {
@@ -92,7 +97,7 @@ public struct ContentCache: Sendable {
         newName(to)
         if Glibc.link(path(for: from), dest) == 0 { return 0 }
         guard errno == ENOENT else { return errno }
-        mkdir((dest as NSString).deletingLastPathComponent, 0o700)
+        makeFolder((dest as NSString).deletingLastPathComponent)
         return Glibc.link(path(for: from), dest) == 0 ? 0 : errno
     }
 
@@ -107,7 +112,7 @@ public struct ContentCache: Sendable {
         let dest = trashDirectory + "/" + id.description + "." + FastUUID.make().uuidString
         if Glibc.rename(path(for: id), dest) == 0 { return dest }
         guard errno == ENOENT else { unlink(path(for: id)); return nil }
-        mkdir(trashDirectory, 0o700)
+        makeFolder(trashDirectory)
         return Glibc.rename(path(for: id), dest) == 0 ? dest : nil
     }
 
@@ -132,7 +137,7 @@ public struct ContentCache: Sendable {
     /// deletion was lost in a crash). True when restored.
     public func restore(_ trashed: String, as id: ItemID) -> Bool {
         let p = path(for: id)
-        mkdir((p as NSString).deletingLastPathComponent, 0o700)
+        makeFolder((p as NSString).deletingLastPathComponent)
         newName(id)
         return Glibc.rename(trashed, p) == 0
     }
@@ -144,12 +149,12 @@ public struct ContentCache: Sendable {
     }
 
     /// Makes the cache directory entries of new files durable: the fan-out folders that got a
-    /// name since the last call, the cache folder and the trash (each `fsync` of a file in the
-    /// mount calls this: fsyncing all 256 folders each time cost ~800 system calls).
+    /// name since the last call, and the cache folder when it got one (each `fsync` of a file in
+    /// the mount calls this: syncing every folder each time cost ~800 system calls, half of an
+    /// `fsync`'s time). The trash's names need no sync: a trashed file whose move is lost in a
+    /// crash is back at its place, which the start handles like the trashed one.
     public func syncDirectories() {
-        for i in unsynced.take() { syncFolder(folder(i)) }
-        syncFolder(root)
-        syncFolder(trashDirectory)
+        for i in unsynced.take() { syncFolder(i == FolderMarks.cacheFolder ? root : folder(i)) }
     }
 
     private func syncFolder(_ path: String) {
@@ -175,17 +180,18 @@ public struct ContentCache: Sendable {
     }
 }
 
-/// A set of fan-out folders (0–255), marked from any thread.
+/// A set of fan-out folders (0–255) and the cache folder (256), marked from any thread.
 final class FolderMarks: Sendable {
-    private let words = Mutex<[UInt64]>([0, 0, 0, 0])
+    static let cacheFolder = 256
+    private let words = Mutex<[UInt64]>([0, 0, 0, 0, 0])
 
     func mark(_ i: Int) {
-        words.withLock { $0[i >> 6 & 3] |= UInt64(1) << UInt64(i & 63) }
+        words.withLock { $0[min(i >> 6, 4)] |= UInt64(1) << UInt64(i & 63) }
     }
 
     /// The marked folders, unmarked (one marked meanwhile waits for the next call).
     func take() -> [Int] {
-        let taken = words.withLock { w in defer { w = [0, 0, 0, 0] }; return w }
+        let taken = words.withLock { w in defer { w = [0, 0, 0, 0, 0] }; return w }
         var out: [Int] = []
         for (n, word) in taken.enumerated() {
             var bits = word
