@@ -233,6 +233,17 @@ public final class LocalStore: @unchecked Sendable {
     /// the store fails, waits for one commit attempt made after the call (started at once) and
     /// returns its failure; the changes stay queued and are retried.
     @discardableResult
+    /// Has the writer start a full commit of everything queued, without waiting for it: a
+    /// caller with other disk work to do (an `fsync` of a file's data) overlaps the two, then
+    /// waits in `sync()`, which finds the commit under way or done.
+    public func startSync() {
+        guard writer != .caller else { return }
+        queueLock.withLock {
+            wantsFullSync = true
+            queueLock.broadcast()
+        }
+    }
+
     public func sync() -> StoreFailure? {
         if writer == .caller {
             let target = queueLock.withLock { enqueued }
