@@ -172,6 +172,7 @@ extension ContainerFS {
             Glibc.unlink(tmp)
             return false
         }
+        store.cache.placed(to)
         return true
     }
 

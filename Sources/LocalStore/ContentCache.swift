@@ -40,6 +40,10 @@ public struct ContentCache: Sendable {
 
     private func newName(_ id: ItemID) { unsynced.mark(Int(id.uuid.uuid.0)) }
 
+    /// A file was put at the item's place by other means than this type (a copy renamed into
+    /// place): the next `syncDirectories` makes its name durable.
+    public func placed(_ id: ItemID) { newName(id) }
+
     /// Exchanges the content files of `a` and `b` (open descriptors keep their files). Both
     /// must exist. False (and nothing changed) when a rename fails.
     public func exchange(_ a: ItemID, _ b: ItemID) -> Bool {
