@@ -310,9 +310,8 @@ extension ContainerFS {
 
     /// The item's data and its metadata to disk: the metadata (and the change's queue entries)
     /// are queued first and the database's full commit starts, so its fsync runs while this
-    /// thread's `fsync` of the data does (the filesystem's journal takes both in one commit when
-    /// it can); then this waits for the commit. Either may land first in a crash: the start
-    /// reconciles a recorded size with the bytes in the cache file.
+    /// thread's `fsync` of the data does; then this waits for the commit. Either may land first
+    /// in a crash: the start reconciles a recorded size with the bytes in the cache file.
     public func fsync(node: NodeID, handle: HandleID, dataOnly: Bool) throws(Errno) {
         guard let fd = descriptor(handle) else { return }
         lock.withLock { t.nodes[node]?.fsyncedSinceWrite = true }

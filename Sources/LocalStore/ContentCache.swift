@@ -18,9 +18,9 @@ public struct ContentCache: Sendable {
         root = directory.path
         try StateFiles.directory(directory.path)
         // The 256 fan-out folders are made with the cache (when they exist, 256 failing
-        // `mkdir`s: well under a millisecond). Made at a file's first need, each cost that
-        // file's create an ext4 `mkdir` (~0.1 ms), most of the first thousand files of a new
-        // state paying one. (`open` and `link` still make a missing one.)
+        // `mkdir`s: well under a millisecond). Made at a file's first need instead, each would
+        // cost that file's create an ext4 `mkdir` (~0.1 ms), most of the first thousand files of
+        // a new state paying one. (`open` and `link` still make a missing one.)
         for i in 0..<256 { mkdir(folder(i), 0o700) }
         // Names made by an earlier run may not be durable yet: the first sync takes every folder.
         for i in 0...256 { unsynced.mark(i) }
@@ -154,8 +154,8 @@ public struct ContentCache: Sendable {
 
     /// Makes the cache directory entries of new files durable: the fan-out folders that got a
     /// name since the last call, and the cache folder when it got one (each `fsync` of a file in
-    /// the mount calls this: syncing every folder each time cost ~800 system calls, half of an
-    /// `fsync`'s time). The trash's names need no sync: a trashed file whose move is lost in a
+    /// the mount calls this: syncing all 257 folders each time would be ~800 system calls, half
+    /// of an `fsync`'s time). The trash's names need no sync: a trashed file whose move is lost in a
     /// crash is back at its place, which the start handles like the trashed one.
     public func syncDirectories() {
         for i in unsynced.take() { syncFolder(i == FolderMarks.cacheFolder ? root : folder(i)) }
